@@ -1,0 +1,75 @@
+#include "bench_common.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static json_t *pending;
+
+double kc_bench_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double kc_bench_quantile(double *v, size_t n, double q) {
+  if (n == 0)
+    return 0;
+  qsort(v, n, sizeof *v, cmp_double);
+  size_t i = (size_t)(q * (double)(n - 1) + 0.5);
+  return v[i < n ? i : n - 1];
+}
+
+static json_t *section(const char *name) {
+  if (!pending)
+    pending = json_object();
+  json_t *s = json_object_get(pending, name);
+  if (!s) {
+    s = json_object();
+    json_object_set_new(pending, name, s);
+  }
+  return s;
+}
+
+void kc_bench_set(const char *sec, const char *key, double value) {
+  json_object_set_new(section(sec), key, json_real(value));
+}
+
+void kc_bench_set_str(const char *sec, const char *key, const char *value) {
+  json_object_set_new(section(sec), key, json_string(value));
+}
+
+int kc_bench_write(void) {
+  const char *dir = getenv("KC_BENCH_DIR");
+  if (!dir)
+    dir = "build/bench";
+  if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+    fprintf(stderr, "bench: mkdir %s: %s\n", dir, strerror(errno));
+    return -1;
+  }
+  char path[4096];
+  snprintf(path, sizeof path, "%s/results.json", dir);
+  json_t *all = json_load_file(path, 0, NULL);
+  if (!json_is_object(all)) {
+    json_decref(all);
+    all = json_object();
+  }
+  if (pending)
+    json_object_update(all, pending);
+  int rc = json_dump_file(all, path, JSON_INDENT(2) | JSON_SORT_KEYS);
+  json_decref(all);
+  if (rc < 0)
+    fprintf(stderr, "bench: cannot write %s\n", path);
+  else
+    printf("(figures merged into %s)\n", path);
+  return rc;
+}

@@ -1,0 +1,19 @@
+/* Shared by the benchmark programs: statistics, and the results.json writer.  Every
+ * figure is measured in the same run as what it is compared with. */
+#ifndef KCAGE_BENCH_COMMON_H
+#define KCAGE_BENCH_COMMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+double kc_bench_now(void); /* CLOCK_MONOTONIC_RAW seconds */
+/* Sorts v in place; q in [0,1]. */
+double kc_bench_quantile(double *v, size_t n, double q);
+
+/* Figures collected under one section name, then merged into
+ * $KC_BENCH_DIR/results.json (default build/bench/results.json): results[section][key]. */
+void kc_bench_set(const char *section, const char *key, double value);
+void kc_bench_set_str(const char *section, const char *key, const char *value);
+int kc_bench_write(void);
+
+#endif

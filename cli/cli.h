@@ -1,0 +1,19 @@
+/* Shared by the subcommand files of the `kcage` command. */
+#ifndef KCAGE_CLI_H
+#define KCAGE_CLI_H
+
+#include <stdint.h>
+
+/* DESIGN.md §3.1: errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage. */
+#define KC_EXIT_USAGE 2
+
+void kc_cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* "64M", "1G", "512K", "1048576" -> bytes.  Returns -1 on bad input. */
+int kc_cli_parse_size(const char *s, uint64_t *out);
+/* Non-negative decimal seconds, fractional allowed.  Returns -1 on bad input. */
+int kc_cli_parse_seconds(const char *s, double *out);
+/* Non-negative integer within [min, max].  Returns -1 on bad input. */
+int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+#endif

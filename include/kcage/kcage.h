@@ -1,0 +1,10 @@
+/* kcage: sandboxed workers and measurement for untrusted compute kernels. */
+#ifndef KCAGE_H
+#define KCAGE_H
+
+#include "kcage/error.h"
+#include "kcage/policy.h"
+#include "kcage/cgroup.h"
+#include "kcage/sandbox.h"
+
+#endif

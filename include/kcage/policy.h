@@ -1,0 +1,87 @@
+/* Sandbox policies (DESIGN.md §3.2): policies/<name>.policy, parsed into what the
+ * spawner needs (namespaces, mounts, limits, rlimits) and a seccomp filter. */
+#ifndef KCAGE_POLICY_H
+#define KCAGE_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/resource.h>
+
+#include "kcage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct kc_policy kc_policy;
+
+typedef struct kc_policy_namespaces {
+  bool user, pid, mount, ipc, uts, cgroup, net;
+} kc_policy_namespaces;
+
+typedef enum kc_policy_mount_kind {
+  KC_POLICY_MOUNT_RO,    /* read-only bind */
+  KC_POLICY_MOUNT_RW,    /* read-write bind */
+  KC_POLICY_MOUNT_TMPFS, /* tmpfs of a size */
+  KC_POLICY_MOUNT_PROC,
+  KC_POLICY_MOUNT_DEV,     /* minimal /dev: null zero full random urandom tty */
+  KC_POLICY_MOUNT_SYMLINK, /* src = link target, dst = link path */
+} kc_policy_mount_kind;
+
+typedef struct kc_policy_mount {
+  kc_policy_mount_kind kind;
+  char *src;
+  char *dst;
+  uint64_t size;  /* tmpfs */
+  bool optional;  /* a missing source is skipped rather than an error */
+} kc_policy_mount;
+
+typedef struct kc_policy_rlimit {
+  int resource; /* RLIMIT_* */
+  rlim_t soft, hard;
+} kc_policy_rlimit;
+
+/* The parts of a policy the spawner reads directly.  Seccomp rules stay private. */
+typedef struct kc_policy_spec {
+  const char *name;
+  kc_policy_namespaces ns;
+  const kc_policy_mount *mounts;
+  size_t n_mounts;
+  const kc_policy_rlimit *rlimits;
+  size_t n_rlimits;
+  /* default limits (0 = none): memory bytes, cpu s, wall s, pids, cpus, output bytes */
+  uint64_t memory_bytes;
+  double cpu_s, wall_s;
+  uint32_t pids;
+  double cpus;
+  uint64_t output_bytes;
+  const char *cwd;
+} kc_policy_spec;
+
+/* NAME (a built-in profile such as "exec", "build", "measure", found in
+ * $KCAGE_POLICY_DIR, the source tree or the installed policies) or a FILE path. */
+int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
+/* Errors read "FILE:LINE: message". */
+int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);
+void kc_policy_free(kc_policy *p);
+const kc_policy_spec *kc_policy_get_spec(const kc_policy *p);
+/* Print the resolved policy (includes expanded) in policy syntax. */
+int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
+
+/* Install the policy's seccomp filter in the calling process (after no_new_privs).
+ * Rules whose action is "kill" (and the default action when it is kill) notify a
+ * supervisor instead of killing silently, so the verdict can name the syscall: the
+ * listener fd is returned in *listener_fd (-1 when the policy kills nothing); the
+ * caller must hand it to its supervisor and close its own copy before running
+ * untrusted code.  See sandbox/seccomp_*.c for the full reasoning. */
+int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
+
+/* Name of a syscall number on this architecture ("" when unknown). */
+const char *kc_syscall_name(int nr, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,104 @@
+/* Sandbox core: one program (or one pre-started worker) in Linux namespaces, its own
+ * cgroup, seccomp and dropped capabilities, with an exact verdict (DESIGN.md §3.1). */
+#ifndef KCAGE_SANDBOX_H
+#define KCAGE_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kcage/error.h"
+#include "kcage/policy.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Limits for one run.  0 means "no limit" (or "the policy's default" where a policy
+ * sets one). */
+typedef struct kc_limits {
+  uint64_t memory_bytes; /* cgroup memory limit, swap off */
+  double cpu_s;          /* CPU time of the whole tree */
+  double wall_s;         /* wall clock, enforced by the parent */
+  uint32_t pids;         /* cgroup pids.max */
+  double cpus;           /* CPU bandwidth in CPUs (cfs quota / cpu.max) */
+  uint64_t output_bytes; /* cap on captured stdout+stderr */
+} kc_limits;
+
+typedef enum kc_mount_kind { KC_MOUNT_RO_BIND, KC_MOUNT_BIND, KC_MOUNT_TMPFS } kc_mount_kind;
+
+typedef struct kc_mount {
+  kc_mount_kind kind;
+  const char *src;  /* host path (binds) */
+  const char *dst;  /* path inside the sandbox */
+  uint64_t size;    /* tmpfs size in bytes, 0 = default */
+} kc_mount;
+
+/* The result record (contract, DESIGN.md §3.1). */
+typedef enum kc_status {
+  KC_STATUS_OK,
+  KC_STATUS_EXITED,
+  KC_STATUS_SIGNALED,
+  KC_STATUS_TIMEOUT,
+  KC_STATUS_MEMORY,
+  KC_STATUS_SYSCALL,
+  KC_STATUS_PIDS,
+  KC_STATUS_OUTPUT,
+  KC_STATUS_SETUP_ERROR,
+} kc_status;
+
+typedef struct kc_result {
+  kc_status status;
+  int exit_code;             /* -1 when absent */
+  int signal;                /* 0 when absent */
+  char syscall[48];          /* "" when absent; set for KC_STATUS_SYSCALL */
+  const char *limit;         /* "cpu" / "wall" for KC_STATUS_TIMEOUT, else NULL */
+  double cpu_s;              /* < 0 when absent */
+  double wall_s;             /* < 0 when absent */
+  int64_t peak_memory_bytes; /* < 0 when absent */
+  char message[256];         /* one human sentence */
+} kc_result;
+
+const char *kc_status_name(kc_status status);
+void kc_result_init(kc_result *r);
+/* The record as one JSON object (jansson); *out is malloc'd. */
+int kc_result_to_json(const kc_result *r, char **out, kc_error *err);
+/* The `kcage run` exit status for a record: own exit code, 128+N, 124, 125. */
+int kc_result_exit_status(const kc_result *r);
+
+/* Everything needed to start one sandboxed program. */
+typedef struct kc_sandbox_config {
+  const kc_policy *policy; /* required */
+  kc_limits limits;        /* non-zero fields override the policy's */
+  const kc_mount *mounts;  /* extra mounts after the policy's */
+  size_t n_mounts;
+  const char *cwd;         /* inside the sandbox; NULL = policy default */
+  char *const *argv;       /* argv[0] resolved inside the sandbox through PATH */
+  char *const *envp;       /* NULL = a minimal clean environment */
+  int stdin_fd;            /* -1 = /dev/null */
+  int stdout_fd;           /* where the program's stdout goes (after the output cap) */
+  int stderr_fd;           /* likewise for stderr */
+  int netns_fd;            /* -1 = a fresh netns with lo up; else setns() into this one */
+} kc_sandbox_config;
+
+void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else zero */
+
+typedef struct kc_sandbox kc_sandbox;
+
+/* Start: cgroup, clone3 into the namespaces, filesystem, lockdown, exec. */
+int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
+/* Wait for the end, enforcing wall/cpu/output limits, then fill the verdict and
+ * remove the cgroup.  Kills the whole tree before returning. */
+int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
+int kc_sandbox_kill(kc_sandbox *sb);
+pid_t kc_sandbox_pid(const kc_sandbox *sb);
+void kc_sandbox_free(kc_sandbox *sb);
+
+/* spawn + wait. */
+int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
