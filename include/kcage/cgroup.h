@@ -21,9 +21,22 @@ typedef enum kc_cgroup_mode {
   KC_CGROUP_HYBRID, /* v1 controllers + v2 mount for placement/kill/events */
 } kc_cgroup_mode;
 
-/* Detected once per process (cached). */
+/* Detected once per process (cached) from /proc/self/mountinfo.  $KCAGE_CGROUP
+ * (auto|none|v1|v2|hybrid) overrides the choice; a mode the host cannot provide falls
+ * back to auto.  When the hierarchies are not writable (not root, nothing delegated)
+ * the mode is NONE.
+ * Where cgroups go: <hierarchy root>/kcage/ when the root is writable (as root), else
+ * <our own cgroup>/kcage/.  Using the root means a later kcage in any cgroup finds and
+ * reaps what a killed one left, and v2 controllers can be enabled below it; on this
+ * host it deliberately leaves the limit-free harness cgroup memory:/process_api/<id>.
+ * The kcage/ parents are created once and stay (shared by concurrent kcage
+ * processes); only the per-sandbox leaves are removed. */
 kc_cgroup_mode kc_cgroup_detect(void);
 const char *kc_cgroup_mode_name(kc_cgroup_mode m);
+/* Switch the process to mode m (tests: exercise the pure-v1 freezer path on a hybrid
+ * host, or "none").  Not thread-safe; call before creating cgroups.  -1/ENOTSUP when
+ * the host cannot provide m. */
+int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err);
 
 typedef struct kc_cgroup_limits {
   uint64_t memory_bytes; /* 0 = unlimited; swap is always off */
@@ -31,7 +44,8 @@ typedef struct kc_cgroup_limits {
   double cpus;           /* CPU bandwidth; 0 = unlimited */
 } kc_cgroup_limits;
 
-/* Counters; each is -1 when the host cannot say. */
+/* Counters; each is -1 when the host cannot say.  Absolute values: take them before
+ * and after a run and subtract (a long-lived slot's counters accumulate). */
 typedef struct kc_cgroup_counters {
   int64_t oom_kills;      /* v1 memory.oom_control oom_kill, v2 memory.events oom_kill */
   int64_t pids_max_hits;  /* pids.events max */
@@ -41,24 +55,45 @@ typedef struct kc_cgroup_counters {
 
 typedef struct kc_cgroup kc_cgroup;
 
-/* Create kcage/<name> in every hierarchy, owned by this process (its pid is recorded
- * so a later kcage can reap it when this process is gone). */
+/* Create kcage/<pid>.<starttime>.<seq>.<name> in every hierarchy (name: no '/', at
+ * most 200 bytes), owned by this process: the pid and its start time in the directory
+ * name let a later kcage reap it when this process is gone.  Limits as in
+ * kc_cgroup_set_limits.  In mode NONE this succeeds only without limits (ENOTSUP). */
 int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out,
                      kc_error *err);
-/* Rewrite limits of a live cgroup (long-lived worker slots). */
+/* Rewrite limits of a live cgroup (long-lived worker slots); 0 fields = unlimited.
+ * memory: v1 memory.limit_in_bytes + memory.memsw.limit_in_bytes (swap off), v2
+ * memory.max + memory.swap.max=0 + memory.oom.group=1; cpus: period 100 ms, v1
+ * cpu.cfs_quota_us/cfs_period_us, v2 cpu.max; pids: pids.max.  A limit the host has
+ * no controller for fails with ENOTSUP. */
 int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err);
-/* An O_DIRECTORY fd of the v2 cgroup for clone3(CLONE_INTO_CGROUP); -1 when none. */
+/* An O_DIRECTORY fd of the v2 cgroup for clone3(CLONE_INTO_CGROUP); -1 when none.
+ * On a hybrid host this is the controller-less unified cgroup: the limits live in v1,
+ * so the child must still be kc_cgroup_attach()ed (v1 by pid) before it runs
+ * untrusted code (e.g. it waits on a pipe until the parent has attached it). */
 int kc_cgroup_v2_fd(const kc_cgroup *cg);
-/* Move a process into every hierarchy (v1 by pid; v2 unless placed by clone3). */
+/* The leaf directory name (<pid>.<starttime>.<seq>.<name>). */
+const char *kc_cgroup_dir_name(const kc_cgroup *cg);
+kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg);
+/* Move a process into every hierarchy (v1 by pid, then v2; rewriting v2 after a
+ * CLONE_INTO_CGROUP placement is a harmless no-op).  Mode NONE remembers the pid (up
+ * to 16) so kc_cgroup_kill can kill it and its process group. */
 int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err);
-/* Kill every process in the tree and wait until it is empty (bounded). */
+/* Kill every process in the tree and wait until it is empty (bounded, 3 s; then
+ * -1/ETIMEDOUT).  v2 and hybrid: cgroup.kill; pure v1: freezer freeze, SIGKILL every
+ * pid, thaw.  Stopped and frozen processes die too.  Unreaped zombies do not count
+ * (the caller still reaps its own child). */
 int kc_cgroup_kill(kc_cgroup *cg, kc_error *err);
 int kc_cgroup_read(const kc_cgroup *cg, kc_cgroup_counters *out, kc_error *err);
-/* Reset the peak-memory watermark where the host allows it (v1; v2 >= 6.12). */
+/* Reset the peak-memory watermark where the host allows it (v1 max_usage_in_bytes;
+ * v2 memory.peak >= 6.12, where the reset is per open file: we keep that fd).  Where
+ * it cannot be reset (v2 < 6.12), peak_memory reads -1 from then on rather than a
+ * stale value.  Fresh cgroups need no reset. */
 int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err);
 /* Kill, remove every directory, free.  Safe with NULL. */
 void kc_cgroup_destroy(kc_cgroup *cg);
-/* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage). */
+/* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage): kill
+ * what is left in them, rmdir in every hierarchy.  Returns how many were reaped. */
 int kc_cgroup_reap_stale(kc_error *err);
 
 #ifdef __cplusplus

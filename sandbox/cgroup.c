@@ -1,0 +1,274 @@
+/* A kcage cgroup: one leaf directory per hierarchy, placement, whole-tree kill and
+ * removal.  The leaf name records the owner (<pid>.<starttime>.<seq>.<name>) so a later
+ * kcage can reap what a SIGKILLed one left behind (cgroup_reap.c). */
+#include "cgroup_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+
+#define KC_KILL_TIMEOUT_NS (3LL * 1000000000LL)
+
+static atomic_uint seq;
+
+static long long now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void sleep_us(long us) {
+  struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
+  nanosleep(&ts, NULL);
+}
+
+static kc_cgroup *cg_alloc(kc_cgroup_mode mode) {
+  kc_cgroup *cg = calloc(1, sizeof *cg);
+  if (!cg)
+    return NULL;
+  cg->mode = mode;
+  cg->v2_fd = -1;
+  cg->peak_fd = -1;
+  for (int i = 0; i < KC_CG_V1_MAX; i++)
+    cg->v1_fd[i] = -1;
+  return cg;
+}
+
+static int open_base(const char *base) {
+  return open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* mkdir (create) or just open the leaf under base. */
+static int leaf_fd(const char *base, const char *name, bool create, kc_error *err) {
+  kc_cleanup_close int b = open_base(base);
+  if (b < 0)
+    return create ? kc_error_set(err, errno, "open %s", base) : -1;
+  if (create && mkdirat(b, name, 0755) < 0)
+    return kc_error_set(err, errno, "mkdir %s/%s", base, name);
+  int fd = openat(b, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0 && create)
+    return kc_error_set(err, errno, "open %s/%s", base, name);
+  return fd;
+}
+
+static int cg_open(const char *name, bool create, kc_cgroup **out, kc_error *err) {
+  const kc_cg_host *h = kc_cg_host_get();
+  kc_cgroup *cg = cg_alloc(h->mode);
+  if (!cg)
+    return kc_error_set(err, ENOMEM, "cgroup");
+  snprintf(cg->name, sizeof cg->name, "%s", name);
+  if (h->mode != KC_CGROUP_NONE && kc_cg_bases_ready(err) < 0) {
+    free(cg);
+    return -1;
+  }
+  if (h->have_v2) {
+    cg->v2_fd = leaf_fd(h->v2.base, name, create, err);
+    if (cg->v2_fd < 0 && create)
+      goto fail;
+    if (h->mode == KC_CGROUP_V2)
+      cg->ctrl |= h->v2.ctrl;
+  }
+  for (int i = 0; i < h->nv1; i++) {
+    int fd = leaf_fd(h->v1[i].base, name, create, err);
+    if (fd < 0 && create)
+      goto fail;
+    if (fd < 0)
+      continue;
+    cg->v1_fd[cg->nv1] = fd;
+    cg->v1_ctrl[cg->nv1] = h->v1[i].ctrl;
+    cg->ctrl |= h->v1[i].ctrl;
+    cg->nv1++;
+  }
+  *out = cg;
+  return 0;
+fail:
+  kc_cgroup_destroy(cg);
+  return -1;
+}
+
+int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err) {
+  return cg_open(name, false, out, err);
+}
+
+int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out,
+                     kc_error *err) {
+  *out = NULL;
+  if (!name || !*name || strchr(name, '/') || strlen(name) > 200 || name[0] == '.')
+    return kc_error_set(err, EINVAL, "cgroup name '%s'", name ? name : "(null)");
+  char leaf[NAME_MAX + 1];
+  snprintf(leaf, sizeof leaf, "%d.%llu.%u.%s", (int)getpid(), kc_cg_starttime(getpid()),
+           atomic_fetch_add(&seq, 1), name);
+  kc_cgroup *cg = NULL;
+  if (cg_open(leaf, true, &cg, err) < 0)
+    return kc_error_prefix(err, "create cgroup %s", name);
+  if (kc_cgroup_set_limits(cg, lim, err) < 0) {
+    kc_cgroup_destroy(cg);
+    return -1;
+  }
+  *out = cg;
+  return 0;
+}
+
+int kc_cgroup_v2_fd(const kc_cgroup *cg) { return cg ? cg->v2_fd : -1; }
+
+const char *kc_cgroup_dir_name(const kc_cgroup *cg) { return cg->name; }
+
+kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg) { return cg->mode; }
+
+int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err) {
+  if (pid <= 0)
+    return kc_error_set(err, EINVAL, "attach pid %d", (int)pid);
+  if (cg->mode == KC_CGROUP_NONE) {
+    if (cg->npids < KC_CG_NONE_PIDS)
+      cg->pids[cg->npids++] = pid;
+    return 0;
+  }
+  /* v1 first: the memory/pids limits must hold before the v2 move makes the process
+   * look "placed".  Writing the v2 cgroup.procs again after CLONE_INTO_CGROUP is a
+   * no-op. */
+  for (int i = 0; i < cg->nv1; i++)
+    if (kc_cg_writef(cg->v1_fd[i], "cgroup.procs", err, "%d", (int)pid) < 0)
+      return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
+  if (cg->v2_fd >= 0 && kc_cg_writef(cg->v2_fd, "cgroup.procs", err, "%d", (int)pid) < 0)
+    return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
+  return 0;
+}
+
+/* SIGKILL every pid listed in dirfd's cgroup.procs; returns how many were listed. */
+static int kill_listed(int dirfd) {
+  int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  FILE *f = fdopen(fd, "re");
+  if (!f) {
+    close(fd);
+    return 0;
+  }
+  int n = 0, pid;
+  while (fscanf(f, "%d", &pid) == 1) {
+    if (pid > 0 && pid != getpid())
+      kill(pid, SIGKILL);
+    n++;
+  }
+  fclose(f);
+  return n;
+}
+
+/* v1 has no cgroup.kill: freeze (no more forks), SIGKILL everyone, thaw so the
+ * signals are acted on. */
+static void freeze_kill_thaw(int fz) {
+  if (kc_cg_write(fz, "freezer.state", "FROZEN", NULL) == 0) {
+    char st[32] = "";
+    for (int i = 0; i < 200; i++) { /* bounded: a task in D state may never freeze */
+      if (kc_cg_read(fz, "freezer.state", st, sizeof st) > 0 && !strncmp(st, "FROZEN", 6))
+        break;
+      sleep_us(i < 20 ? 50 : 500);
+    }
+  }
+  kill_listed(fz);
+  kc_cg_write(fz, "freezer.state", "THAWED", NULL);
+}
+
+static bool all_empty(const kc_cgroup *cg) {
+  if (cg->v2_fd >= 0 && !kc_cg_empty(cg->v2_fd, true))
+    return false;
+  for (int i = 0; i < cg->nv1; i++)
+    if (!kc_cg_empty(cg->v1_fd[i], false))
+      return false;
+  return true;
+}
+
+static bool pid_gone(pid_t pid) {
+  return kc_cg_starttime(pid) == 0; /* exited (zombie or reaped) */
+}
+
+static int kill_none(kc_cgroup *cg, kc_error *err) {
+  long long deadline = now_ns() + KC_KILL_TIMEOUT_NS;
+  for (int i = 0; i < cg->npids; i++) {
+    kill(-cg->pids[i], SIGKILL); /* its process group, when it leads one */
+    kill(cg->pids[i], SIGKILL);
+  }
+  for (long us = 50;; us = us < 2000 ? us * 2 : us) {
+    bool gone = true;
+    for (int i = 0; i < cg->npids; i++)
+      if (!pid_gone(cg->pids[i]))
+        gone = false;
+    if (gone)
+      return 0;
+    if (now_ns() > deadline)
+      return kc_error_set(err, ETIMEDOUT, "kill: processes of %s still alive", cg->name);
+    sleep_us(us);
+  }
+}
+
+int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
+  if (cg->mode == KC_CGROUP_NONE)
+    return kill_none(cg, err);
+  long long deadline = now_ns() + KC_KILL_TIMEOUT_NS;
+  int fz = kc_cg_dirfd(cg, KC_CG_FREEZER);
+  bool have_kill = cg->v2_fd >= 0 && kc_cg_write(cg->v2_fd, "cgroup.kill", "1", NULL) == 0;
+  if (!have_kill && fz >= 0)
+    freeze_kill_thaw(fz);
+  for (long us = 20, round = 0;; round++) {
+    if (all_empty(cg))
+      return 0;
+    if (now_ns() > deadline)
+      return kc_error_set(err, ETIMEDOUT, "kill: cgroup %s not empty after %lld ms", cg->name,
+                          KC_KILL_TIMEOUT_NS / 1000000);
+    /* Stragglers: a v1 hierarchy the v2 kill does not cover, a fork that raced a
+     * freezer-less kill.  Kill whatever is still listed, now and then. */
+    if (round % 8 == 7) {
+      if (have_kill)
+        kc_cg_write(cg->v2_fd, "cgroup.kill", "1", NULL);
+      else if (fz >= 0)
+        freeze_kill_thaw(fz);
+      if (cg->v2_fd >= 0)
+        kill_listed(cg->v2_fd);
+      for (int i = 0; i < cg->nv1; i++)
+        kill_listed(cg->v1_fd[i]);
+    } else if (round == 0 && !have_kill && fz < 0) {
+      if (cg->v2_fd >= 0)
+        kill_listed(cg->v2_fd);
+      for (int i = 0; i < cg->nv1; i++)
+        kill_listed(cg->v1_fd[i]);
+    }
+    sleep_us(us);
+    if (us < 2000)
+      us *= 2;
+  }
+}
+
+void kc_cgroup_destroy(kc_cgroup *cg) {
+  if (!cg)
+    return;
+  if (cg->mode != KC_CGROUP_NONE && !all_empty(cg))
+    kc_cgroup_kill(cg, NULL);
+  const kc_cg_host *h = kc_cg_host_get();
+  if (cg->peak_fd >= 0)
+    close(cg->peak_fd);
+  if (cg->v2_fd >= 0) {
+    close(cg->v2_fd);
+    kc_cleanup_close int b = open_base(h->v2.base);
+    if (b >= 0)
+      kc_cg_rmdir_tree(b, cg->name);
+  }
+  for (int i = 0; i < cg->nv1; i++)
+    close(cg->v1_fd[i]);
+  if (cg->nv1)
+    for (int i = 0; i < h->nv1; i++) {
+      kc_cleanup_close int b = open_base(h->v1[i].base);
+      if (b >= 0)
+        kc_cg_rmdir_tree(b, cg->name);
+    }
+  free(cg);
+}

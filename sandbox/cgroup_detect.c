@@ -1,0 +1,416 @@
+/* Which cgroup layout the host has, found once from /proc/self/mountinfo (after crun's
+ * libcrun_get_cgroup_mode, which also recognises the hybrid layout). */
+#include "cgroup_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+
+static kc_cg_host host;
+static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t bases_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool bases_done;
+
+/* v1 mounts seen, before a mode is chosen. */
+typedef struct {
+  char path[PATH_MAX];
+  char root[PATH_MAX];
+  unsigned ctrl;
+} v1_mount;
+
+static unsigned ctrl_bits(const char *opts) {
+  unsigned c = 0;
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", opts);
+  char *save = NULL;
+  for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (!strcmp(t, "memory"))
+      c |= KC_CG_MEMORY;
+    else if (!strcmp(t, "cpu"))
+      c |= KC_CG_CPU;
+    else if (!strcmp(t, "cpuacct"))
+      c |= KC_CG_CPUACCT;
+    else if (!strcmp(t, "pids"))
+      c |= KC_CG_PIDS;
+    else if (!strcmp(t, "freezer"))
+      c |= KC_CG_FREEZER;
+  }
+  return c;
+}
+
+/* mountinfo escapes blanks as \040 etc. */
+static void unescape(char *s) {
+  char *o = s;
+  for (char *p = s; *p; p++) {
+    if (p[0] == '\\' && p[1] >= '0' && p[1] <= '7' && p[2] && p[3]) {
+      *o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+      p += 3;
+    } else {
+      *o++ = *p;
+    }
+  }
+  *o = '\0';
+}
+
+/* Our own cgroup in a hierarchy, from /proc/self/cgroup: v2 is the "0::" line, v1 the
+ * line whose controller list holds `ctrl_name`. */
+static bool own_cgroup(const char *ctrl_name, char *out, size_t n) {
+  kc_cleanup_fclose FILE *f = fopen("/proc/self/cgroup", "re");
+  if (!f)
+    return false;
+  char line[PATH_MAX + 128];
+  while (fgets(line, sizeof line, f)) {
+    line[strcspn(line, "\n")] = '\0';
+    char *c1 = strchr(line, ':');
+    char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+    if (!c2)
+      continue;
+    *c1 = *c2 = '\0';
+    const char *ctrls = c1 + 1;
+    bool match = false;
+    if (!ctrl_name) {
+      match = !strcmp(line, "0") && ctrls[0] == '\0';
+    } else {
+      char buf[256];
+      snprintf(buf, sizeof buf, "%s", ctrls);
+      char *save = NULL;
+      for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (!strcmp(t, ctrl_name))
+          match = true;
+    }
+    if (match) {
+      snprintf(out, n, "%s", c2 + 1);
+      return true;
+    }
+  }
+  return false;
+}
+
+/* The kcage/ parent of a hierarchy.  As root we use the hierarchy's root: then a later
+ * kcage in any cgroup finds (and reaps) what a killed one left, and v2 controllers can
+ * be enabled (only the root may hold processes and delegate controllers at once).
+ * Where the root is not writable (unprivileged, delegated subtree) we nest under our
+ * own cgroup.  This deliberately escapes a limit-free harness cgroup such as this
+ * host's memory:/process_api/<id>; the sandbox sets its own limits. */
+static void set_base(kc_cg_hier *h, const char *mnt, const char *mnt_root, const char *ctrl) {
+  char own[PATH_MAX];
+  if (access(mnt, W_OK) != 0 && own_cgroup(ctrl, own, sizeof own)) {
+    size_t rl = strlen(mnt_root);
+    const char *rel = own;
+    if (strcmp(mnt_root, "/") && !strncmp(own, mnt_root, rl))
+      rel = own + rl;
+    if (snprintf(h->base, sizeof h->base, "%s%s/kcage", mnt, strcmp(rel, "/") ? rel : "") <
+        (int)sizeof h->base)
+      return;
+  }
+  if (snprintf(h->base, sizeof h->base, "%s/kcage", mnt) >= (int)sizeof h->base)
+    h->base[0] = '\0';
+}
+
+static const char *ctrl_name(unsigned c) {
+  if (c & KC_CG_MEMORY)
+    return "memory";
+  if (c & KC_CG_PIDS)
+    return "pids";
+  if (c & KC_CG_CPU)
+    return "cpu";
+  if (c & KC_CG_CPUACCT)
+    return "cpuacct";
+  if (c & KC_CG_FREEZER)
+    return "freezer";
+  return NULL;
+}
+
+static unsigned v2_controllers(const char *mnt) {
+  char p[PATH_MAX + 32];
+  snprintf(p, sizeof p, "%s/cgroup.controllers", mnt);
+  kc_cleanup_fclose FILE *f = fopen(p, "re");
+  if (!f)
+    return 0;
+  char line[512] = "";
+  if (!fgets(line, sizeof line, f))
+    return 0;
+  line[strcspn(line, "\n")] = '\0';
+  for (char *s = line; *s; s++)
+    if (*s == ' ')
+      *s = ',';
+  return ctrl_bits(line);
+}
+
+static kc_cgroup_mode parse_mode(const char *s, bool *ok) {
+  *ok = true;
+  if (!s || !*s || !strcmp(s, "auto"))
+    *ok = false;
+  else if (!strcmp(s, "none"))
+    return KC_CGROUP_NONE;
+  else if (!strcmp(s, "v1"))
+    return KC_CGROUP_V1;
+  else if (!strcmp(s, "v2"))
+    return KC_CGROUP_V2;
+  else if (!strcmp(s, "hybrid"))
+    return KC_CGROUP_HYBRID;
+  *ok = false;
+  return KC_CGROUP_NONE;
+}
+
+/* Fill `h` for mode `want` (or the best one when !forced).  Returns false when the
+ * host cannot provide `want`. */
+static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
+  memset(h, 0, sizeof *h);
+  struct utsname u;
+  if (uname(&u) == 0)
+    sscanf(u.release, "%d.%d", &h->kernel_major, &h->kernel_minor);
+  bool has_kill = h->kernel_major > 5 || (h->kernel_major == 5 && h->kernel_minor >= 14);
+
+  v1_mount v1[16];
+  int nv1 = 0;
+  char v2_path[PATH_MAX] = "", v2_root[PATH_MAX] = "";
+  kc_cleanup_fclose FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (f) {
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+      /* id parent maj:min root mountpoint opts [optional...] - fstype source superopts */
+      char *sep = strstr(line, " - ");
+      if (!sep)
+        continue;
+      char root[PATH_MAX], mnt[PATH_MAX], fstype[64], src[256], sopts[512] = "";
+      if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
+        continue;
+      if (sscanf(sep + 3, "%63s %255s %511s", fstype, src, sopts) < 2)
+        continue;
+      unescape(root);
+      unescape(mnt);
+      if (!strcmp(fstype, "cgroup2")) {
+        if (!v2_path[0]) {
+          snprintf(v2_path, sizeof v2_path, "%s", mnt);
+          snprintf(v2_root, sizeof v2_root, "%s", root);
+        }
+      } else if (!strcmp(fstype, "cgroup") && nv1 < 16) {
+        unsigned c = ctrl_bits(sopts);
+        if (!c)
+          continue;
+        bool dup = false;
+        for (int i = 0; i < nv1; i++)
+          if (v1[i].ctrl & c)
+            dup = true; /* the same hierarchy mounted twice: first wins */
+        if (dup)
+          continue;
+        snprintf(v1[nv1].path, sizeof v1[nv1].path, "%s", mnt);
+        snprintf(v1[nv1].root, sizeof v1[nv1].root, "%s", root);
+        v1[nv1].ctrl = c;
+        nv1++;
+      }
+    }
+    free(line);
+  }
+
+  unsigned v1_all = 0;
+  for (int i = 0; i < nv1; i++)
+    v1_all |= v1[i].ctrl;
+  unsigned v2_ctrl = v2_path[0] ? v2_controllers(v2_path) : 0;
+  bool v1_limits = v1_all & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS);
+  bool v2_limits = v2_ctrl & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS);
+  bool v2_writable = v2_path[0] && access(v2_path, W_OK) == 0;
+
+  kc_cgroup_mode m;
+  if (forced)
+    m = want;
+  else if (v1_limits && v2_path[0] && has_kill)
+    m = KC_CGROUP_HYBRID;
+  else if (v1_limits)
+    m = KC_CGROUP_V1;
+  else if (v2_limits || (v2_path[0] && !nv1))
+    m = KC_CGROUP_V2;
+  else
+    m = KC_CGROUP_NONE;
+
+  if ((m == KC_CGROUP_V1 || m == KC_CGROUP_HYBRID) && !v1_limits)
+    return false;
+  if ((m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) && !v2_path[0])
+    return false;
+  h->mode = m;
+  if (m == KC_CGROUP_NONE)
+    return true;
+
+  if (m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) {
+    h->have_v2 = true;
+    h->v2.ctrl = m == KC_CGROUP_V2 ? (v2_ctrl & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS)) : 0;
+    set_base(&h->v2, v2_path, v2_root, NULL);
+    (void)v2_writable;
+  }
+  if (m == KC_CGROUP_V1 || m == KC_CGROUP_HYBRID) {
+    /* Limits from v1.  cpu time: v1 needs cpuacct; hybrid reads the unified cpu.stat.
+     * Tree kill: v1 needs the freezer; hybrid has cgroup.kill. */
+    unsigned want_ctrl = KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS;
+    if (m == KC_CGROUP_V1)
+      want_ctrl |= KC_CG_CPUACCT | KC_CG_FREEZER;
+    for (int i = 0; i < nv1 && h->nv1 < KC_CG_V1_MAX; i++) {
+      if (!(v1[i].ctrl & want_ctrl))
+        continue;
+      kc_cg_hier *hh = &h->v1[h->nv1++];
+      hh->ctrl = v1[i].ctrl;
+      set_base(hh, v1[i].path, v1[i].root, ctrl_name(v1[i].ctrl));
+      h->v1_ctrl |= v1[i].ctrl;
+    }
+  }
+  return true;
+}
+
+static void detect_once(void) {
+  bool forced;
+  kc_cgroup_mode want = parse_mode(getenv("KCAGE_CGROUP"), &forced);
+  if (!detect_into(&host, want, forced))
+    detect_into(&host, KC_CGROUP_NONE, false);
+  /* Unusable (not root, no delegation): behave as "none" rather than fail later. */
+  if (host.mode != KC_CGROUP_NONE && kc_cg_bases_ready(NULL) < 0)
+    detect_into(&host, KC_CGROUP_NONE, true);
+}
+
+const kc_cg_host *kc_cg_host_get(void) {
+  pthread_once(&host_once, detect_once);
+  return &host;
+}
+
+kc_cgroup_mode kc_cgroup_detect(void) { return kc_cg_host_get()->mode; }
+
+const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
+  switch (m) {
+  case KC_CGROUP_NONE:
+    return "none";
+  case KC_CGROUP_V1:
+    return "v1";
+  case KC_CGROUP_V2:
+    return "v2";
+  case KC_CGROUP_HYBRID:
+    return "hybrid";
+  }
+  return "?";
+}
+
+int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err) {
+  kc_cg_host_get();
+  kc_cg_host h;
+  if (!detect_into(&h, m, true))
+    return kc_error_set(err, ENOTSUP, "cgroup mode %s is not available on this host",
+                        kc_cgroup_mode_name(m));
+  pthread_mutex_lock(&bases_lock);
+  host = h;
+  bases_done = false;
+  pthread_mutex_unlock(&bases_lock);
+  if (m != KC_CGROUP_NONE && kc_cg_bases_ready(err) < 0)
+    return kc_error_prefix(err, "cgroup mode %s", kc_cgroup_mode_name(m));
+  return 0;
+}
+
+static int mkdir_p(const char *path) {
+  char tmp[PATH_MAX];
+  snprintf(tmp, sizeof tmp, "%s", path);
+  for (char *p = tmp + 1; *p; p++) {
+    if (*p != '/')
+      continue;
+    *p = '\0';
+    if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+      return -1;
+    *p = '/';
+  }
+  if (mkdir(tmp, 0755) < 0 && errno != EEXIST)
+    return -1;
+  return 0;
+}
+
+/* v2: controllers reach a leaf only if every ancestor lists them in
+ * cgroup.subtree_control.  Enable each one we need in the parent of kcage/ and in
+ * kcage/ itself, one at a time so a missing controller does not block the others. */
+static unsigned v2_enable(const char *base, unsigned want) {
+  static const struct {
+    unsigned bit;
+    const char *name;
+  } ctl[] = {{KC_CG_MEMORY, "+memory"}, {KC_CG_CPU, "+cpu"}, {KC_CG_PIDS, "+pids"}};
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", base);
+  char *slash = strrchr(parent, '/');
+  if (slash)
+    *slash = '\0';
+  unsigned got = 0;
+  for (size_t i = 0; i < sizeof ctl / sizeof ctl[0]; i++) {
+    if (!(want & ctl[i].bit))
+      continue;
+    bool ok = true;
+    const char *dirs[2] = {parent, base};
+    for (int d = 0; d < 2 && ok; d++) {
+      char p[PATH_MAX + 32];
+      snprintf(p, sizeof p, "%s/cgroup.subtree_control", dirs[d]);
+      int fd = open(p, O_WRONLY | O_CLOEXEC);
+      if (fd < 0) {
+        ok = false;
+        break;
+      }
+      ssize_t n = write(fd, ctl[i].name, strlen(ctl[i].name));
+      close(fd);
+      if (n < 0)
+        ok = false;
+    }
+    if (ok)
+      got |= ctl[i].bit;
+  }
+  return got;
+}
+
+int kc_cg_bases_ready(kc_error *err) {
+  pthread_mutex_lock(&bases_lock);
+  int rc = 0;
+  if (!bases_done) {
+    if (host.have_v2) {
+      if (mkdir_p(host.v2.base) < 0) {
+        rc = kc_error_set(err, errno, "mkdir %s", host.v2.base);
+        goto out;
+      }
+      if (host.mode == KC_CGROUP_V2)
+        host.v2.ctrl = v2_enable(host.v2.base, host.v2.ctrl);
+    }
+    for (int i = 0; i < host.nv1; i++) {
+      if (mkdir_p(host.v1[i].base) < 0) {
+        rc = kc_error_set(err, errno, "mkdir %s", host.v1[i].base);
+        goto out;
+      }
+    }
+    bases_done = true;
+  }
+out:
+  pthread_mutex_unlock(&bases_lock);
+  return rc;
+}
+
+unsigned long long kc_cg_starttime(pid_t pid) {
+  char p[64], buf[1024];
+  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+  int fd = open(p, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return 0;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return 0;
+  buf[n] = '\0';
+  char *s = strrchr(buf, ')'); /* comm may hold blanks and parentheses */
+  if (!s)
+    return 0;
+  /* after ") ": field 3 (state) ... field 22 (starttime) */
+  char state = 0;
+  unsigned long long st = 0;
+  if (sscanf(s + 2, "%c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+             &state, &st) != 2)
+    return 0;
+  if (state == 'Z' || state == 'X')
+    return 0; /* an unreaped owner is gone for our purpose */
+  return st;
+}

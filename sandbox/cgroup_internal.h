@@ -1,0 +1,90 @@
+/* Internals of the cgroup layer (sandbox/cgroup*.c).  Not installed; tests include it
+ * to find the directories a kc_cgroup owns. */
+#ifndef KCAGE_CGROUP_INTERNAL_H
+#define KCAGE_CGROUP_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kcage/cgroup.h"
+
+/* Controllers we use, as bits. */
+enum {
+  KC_CG_MEMORY = 1u << 0,
+  KC_CG_CPU = 1u << 1,
+  KC_CG_CPUACCT = 1u << 2,
+  KC_CG_PIDS = 1u << 3,
+  KC_CG_FREEZER = 1u << 4,
+};
+
+#define KC_CG_V1_MAX 5    /* one hierarchy per controller at most */
+#define KC_CG_NONE_PIDS 16 /* "none" mode: pids remembered for the kill */
+
+/* One hierarchy we create cgroups in: its kcage/ parent directory. */
+typedef struct kc_cg_hier {
+  char base[PATH_MAX]; /* ".../kcage" */
+  unsigned ctrl;       /* v1: controllers bound to this mount; v2: enabled controllers */
+} kc_cg_hier;
+
+/* What detection found (one per process, cached). */
+typedef struct kc_cg_host {
+  kc_cgroup_mode mode;
+  bool have_v2;        /* a v2 hierarchy is used (pure v2, or the hybrid unified mount) */
+  kc_cg_hier v2;
+  int nv1;
+  kc_cg_hier v1[KC_CG_V1_MAX];
+  unsigned v1_ctrl;    /* union of the controllers of v1[] */
+  int kernel_major, kernel_minor;
+} kc_cg_host;
+
+struct kc_cgroup {
+  kc_cgroup_mode mode;
+  char name[NAME_MAX + 1]; /* leaf directory name: <pid>.<starttime>.<seq>.<name> */
+  int v2_fd;               /* O_DIRECTORY fd of the v2 leaf, -1 when none */
+  int nv1;
+  int v1_fd[KC_CG_V1_MAX];
+  unsigned v1_ctrl[KC_CG_V1_MAX];
+  unsigned ctrl;    /* union: which controllers this cgroup can use */
+  int peak_fd;      /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
+  bool peak_unknown; /* a reset was asked for and the host cannot do it */
+  int npids;         /* none mode */
+  pid_t pids[KC_CG_NONE_PIDS];
+};
+
+/* cgroup_detect.c */
+const kc_cg_host *kc_cg_host_get(void);
+/* Make (once) the kcage/ parent of every hierarchy; in v2 enable the controllers. */
+int kc_cg_bases_ready(kc_error *err);
+/* The start time (clock ticks since boot, /proc/PID/stat field 22) of pid; 0 if gone. */
+unsigned long long kc_cg_starttime(pid_t pid);
+
+/* cgroup_file.c: small helpers relative to a directory fd. */
+int kc_cg_write(int dirfd, const char *file, const char *val, kc_error *err);
+int kc_cg_writef(int dirfd, const char *file, kc_error *err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Read a whole small file into buf (NUL-terminated); -1 with errno on failure. */
+ssize_t kc_cg_read(int dirfd, const char *file, char *buf, size_t size);
+/* "key value" lines: value of key, or -1 when absent/unreadable. */
+int64_t kc_cg_read_key(int dirfd, const char *file, const char *key);
+/* A single number; -1 when absent/unreadable. */
+int64_t kc_cg_read_u64(int dirfd, const char *file);
+/* rmdir name under parent_fd and every cgroup below it, deepest first, retrying
+ * EBUSY briefly (a killed task may still be leaving). */
+int kc_cg_rmdir_tree(int parent_fd, const char *name);
+/* Is the cgroup (v1 or v2 dir) without processes, descendants included? */
+bool kc_cg_empty(int dirfd, bool v2);
+
+/* cgroup_resources.c: one writer per resource, both v1 and v2 names. */
+int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err);
+int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err);
+int kc_cg_set_pids(kc_cgroup *cg, uint32_t pids, kc_error *err);
+/* fd of the directory holding controller c (v2 leaf or the right v1 leaf), -1 none. */
+int kc_cg_dirfd(const kc_cgroup *cg, unsigned c);
+
+/* cgroup.c */
+/* Open (not create) the leaf `name` in every hierarchy: used by the reaper. */
+int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err);
+
+#endif

@@ -1,0 +1,55 @@
+/* Remove the cgroups of kcage processes that are gone (SIGKILLed, crashed): kill what
+ * is left in them and rmdir them in every hierarchy.  Ownership is in the leaf name,
+ * <pid>.<starttime>.<seq>.<name>: the start time tells a reused pid from the owner. */
+#include "cgroup_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+
+static bool owner_gone(const char *leaf) {
+  int pid;
+  unsigned long long st;
+  unsigned s;
+  int used = 0;
+  if (sscanf(leaf, "%d.%llu.%u.%n", &pid, &st, &s, &used) != 3 || used == 0 || pid <= 0)
+    return false; /* not a name we made: leave it alone */
+  return kc_cg_starttime(pid) != st;
+}
+
+static int reap_base(const char *base, int *reaped, kc_error *err) {
+  kc_cleanup_closedir DIR *d = opendir(base);
+  if (!d)
+    return errno == ENOENT ? 0 : kc_error_set(err, errno, "open %s", base);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_type != DT_DIR || e->d_name[0] == '.' || !owner_gone(e->d_name))
+      continue;
+    kc_cgroup *cg = NULL;
+    if (kc_cg_open_existing(e->d_name, &cg, err) < 0)
+      return -1;
+    kc_cgroup_kill(cg, NULL);
+    kc_cgroup_destroy(cg); /* every hierarchy, so later bases see it gone */
+    (*reaped)++;
+  }
+  return 0;
+}
+
+int kc_cgroup_reap_stale(kc_error *err) {
+  const kc_cg_host *h = kc_cg_host_get();
+  if (h->mode == KC_CGROUP_NONE)
+    return 0;
+  int reaped = 0;
+  if (h->have_v2 && reap_base(h->v2.base, &reaped, err) < 0)
+    return -1;
+  for (int i = 0; i < h->nv1; i++)
+    if (reap_base(h->v1[i].base, &reaped, err) < 0)
+      return -1;
+  return reaped;
+}

@@ -1,0 +1,164 @@
+/* One writer per resource that knows both the v1 and the v2 file names (after crun's
+ * libcrun/cgroup-resources.c), and the counters read back. */
+#include "cgroup_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define KC_CPU_PERIOD_US 100000
+
+int kc_cg_dirfd(const kc_cgroup *cg, unsigned c) {
+  if (cg->mode == KC_CGROUP_V2)
+    return (cg->ctrl & c) ? cg->v2_fd : -1;
+  for (int i = 0; i < cg->nv1; i++)
+    if (cg->v1_ctrl[i] & c)
+      return cg->v1_fd[i];
+  return -1;
+}
+
+int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err) {
+  int fd = kc_cg_dirfd(cg, KC_CG_MEMORY);
+  if (fd < 0)
+    return bytes ? kc_error_set(err, ENOTSUP, "memory limit: no memory controller")
+                 : 0;
+  if (cg->mode == KC_CGROUP_V2) {
+    if (bytes)
+      if (kc_cg_writef(fd, "memory.max", err, "%" PRIu64, bytes) < 0)
+        return -1;
+    if (!bytes && kc_cg_write(fd, "memory.max", "max", err) < 0)
+      return -1;
+    /* Swap off; absent when the kernel has no swap accounting (then no swap either). */
+    if (kc_cg_write(fd, "memory.swap.max", "0", NULL) < 0 && errno != ENOENT)
+      return kc_error_set(err, errno, "write memory.swap.max");
+    /* An OOM kill takes the whole tree: a sandbox is one unit. */
+    kc_cg_write(fd, "memory.oom.group", "1", NULL);
+    return 0;
+  }
+  /* v1: memsw (memory+swap) must stay >= memory, so the order depends on the direction:
+   * lowering writes memory first, raising memsw first.  memsw is absent without swap
+   * accounting (swapaccount=0); memory alone is then the limit. */
+  char val[32];
+  if (bytes)
+    snprintf(val, sizeof val, "%" PRIu64, bytes);
+  else
+    snprintf(val, sizeof val, "-1");
+  if (kc_cg_write(fd, "memory.limit_in_bytes", val, NULL) == 0) {
+    if (kc_cg_write(fd, "memory.memsw.limit_in_bytes", val, NULL) < 0 && errno != ENOENT)
+      return kc_error_set(err, errno, "write %s to memory.memsw.limit_in_bytes", val);
+    return 0;
+  }
+  if (errno != EINVAL)
+    return kc_error_set(err, errno, "write %s to memory.limit_in_bytes", val);
+  if (kc_cg_write(fd, "memory.memsw.limit_in_bytes", val, err) < 0)
+    return -1;
+  return kc_cg_write(fd, "memory.limit_in_bytes", val, err);
+}
+
+int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err) {
+  if (!(cpus >= 0)) /* NaN too */
+    return kc_error_set(err, EINVAL, "cpu bandwidth %g", cpus);
+  int fd = kc_cg_dirfd(cg, KC_CG_CPU);
+  if (fd < 0)
+    return cpus > 0 ? kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller") : 0;
+  long long quota = -1;
+  if (cpus > 0) {
+    quota = (long long)(cpus * KC_CPU_PERIOD_US + 0.5);
+    if (quota < 1000) /* the kernel's minimum quota is 1 ms */
+      quota = 1000;
+  }
+  if (cg->mode == KC_CGROUP_V2) {
+    if (quota < 0)
+      return kc_cg_writef(fd, "cpu.max", err, "max %d", KC_CPU_PERIOD_US);
+    return kc_cg_writef(fd, "cpu.max", err, "%lld %d", quota, KC_CPU_PERIOD_US);
+  }
+  if (kc_cg_writef(fd, "cpu.cfs_period_us", err, "%d", KC_CPU_PERIOD_US) < 0)
+    return -1;
+  return kc_cg_writef(fd, "cpu.cfs_quota_us", err, "%lld", quota);
+}
+
+int kc_cg_set_pids(kc_cgroup *cg, uint32_t pids, kc_error *err) {
+  int fd = kc_cg_dirfd(cg, KC_CG_PIDS);
+  if (fd < 0)
+    return pids ? kc_error_set(err, ENOTSUP, "pids limit: no pids controller") : 0;
+  if (!pids)
+    return kc_cg_write(fd, "pids.max", "max", err);
+  return kc_cg_writef(fd, "pids.max", err, "%u", pids);
+}
+
+int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err) {
+  kc_cgroup_limits none = {0};
+  if (!lim)
+    lim = &none;
+  if (cg->mode == KC_CGROUP_NONE) {
+    if (lim->memory_bytes || lim->pids || lim->cpus > 0)
+      return kc_error_set(err, ENOTSUP, "cgroup limits: no usable cgroups on this host");
+    return 0;
+  }
+  if (kc_cg_set_memory(cg, lim->memory_bytes, err) < 0 || kc_cg_set_pids(cg, lim->pids, err) < 0 ||
+      kc_cg_set_cpu(cg, lim->cpus, err) < 0)
+    return kc_error_prefix(err, "cgroup %s", cg->name);
+  return 0;
+}
+
+int kc_cgroup_read(const kc_cgroup *cg, kc_cgroup_counters *out, kc_error *err) {
+  (void)err;
+  out->oom_kills = out->pids_max_hits = out->cpu_usec = out->peak_memory = -1;
+  if (cg->mode == KC_CGROUP_NONE)
+    return 0;
+  int mem = kc_cg_dirfd(cg, KC_CG_MEMORY);
+  bool v2 = cg->mode == KC_CGROUP_V2;
+  /* OOM kills, not failcnt: with memsw == limit, failcnt stays 0 through an OOM kill
+   * (reference/environment.md §3). */
+  out->oom_kills = kc_cg_read_key(mem, v2 ? "memory.events" : "memory.oom_control", "oom_kill");
+  out->pids_max_hits = kc_cg_read_key(kc_cg_dirfd(cg, KC_CG_PIDS), "pids.events", "max");
+  /* CPU time: a v2 cgroup (pure, or the hybrid's controller-less unified one) has the
+   * core cpu.stat; pure v1 has cpuacct (nanoseconds). */
+  if (cg->v2_fd >= 0)
+    out->cpu_usec = kc_cg_read_key(cg->v2_fd, "cpu.stat", "usage_usec");
+  if (out->cpu_usec < 0) {
+    int64_t ns = kc_cg_read_u64(kc_cg_dirfd(cg, KC_CG_CPUACCT), "cpuacct.usage");
+    out->cpu_usec = ns < 0 ? -1 : ns / 1000;
+  }
+  if (!cg->peak_unknown) {
+    if (v2 && cg->peak_fd >= 0) {
+      char buf[32];
+      ssize_t n = pread(cg->peak_fd, buf, sizeof buf - 1, 0);
+      if (n > 0) {
+        buf[n] = '\0';
+        out->peak_memory = strtoll(buf, NULL, 10);
+      }
+    } else {
+      out->peak_memory = kc_cg_read_u64(mem, v2 ? "memory.peak" : "memory.max_usage_in_bytes");
+    }
+  }
+  return 0;
+}
+
+int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err) {
+  if (cg->mode == KC_CGROUP_NONE)
+    return 0;
+  int mem = kc_cg_dirfd(cg, KC_CG_MEMORY);
+  if (mem < 0)
+    return 0;
+  if (cg->mode != KC_CGROUP_V2) {
+    if (kc_cg_write(mem, "memory.max_usage_in_bytes", "0", err) < 0)
+      return kc_error_prefix(err, "reset peak memory");
+    kc_cg_write(mem, "memory.memsw.max_usage_in_bytes", "0", NULL);
+    return 0;
+  }
+  /* v2 memory.peak is resettable from 6.12 on, per open file: a write resets what reads
+   * through that same fd report.  Older kernels cannot reset it: the peak then stays
+   * unknown (-1) rather than wrong for this run. */
+  if (cg->peak_fd < 0)
+    cg->peak_fd = openat(mem, "memory.peak", O_RDWR | O_CLOEXEC);
+  if (cg->peak_fd < 0 || write(cg->peak_fd, "reset\n", 6) != 6)
+    cg->peak_unknown = true;
+  else
+    cg->peak_unknown = false;
+  return 0;
+}
