@@ -1,0 +1,190 @@
+/* Tracker: Apache TVM's RPC tracker protocol (reference/tvm.md §2), a tracker server,
+ * a tracker client with leases and the TVM RPC handshake, and the device agent
+ * (DESIGN.md §3.4, issue 5).
+ *
+ * Wire (unchanged from TVM so TVM's own clients, servers and query_rpc_tracker work):
+ *   client -> tracker: int32 LE 0x2F271; tracker -> client: the same magic.
+ *   then frames: int32 LE length + UTF-8 JSON, one reply frame per request.
+ * What kcage adds without changing the wire: frames are bounded (1 MiB, like TVM
+ * v0.25), every message shape is validated and a bad one closes only its own
+ * connection, servers whose connection dies are removed at once (with or without
+ * UPDATE_INFO), silent peers are expired by TCP keepalive/user-timeout, a REQUEST whose
+ * client left stops counting as pending, replies go out in one write with TCP_NODELAY
+ * and the listen backlog is SOMAXCONN. */
+#ifndef KCAGE_TRACKER_H
+#define KCAGE_TRACKER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kcage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KC_TRACKER_MAGIC 0x2F271
+#define KC_RPC_MAGIC 0xFF271
+#define KC_RPC_CODE_SUCCESS 0xFF271
+#define KC_RPC_CODE_DUPLICATE 0xFF272
+#define KC_RPC_CODE_MISMATCH 0xFF273
+
+/* TVM's TrackerCode. */
+enum {
+  KC_TRK_FAIL = -1,
+  KC_TRK_SUCCESS = 0,
+  KC_TRK_PING = 1,
+  KC_TRK_STOP = 2,
+  KC_TRK_PUT = 3,
+  KC_TRK_REQUEST = 4,
+  KC_TRK_UPDATE_INFO = 5,
+  KC_TRK_SUMMARY = 6,
+  KC_TRK_GET_PENDING_MATCHKEYS = 7,
+};
+
+#define KC_TRACKER_MAX_FRAME (1u << 20) /* TVM main: length <= 0 or > 1 MiB closes */
+#define KC_TRACKER_MAX_KEY 256          /* device key */
+#define KC_TRACKER_MAX_MATCHKEY 512
+#define KC_TRACKER_MAX_ADDR 256
+#define KC_TRACKER_DEFAULT_PORT 9190
+
+/* JSON the way Python's json.dumps writes it (", " and ": " separators, ASCII only,
+ * insertion order): what TVM's peers see on the wire. */
+#define KC_TRACKER_JSON_FLAGS (JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII | JSON_ENCODE_ANY)
+
+/* ---------------------------------------------------------------------------------
+ * Messages: decoding and strict validation (tracker/proto.c).
+ * ------------------------------------------------------------------------------- */
+typedef struct kc_trk_msg {
+  int code;
+  json_t *root;           /* owns everything below */
+  const char *key;        /* PUT, REQUEST */
+  json_t *port;           /* PUT: integer (or digit string) */
+  const char *matchkey;   /* PUT */
+  const char *custom_addr;/* PUT: NULL = the peer's address */
+  double priority;        /* REQUEST */
+  json_t *info;           /* UPDATE_INFO: the object */
+  const char *stop_key;   /* STOP */
+} kc_trk_msg;
+
+/* Parse one frame payload (no length prefix).  Returns 0, or -1 with err for anything
+ * that is not a well-formed TVM tracker message (bad JSON, unknown code, wrong shape,
+ * over-long strings).  On success msg->root must be released with kc_trk_msg_clear. */
+int kc_trk_msg_parse(const void *buf, size_t len, kc_trk_msg *msg, kc_error *err);
+void kc_trk_msg_clear(kc_trk_msg *msg);
+
+/* Encode `value` as one frame (length prefix + JSON) into a malloc'd buffer. */
+int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err);
+
+/* Incremental frame reader over a byte stream (bounded).  Feed bytes with
+ * kc_frame_reader_push; take complete payloads with kc_frame_reader_next. */
+typedef struct kc_frame_reader {
+  char *buf;
+  size_t off, len, cap; /* unread bytes are buf[off..len) */
+  size_t taken;         /* bytes of the frame handed out by the last next() */
+  size_t max_frame;
+} kc_frame_reader;
+void kc_frame_reader_init(kc_frame_reader *r, size_t max_frame);
+void kc_frame_reader_free(kc_frame_reader *r);
+int kc_frame_reader_push(kc_frame_reader *r, const void *data, size_t len, kc_error *err);
+/* 1: the next frame is at *payload, *len bytes (valid until the next call); 0: need more
+ * bytes; -1: bad length (<= 0 or > max_frame): the stream is unusable. */
+int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *len, kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * Tracker server (tracker/server.c): single thread, epoll.
+ * ------------------------------------------------------------------------------- */
+typedef struct kc_tracker_opts {
+  const char *host;       /* NULL = "0.0.0.0" */
+  uint16_t port;          /* first port to try; 0 = any free port */
+  uint16_t port_end;      /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
+  const char *stop_key;   /* the key STOP must carry; NULL = a random one */
+  size_t max_frame;       /* 0 = KC_TRACKER_MAX_FRAME */
+  double keepalive_s;     /* silent peers are dropped after about this; 0 = 15 */
+  bool verbose;           /* log connections to stderr */
+} kc_tracker_opts;
+void kc_tracker_opts_init(kc_tracker_opts *o);
+
+typedef struct kc_tracker_server kc_tracker_server;
+int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_error *err);
+uint16_t kc_tracker_server_port(const kc_tracker_server *s);
+const char *kc_tracker_server_stop_key(const kc_tracker_server *s);
+/* Serve until STOP (with the right key) or kc_tracker_server_stop. */
+int kc_tracker_server_run(kc_tracker_server *s, kc_error *err);
+/* Async-signal-safe and thread-safe: makes run() return. */
+void kc_tracker_server_stop(kc_tracker_server *s);
+void kc_tracker_server_free(kc_tracker_server *s);
+
+/* ---------------------------------------------------------------------------------
+ * Tracker client (tracker/client.c).  Every call has a deadline: timeout_s < 0 means
+ * wait forever (only when asked), 0 means the default (10 s for one call).
+ * ------------------------------------------------------------------------------- */
+typedef struct kc_tracker_conn kc_tracker_conn;
+
+/* "HOST:PORT", "[v6]:PORT" or "HOST" (port = default_port). */
+int kc_parse_hostport(const char *s, uint16_t default_port, char *host, size_t host_len,
+                      uint16_t *port, kc_error *err);
+/* TVM_TRACKER_HOST / TVM_TRACKER_PORT, else 127.0.0.1:9190. */
+void kc_tracker_env_default(char *host, size_t host_len, uint16_t *port);
+
+/* TCP connect with a deadline; returns the fd (blocking, TCP_NODELAY) or -1. */
+int kc_tcp_connect(const char *host, uint16_t port, double timeout_s, kc_error *err);
+
+int kc_tracker_connect(const char *host, uint16_t port, double timeout_s, kc_tracker_conn **out,
+                       kc_error *err);
+void kc_tracker_close(kc_tracker_conn *c);
+int kc_tracker_fd(const kc_tracker_conn *c);
+/* Send one message and wait for its one reply frame (*reply: new reference). */
+int kc_tracker_call(kc_tracker_conn *c, const json_t *msg, double timeout_s, json_t **reply,
+                    kc_error *err);
+/* SUMMARY: *summary = {"queue_info": ..., "server_info": [...]} (new reference). */
+int kc_tracker_summary(kc_tracker_conn *c, json_t **summary, kc_error *err);
+/* TVM's TrackerSession.text_summary(), byte for byte (malloc'd). */
+char *kc_tracker_text_summary(const json_t *summary);
+
+/* A lease: one device handed out by the tracker. */
+typedef struct kc_lease {
+  char host[KC_TRACKER_MAX_ADDR];
+  uint16_t port;
+  char matchkey[KC_TRACKER_MAX_MATCHKEY];
+  char server_key[KC_TRACKER_MAX_KEY + 16]; /* "server:<key>" from the handshake */
+} kc_lease;
+
+typedef struct kc_request_opts {
+  double priority;          /* TVM default 1 */
+  double session_timeout_s; /* 0 = none (sent as " -timeout=N", integer seconds rounded up) */
+  unsigned max_retry;       /* attempts; 0 = 5 (TVM) */
+  double wait_s;            /* client-side deadline for the whole request: 0 = 60 s,
+                               < 0 = wait forever (TVM's behaviour) */
+} kc_request_opts;
+void kc_request_opts_init(kc_request_opts *o);
+
+/* REQUEST on an open tracker connection only (no device connect). */
+int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority,
+                             double timeout_s, kc_lease *lease, kc_error *err);
+
+/* TVM's RPC handshake as the client: RPC_MAGIC, "client:<matchkey>[ -timeout=N]";
+ * returns the connected fd (the data plane follows). */
+int kc_rpc_connect(const char *host, uint16_t port, const char *matchkey, double session_timeout_s,
+                   double timeout_s, char *server_key, size_t server_key_len, kc_error *err);
+
+/* TVM's TrackerSession.request: up to max_retry attempts of REQUEST + connect +
+ * handshake.  *fd = the connected device session.  Error text follows TVM's
+ * "Cannot request <key> after <n> retry, last_error:<err>". */
+int kc_tracker_request(const char *tracker_host, uint16_t tracker_port, const char *key,
+                       const kc_request_opts *o, kc_lease *lease, int *fd, kc_error *err);
+
+/* TVM's request_and_run: fn(fd, lease, ctx) returns 0, or -1 with err to retry with a
+ * new device (up to max_retry times; a failure after >= 95 % of the session timeout is
+ * reported as a session timeout and not retried).  fn does not close fd. */
+typedef int (*kc_session_fn)(int fd, const kc_lease *lease, void *ctx, kc_error *err);
+int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, const char *key,
+                               const kc_request_opts *o, unsigned max_retry, kc_session_fn fn,
+                               void *ctx, kc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,91 @@
+#include "netio.h"
+
+#include <endian.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+double kc_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double kc_deadline(double timeout_s) { return timeout_s < 0 ? -1 : kc_now() + timeout_s; }
+
+static int wait_fd(int fd, short ev, double deadline, kc_error *err) {
+  for (;;) {
+    int ms = -1;
+    if (deadline >= 0) {
+      double left = deadline - kc_now();
+      if (left <= 0)
+        return kc_error_set(err, ETIMEDOUT, "deadline passed");
+      ms = (int)(left * 1000) + 1;
+    }
+    struct pollfd p = {.fd = fd, .events = ev};
+    int n = poll(&p, 1, ms);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0)
+      return kc_error_set(err, errno, "poll");
+    if (n > 0)
+      return 0;
+  }
+}
+
+int kc_write_all(int fd, const void *buf, size_t len, double deadline, kc_error *err) {
+  const char *p = buf;
+  while (len) {
+    ssize_t n = send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (wait_fd(fd, POLLOUT, deadline, err) < 0)
+          return -1;
+        continue;
+      }
+      return kc_error_set(err, errno, "send");
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int kc_read_exact(int fd, void *buf, size_t len, double deadline, kc_error *err) {
+  char *p = buf;
+  while (len) {
+    ssize_t n = recv(fd, p, len, MSG_DONTWAIT);
+    if (n == 0)
+      return kc_error_set(err, ECONNRESET, "peer closed the connection");
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        if (wait_fd(fd, POLLIN, deadline, err) < 0)
+          return -1;
+        continue;
+      }
+      return kc_error_set(err, errno, "recv");
+    }
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+int kc_write_u32(int fd, uint32_t v, double deadline, kc_error *err) {
+  uint32_t le = htole32(v);
+  return kc_write_all(fd, &le, 4, deadline, err);
+}
+
+int kc_read_u32(int fd, uint32_t *v, double deadline, kc_error *err) {
+  uint32_t le;
+  if (kc_read_exact(fd, &le, 4, deadline, err) < 0)
+    return -1;
+  *v = le32toh(le);
+  return 0;
+}

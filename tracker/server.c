@@ -1,0 +1,807 @@
+/* The tracker server: TVM's TrackerServerHandler + PriorityScheduler (reference/tvm.md
+ * §2.3) on one epoll thread.  Differences from TVM, none visible on the wire:
+ *  - a connection that closes takes its free PUTs (and its waiting REQUESTs) with it at
+ *    once, whether or not it sent UPDATE_INFO; silent peers die by TCP keepalive and
+ *    TCP_USER_TIMEOUT;
+ *  - replies are one write each, TCP_NODELAY, and TCP_QUICKACK after every read so
+ *    TVM's split-writing clients never wait for a delayed ACK (tracker-load.md);
+ *  - backlog SOMAXCONN; no per-PUT history is kept; every table is bounded. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+#include "kcage/tracker.h"
+
+#define MAX_KEYS 65536
+#define MAX_PUTS_PER_CONN 4096
+#define MAX_REQS_PER_CONN 4096
+#define MAX_OUT_BYTES (8u << 20)
+#define MAX_INFO_FIELDS 64
+
+struct conn;
+struct keyq;
+
+struct res { /* one free PUT */
+  struct res *kprev, *knext; /* the key's FIFO */
+  struct res *cprev, *cnext; /* the owner's list */
+  struct conn *owner;
+  struct keyq *kq;
+  char *matchkey;
+  char *frame; /* the encoded lease reply [0, [addr, port, matchkey]] */
+  size_t frame_len;
+};
+
+struct req { /* one waiting REQUEST */
+  struct req *cprev, *cnext;
+  struct conn *conn;
+  struct keyq *kq;
+  size_t idx; /* in kq->heap */
+  double prio;
+  uint64_t seq;
+};
+
+struct keyq {
+  char *key;
+  struct keyq *hnext;     /* hash chain */
+  struct keyq *order_next;/* creation order (queue_info order, like a Python dict) */
+  struct res *head, *tail;
+  size_t nfree;
+  struct req **heap;
+  size_t nheap, cap;
+  uint64_t seq;
+};
+
+struct conn {
+  int fd;
+  bool magic_done, dead;
+  kc_frame_reader rd;
+  char *out;
+  size_t out_off, out_len, out_cap;
+  char peer[INET6_ADDRSTRLEN];
+  json_t *info;
+  struct res *res_head;
+  size_t nres;
+  struct req *req_head;
+  size_t nreq;
+  struct conn *prev, *next; /* all live connections, in accept order */
+  struct conn *dead_next;
+};
+
+struct kc_tracker_server {
+  int lfd, efd, stopfd, spare_fd;
+  uint16_t port;
+  kc_tracker_opts o;
+  char stop_key[64];
+  struct keyq **buckets;
+  size_t nbuckets, nkeys;
+  struct keyq *order_head, *order_tail;
+  struct conn *conns_head, *conns_tail;
+  struct conn *dead;
+  bool stopping;
+  size_t max_frame;
+};
+
+void kc_tracker_opts_init(kc_tracker_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->port = KC_TRACKER_DEFAULT_PORT;
+}
+
+/* ---- keys ---------------------------------------------------------------------- */
+
+static uint64_t hash_str(const char *s) {
+  uint64_t h = 1469598103934665603ull;
+  for (; *s; s++)
+    h = (h ^ (unsigned char)*s) * 1099511628211ull;
+  return h;
+}
+
+static struct keyq *key_find(kc_tracker_server *s, const char *key, bool create) {
+  size_t b = hash_str(key) & (s->nbuckets - 1);
+  for (struct keyq *k = s->buckets[b]; k; k = k->hnext)
+    if (!strcmp(k->key, key))
+      return k;
+  if (!create || s->nkeys >= MAX_KEYS)
+    return NULL;
+  struct keyq *k = calloc(1, sizeof *k);
+  if (!k || !(k->key = strdup(key))) {
+    free(k);
+    return NULL;
+  }
+  k->hnext = s->buckets[b];
+  s->buckets[b] = k;
+  if (s->order_tail)
+    s->order_tail->order_next = k;
+  else
+    s->order_head = k;
+  s->order_tail = k;
+  s->nkeys++;
+  return k;
+}
+
+/* ---- the request heap: highest priority first, FIFO among equals -------------- */
+
+static bool req_before(const struct req *a, const struct req *b) {
+  if (a->prio != b->prio)
+    return a->prio > b->prio;
+  return a->seq < b->seq;
+}
+
+static void heap_swap(struct keyq *k, size_t i, size_t j) {
+  struct req *t = k->heap[i];
+  k->heap[i] = k->heap[j];
+  k->heap[j] = t;
+  k->heap[i]->idx = i;
+  k->heap[j]->idx = j;
+}
+
+static void heap_up(struct keyq *k, size_t i) {
+  while (i > 0) {
+    size_t p = (i - 1) / 2;
+    if (!req_before(k->heap[i], k->heap[p]))
+      break;
+    heap_swap(k, i, p);
+    i = p;
+  }
+}
+
+static void heap_down(struct keyq *k, size_t i) {
+  for (;;) {
+    size_t l = 2 * i + 1, r = l + 1, m = i;
+    if (l < k->nheap && req_before(k->heap[l], k->heap[m]))
+      m = l;
+    if (r < k->nheap && req_before(k->heap[r], k->heap[m]))
+      m = r;
+    if (m == i)
+      break;
+    heap_swap(k, i, m);
+    i = m;
+  }
+}
+
+static int heap_push(struct keyq *k, struct req *r) {
+  if (k->nheap == k->cap) {
+    size_t cap = k->cap ? 2 * k->cap : 16;
+    struct req **h = realloc(k->heap, cap * sizeof *h);
+    if (!h)
+      return -1;
+    k->heap = h;
+    k->cap = cap;
+  }
+  r->idx = k->nheap;
+  k->heap[k->nheap++] = r;
+  heap_up(k, r->idx);
+  return 0;
+}
+
+static void heap_remove(struct keyq *k, struct req *r) {
+  size_t i = r->idx;
+  k->nheap--;
+  if (i != k->nheap) {
+    k->heap[i] = k->heap[k->nheap];
+    k->heap[i]->idx = i;
+    heap_down(k, i);
+    heap_up(k, i);
+  }
+}
+
+/* ---- lists --------------------------------------------------------------------- */
+
+static void res_unlink_key(struct res *r) {
+  struct keyq *k = r->kq;
+  if (r->kprev)
+    r->kprev->knext = r->knext;
+  else
+    k->head = r->knext;
+  if (r->knext)
+    r->knext->kprev = r->kprev;
+  else
+    k->tail = r->kprev;
+  r->kprev = r->knext = NULL;
+  k->nfree--;
+}
+
+static void res_append_key(struct res *r) {
+  struct keyq *k = r->kq;
+  r->knext = NULL;
+  r->kprev = k->tail;
+  if (k->tail)
+    k->tail->knext = r;
+  else
+    k->head = r;
+  k->tail = r;
+  k->nfree++;
+}
+
+static void res_free(struct res *r) {
+  struct conn *c = r->owner;
+  if (r->cprev)
+    r->cprev->cnext = r->cnext;
+  else
+    c->res_head = r->cnext;
+  if (r->cnext)
+    r->cnext->cprev = r->cprev;
+  c->nres--;
+  free(r->matchkey);
+  free(r->frame);
+  free(r);
+}
+
+static void req_free(struct req *r) {
+  struct conn *c = r->conn;
+  if (r->cprev)
+    r->cprev->cnext = r->cnext;
+  else
+    c->req_head = r->cnext;
+  if (r->cnext)
+    r->cnext->cprev = r->cprev;
+  c->nreq--;
+  free(r);
+}
+
+/* ---- connections --------------------------------------------------------------- */
+
+static void conn_kill(kc_tracker_server *s, struct conn *c) {
+  if (c->dead)
+    return;
+  c->dead = true;
+  epoll_ctl(s->efd, EPOLL_CTL_DEL, c->fd, NULL);
+  close(c->fd);
+  c->fd = -1;
+  /* TVM keeps these until a client trips over them; we drop them now. */
+  while (c->req_head) {
+    heap_remove(c->req_head->kq, c->req_head);
+    req_free(c->req_head);
+  }
+  while (c->res_head) {
+    res_unlink_key(c->res_head);
+    res_free(c->res_head);
+  }
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    s->conns_head = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  else
+    s->conns_tail = c->prev;
+  c->dead_next = s->dead;
+  s->dead = c;
+  if (s->o.verbose)
+    fprintf(stderr, "kcage tracker: %s closed\n", c->peer);
+}
+
+static void conn_release(struct conn *c) {
+  kc_frame_reader_free(&c->rd);
+  free(c->out);
+  if (c->info)
+    json_decref(c->info);
+  free(c);
+}
+
+static void reap_dead(kc_tracker_server *s) {
+  while (s->dead) {
+    struct conn *c = s->dead;
+    s->dead = c->dead_next;
+    conn_release(c);
+  }
+}
+
+static void want_out(kc_tracker_server *s, struct conn *c, bool on) {
+  struct epoll_event ev = {.events = EPOLLIN | (on ? EPOLLOUT : 0), .data.ptr = c};
+  epoll_ctl(s->efd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+/* One reply, one write.  -1 when the peer is gone (the connection is then dead). */
+static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size_t len) {
+  if (c->dead)
+    return -1;
+  size_t done = 0;
+  if (c->out_len == c->out_off) {
+    ssize_t n = send(c->fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+      conn_kill(s, c);
+      return -1;
+    }
+    done = n > 0 ? (size_t)n : 0;
+    if (done == len)
+      return 0;
+  }
+  size_t rest = len - done;
+  if (c->out_len - c->out_off + rest > MAX_OUT_BYTES) { /* a peer that never reads */
+    conn_kill(s, c);
+    return -1;
+  }
+  if (c->out_off && c->out_off == c->out_len)
+    c->out_off = c->out_len = 0;
+  if (c->out_len + rest > c->out_cap) {
+    size_t cap = c->out_cap ? c->out_cap : 1024;
+    while (cap < c->out_len + rest)
+      cap *= 2;
+    char *nb = realloc(c->out, cap);
+    if (!nb) {
+      conn_kill(s, c);
+      return -1;
+    }
+    c->out = nb;
+    c->out_cap = cap;
+  }
+  bool was_empty = c->out_len == c->out_off;
+  memcpy(c->out + c->out_len, buf + done, rest);
+  c->out_len += rest;
+  if (was_empty)
+    want_out(s, c, true);
+  return 0;
+}
+
+static void conn_flush(kc_tracker_server *s, struct conn *c) {
+  while (c->out_off < c->out_len) {
+    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK)
+        return;
+      if (errno == EINTR)
+        continue;
+      conn_kill(s, c);
+      return;
+    }
+    c->out_off += (size_t)n;
+  }
+  c->out_off = c->out_len = 0;
+  want_out(s, c, false);
+}
+
+static int reply_json(kc_tracker_server *s, struct conn *c, json_t *v) {
+  char *buf;
+  size_t len;
+  int rc = kc_trk_frame_encode(v, &buf, &len, NULL);
+  json_decref(v);
+  if (rc < 0) {
+    conn_kill(s, c);
+    return -1;
+  }
+  rc = conn_send(s, c, buf, len);
+  free(buf);
+  return rc;
+}
+
+static int reply_code(kc_tracker_server *s, struct conn *c, int code) {
+  /* The hot path (PUT's 0): a constant frame, no JSON machinery. */
+  char buf[16];
+  int n = snprintf(buf + 4, sizeof buf - 4, "%d", code);
+  uint32_t le = htole32((uint32_t)n);
+  memcpy(buf, &le, 4);
+  return conn_send(s, c, buf, 4 + (size_t)n);
+}
+
+/* ---- the scheduler ------------------------------------------------------------- */
+
+static void schedule(kc_tracker_server *s, struct keyq *k) {
+  while (k->head && k->nheap) {
+    struct res *r = k->head;
+    res_unlink_key(r);
+    struct req *q = k->heap[0];
+    heap_remove(k, q);
+    struct conn *c = q->conn;
+    req_free(q);
+    /* TVM: a requester that cannot be told puts the device at the back of the list. */
+    res_append_key(r);
+    if (conn_send(s, c, r->frame, r->frame_len) == 0) {
+      res_unlink_key(r);
+      res_free(r);
+    }
+  }
+}
+
+static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+  if (c->nres >= MAX_PUTS_PER_CONN)
+    return -1;
+  struct keyq *k = key_find(s, m->key, true);
+  if (!k)
+    return -1;
+  const char *addr = m->custom_addr ? m->custom_addr : c->peer;
+  json_t *v = json_pack("[i, [s, O, s]]", KC_TRK_SUCCESS, addr, m->port, m->matchkey);
+  struct res *r = calloc(1, sizeof *r);
+  if (!v || !r || !(r->matchkey = strdup(m->matchkey)) ||
+      kc_trk_frame_encode(v, &r->frame, &r->frame_len, NULL) < 0) {
+    json_decref(v);
+    if (r)
+      free(r->matchkey);
+    free(r);
+    return -1;
+  }
+  json_decref(v);
+  r->owner = c;
+  r->kq = k;
+  r->cnext = c->res_head;
+  if (c->res_head)
+    c->res_head->cprev = r;
+  c->res_head = r;
+  c->nres++;
+  res_append_key(r);
+  if (reply_code(s, c, KC_TRK_SUCCESS) < 0)
+    return 0; /* conn_kill already cleaned up */
+  schedule(s, k);
+  return 0;
+}
+
+static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+  if (c->nreq >= MAX_REQS_PER_CONN)
+    return -1;
+  struct keyq *k = key_find(s, m->key, true);
+  if (!k)
+    return -1;
+  struct req *q = calloc(1, sizeof *q);
+  if (!q)
+    return -1;
+  q->conn = c;
+  q->kq = k;
+  q->prio = m->priority;
+  q->seq = k->seq++;
+  if (heap_push(k, q) < 0) {
+    free(q);
+    return -1;
+  }
+  q->cnext = c->req_head;
+  if (c->req_head)
+    c->req_head->cprev = q;
+  c->req_head = q;
+  c->nreq++;
+  schedule(s, k);
+  return 0;
+}
+
+static int handle_update_info(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+  json_t *info = json_deep_copy(m->info);
+  if (!info)
+    return -1;
+  json_t *addr = json_object_get(info, "addr");
+  if (json_is_null(json_array_get(addr, 0)))
+    json_array_set_new(addr, 0, json_string(c->peer));
+  if (!c->info)
+    c->info = json_object();
+  json_object_update(c->info, info);
+  json_decref(info);
+  if (json_object_size(c->info) > MAX_INFO_FIELDS)
+    return -1;
+  reply_code(s, c, KC_TRK_SUCCESS);
+  return 0;
+}
+
+static json_t *summary(kc_tracker_server *s) {
+  json_t *q = json_object();
+  for (struct keyq *k = s->order_head; k; k = k->order_next)
+    json_object_set_new(q, k->key, json_pack("{s:I, s:I}", "free", (json_int_t)k->nfree, "pending",
+                                             (json_int_t)k->nheap));
+  json_t *si = json_array();
+  for (struct conn *c = s->conns_head; c; c = c->next) {
+    const char *key = json_string_value(json_object_get(c->info, "key"));
+    if (key && !strncmp(key, "server", 6))
+      json_array_append(si, c->info);
+  }
+  return json_pack("[i, {s:o, s:o}]", KC_TRK_SUCCESS, "queue_info", q, "server_info", si);
+}
+
+static int handle_msg(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+  switch (m->code) {
+  case KC_TRK_PING:
+    reply_code(s, c, KC_TRK_SUCCESS);
+    return 0;
+  case KC_TRK_PUT:
+    return handle_put(s, c, m);
+  case KC_TRK_REQUEST:
+    return handle_request(s, c, m);
+  case KC_TRK_UPDATE_INFO:
+    return handle_update_info(s, c, m);
+  case KC_TRK_SUMMARY:
+    reply_json(s, c, summary(s));
+    return 0;
+  case KC_TRK_GET_PENDING_MATCHKEYS: {
+    json_t *a = json_array();
+    for (struct res *r = c->res_head; r; r = r->cnext)
+      json_array_insert_new(a, 0, json_string(r->matchkey)); /* PUT order */
+    reply_json(s, c, a);
+    return 0;
+  }
+  case KC_TRK_STOP:
+    if (!strcmp(m->stop_key, s->stop_key)) {
+      reply_code(s, c, KC_TRK_SUCCESS);
+      s->stopping = true;
+    } else {
+      reply_code(s, c, KC_TRK_FAIL);
+    }
+    return 0;
+  }
+  return -1;
+}
+
+static void on_readable(kc_tracker_server *s, struct conn *c) {
+  char buf[65536];
+  ssize_t n = recv(c->fd, buf, sizeof buf, 0);
+  if (n <= 0) {
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+      return;
+    conn_kill(s, c);
+    return;
+  }
+  int one = 1;
+  setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+  kc_error err;
+  if (kc_frame_reader_push(&c->rd, buf, (size_t)n, &err) < 0) {
+    conn_kill(s, c);
+    return;
+  }
+  if (!c->magic_done) {
+    kc_frame_reader *r = &c->rd;
+    if (r->len - r->off < 4)
+      return;
+    uint32_t magic;
+    memcpy(&magic, r->buf + r->off, 4);
+    if (le32toh(magic) != KC_TRACKER_MAGIC) { /* TVM: close without a reply */
+      conn_kill(s, c);
+      return;
+    }
+    r->off += 4;
+    c->magic_done = true;
+    uint32_t le = htole32(KC_TRACKER_MAGIC);
+    if (conn_send(s, c, (const char *)&le, 4) < 0)
+      return;
+  }
+  for (;;) {
+    const char *p;
+    size_t len;
+    int rc = kc_frame_reader_next(&c->rd, &p, &len, &err);
+    if (rc == 0)
+      return;
+    kc_trk_msg m;
+    if (rc < 0 || kc_trk_msg_parse(p, len, &m, &err) < 0) {
+      if (s->o.verbose)
+        fprintf(stderr, "kcage tracker: %s: %s; closing it\n", c->peer, err.msg);
+      conn_kill(s, c);
+      return;
+    }
+    rc = handle_msg(s, c, &m);
+    kc_trk_msg_clear(&m);
+    if (rc < 0)
+      conn_kill(s, c);
+    if (c->dead || s->stopping)
+      return;
+  }
+}
+
+static void set_keepalive(int fd, double ka) {
+  int one = 1, idle = (int)(ka / 3) > 0 ? (int)(ka / 3) : 1, intvl = (int)(ka / 6) > 0 ? (int)(ka / 6) : 1,
+      cnt = 3;
+  unsigned uto = (unsigned)(ka * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+static void peer_string(const struct sockaddr_storage *ss, char *out, size_t len) {
+  snprintf(out, len, "unknown");
+  if (ss->ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((const struct sockaddr_in *)ss)->sin_addr, out, (socklen_t)len);
+  } else if (ss->ss_family == AF_INET6) {
+    const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)ss;
+    if (IN6_IS_ADDR_V4MAPPED(&a->sin6_addr))
+      inet_ntop(AF_INET, &a->sin6_addr.s6_addr[12], out, (socklen_t)len);
+    else
+      inet_ntop(AF_INET6, &a->sin6_addr, out, (socklen_t)len);
+  }
+}
+
+static void on_accept(kc_tracker_server *s) {
+  for (int i = 0; i < 256; i++) {
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EMFILE || errno == ENFILE) {
+        /* Out of fds: shed this one connection instead of spinning on it. */
+        if (s->spare_fd >= 0) {
+          close(s->spare_fd);
+          int x = accept(s->lfd, NULL, NULL);
+          if (x >= 0)
+            close(x);
+          s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        }
+        continue;
+      }
+      return;
+    }
+    struct conn *c = calloc(1, sizeof *c);
+    if (!c) {
+      close(fd);
+      continue;
+    }
+    c->fd = fd;
+    kc_frame_reader_init(&c->rd, s->max_frame);
+    peer_string(&ss, c->peer, sizeof c->peer);
+    set_keepalive(fd, s->o.keepalive_s);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    if (epoll_ctl(s->efd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+      close(fd);
+      conn_release(c);
+      continue;
+    }
+    c->prev = s->conns_tail;
+    if (s->conns_tail)
+      s->conns_tail->next = c;
+    else
+      s->conns_head = c;
+    s->conns_tail = c;
+    if (s->o.verbose)
+      fprintf(stderr, "kcage tracker: connection from %s\n", c->peer);
+  }
+}
+
+/* ---- life cycle ---------------------------------------------------------------- */
+
+static int bind_listen(kc_tracker_server *s, kc_error *err) {
+  const char *host = s->o.host ? s->o.host : "0.0.0.0";
+  unsigned first = s->o.port, end = s->o.port_end > s->o.port ? s->o.port_end : s->o.port + 1u;
+  int last = 0;
+  for (unsigned p = first; p < end; p++) {
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", p);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai;
+    int g = getaddrinfo(host, ps, &hints, &ai);
+    if (g)
+      return kc_error_set(err, 0, "resolve %s: %s", host, gai_strerror(g));
+    for (struct addrinfo *a = ai; a; a = a->ai_next) {
+      int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+      if (fd < 0) {
+        last = errno;
+        continue;
+      }
+      int one = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        getsockname(fd, (struct sockaddr *)&ss, &sl);
+        s->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                                 : ((struct sockaddr_in *)&ss)->sin_port);
+        s->lfd = fd;
+        freeaddrinfo(ai);
+        return 0;
+      }
+      last = errno;
+      close(fd);
+    }
+    freeaddrinfo(ai);
+    if (last != EADDRINUSE)
+      break;
+  }
+  return kc_error_set(err, last, "cannot bind %s to any port in [%u, %u)", host, first, end);
+}
+
+int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_error *err) {
+  kc_tracker_server *s = calloc(1, sizeof *s);
+  if (!s)
+    return kc_error_set(err, ENOMEM, "tracker");
+  s->o = *o;
+  s->lfd = s->efd = s->stopfd = s->spare_fd = -1;
+  if (s->o.keepalive_s <= 0)
+    s->o.keepalive_s = 15;
+  s->max_frame = o->max_frame ? o->max_frame : KC_TRACKER_MAX_FRAME;
+  s->nbuckets = 4096;
+  s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
+  if (o->stop_key) {
+    snprintf(s->stop_key, sizeof s->stop_key, "%s", o->stop_key);
+  } else {
+    uint64_t r = 0;
+    if (getrandom(&r, sizeof r, 0) != sizeof r)
+      r = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
+    snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu", (unsigned long long)(r % 10000000000000000ull));
+  }
+  if (!s->buckets) {
+    kc_tracker_server_free(s);
+    return kc_error_set(err, ENOMEM, "tracker");
+  }
+  if (bind_listen(s, err) < 0) {
+    kc_tracker_server_free(s);
+    return -1;
+  }
+  s->efd = epoll_create1(EPOLL_CLOEXEC);
+  s->stopfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  s->spare_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  struct epoll_event lev = {.events = EPOLLIN, .data.ptr = &s->lfd};
+  struct epoll_event sev = {.events = EPOLLIN, .data.ptr = &s->stopfd};
+  if (s->efd < 0 || s->stopfd < 0 || epoll_ctl(s->efd, EPOLL_CTL_ADD, s->lfd, &lev) < 0 ||
+      epoll_ctl(s->efd, EPOLL_CTL_ADD, s->stopfd, &sev) < 0) {
+    int e = errno;
+    kc_tracker_server_free(s);
+    return kc_error_set(err, e, "epoll");
+  }
+  *out = s;
+  return 0;
+}
+
+uint16_t kc_tracker_server_port(const kc_tracker_server *s) { return s->port; }
+const char *kc_tracker_server_stop_key(const kc_tracker_server *s) { return s->stop_key; }
+
+void kc_tracker_server_stop(kc_tracker_server *s) {
+  uint64_t one = 1;
+  ssize_t n = write(s->stopfd, &one, sizeof one);
+  (void)n;
+}
+
+int kc_tracker_server_run(kc_tracker_server *s, kc_error *err) {
+  struct epoll_event evs[256];
+  while (!s->stopping) {
+    int n = epoll_wait(s->efd, evs, 256, -1);
+    if (n < 0) {
+      if (errno == EINTR)
+        continue;
+      return kc_error_set(err, errno, "epoll_wait");
+    }
+    for (int i = 0; i < n && !s->stopping; i++) {
+      void *p = evs[i].data.ptr;
+      if (p == &s->lfd) {
+        on_accept(s);
+      } else if (p == &s->stopfd) {
+        s->stopping = true;
+      } else {
+        struct conn *c = p;
+        if (c->dead)
+          continue;
+        if (evs[i].events & EPOLLOUT)
+          conn_flush(s, c);
+        if (!c->dead && (evs[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+          on_readable(s, c);
+      }
+    }
+    reap_dead(s);
+  }
+  /* STOP's own reply must still reach its sender. */
+  for (struct conn *c = s->conns_head; c; c = c->next)
+    if (c->out_off < c->out_len) {
+      int fl = fcntl(c->fd, F_GETFL);
+      fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+      send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL);
+    }
+  return 0;
+}
+
+void kc_tracker_server_free(kc_tracker_server *s) {
+  if (!s)
+    return;
+  while (s->conns_head)
+    conn_kill(s, s->conns_head);
+  reap_dead(s);
+  for (struct keyq *k = s->order_head, *n; k; k = n) {
+    n = k->order_next;
+    free(k->heap);
+    free(k->key);
+    free(k);
+  }
+  free(s->buckets);
+  if (s->lfd >= 0)
+    close(s->lfd);
+  if (s->efd >= 0)
+    close(s->efd);
+  if (s->stopfd >= 0)
+    close(s->stopfd);
+  if (s->spare_fd >= 0)
+    close(s->spare_fd);
+  free(s);
+}
