@@ -35,8 +35,9 @@ int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err) {
     /* Swap off; absent when the kernel has no swap accounting (then no swap either). */
     if (kc_cg_write(fd, "memory.swap.max", "0", NULL) < 0 && errno != ENOENT)
       return kc_error_set(err, errno, "write memory.swap.max");
-    /* An OOM kill takes the whole tree: a sandbox is one unit. */
-    kc_cg_write(fd, "memory.oom.group", "1", NULL);
+    /* memory.oom.group stays 0: with it the kernel counts the victim twice in
+     * memory.events oom_kill (seen on 6.1), and v1 has no equivalent.  The supervisor
+     * kills the rest of the tree on an OOM verdict. */
     return 0;
   }
   /* v1: memsw (memory+swap) must stay >= memory, so the order depends on the direction:

@@ -63,7 +63,7 @@ int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **
                      kc_error *err);
 /* Rewrite limits of a live cgroup (long-lived worker slots); 0 fields = unlimited.
  * memory: v1 memory.limit_in_bytes + memory.memsw.limit_in_bytes (swap off), v2
- * memory.max + memory.swap.max=0 + memory.oom.group=1; cpus: period 100 ms, v1
+ * memory.max + memory.swap.max=0 (oom.group stays 0); cpus: period 100 ms, v1
  * cpu.cfs_quota_us/cfs_period_us, v2 cpu.max; pids: pids.max.  A limit the host has
  * no controller for fails with ENOTSUP. */
 int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err);

@@ -1,6 +1,7 @@
 /* Real processes under real limits; see cgroup_cases.h. */
 #include "cgroup_cases.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
@@ -12,6 +13,8 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <linux/sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -432,9 +435,74 @@ out:
   return rc;
 }
 
+
+/* Placement by clone3(CLONE_INTO_CGROUP) with the v2 fd (on a hybrid host: the unified
+ * cgroup), as the sandbox spawns: the child starts inside, seen in /proc/self/cgroup. */
+static int case_clone_into(char *msg, size_t n) {
+  kc_error err = {0};
+  kc_cgroup *cg = NULL;
+  int rc = -1;
+  CHECK(kc_cgroup_create("t-clone", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  int fd = kc_cgroup_v2_fd(cg);
+  if (fd < 0) {
+    snprintf(msg, n, "no v2 cgroup in mode %s: nothing to place", kc_cgroup_mode_name(kc_cgroup_mode_of(cg)));
+    rc = 0;
+    goto out;
+  }
+  struct clone_args ca = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
+  const char *want = kc_cgroup_dir_name(cg);
+  pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+  if (pid == 0) {
+    char buf[4096];
+    int f = open("/proc/self/cgroup", O_RDONLY);
+    ssize_t r = f >= 0 ? read(f, buf, sizeof buf - 1) : -1;
+    if (r <= 0)
+      _exit(2);
+    buf[r] = '\0';
+    char *line = strstr(buf, "0::");
+    _exit(line && strstr(line, want) ? 0 : 1);
+  }
+  CHECK(pid > 0, "clone3(CLONE_INTO_CGROUP): %s", strerror(errno));
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child not in %s (status 0x%x)", want, st);
+  rc = 0;
+out:
+  kc_cgroup_destroy(cg);
+  return rc;
+}
+
+/* Nothing of ours is left under kcage/ (only meaningful where nobody else runs kcage:
+ * the qemu guest). */
+int kc_cgt_no_leftovers(char *msg, size_t n) {
+  const kc_cg_host *h = kc_cg_host_get();
+  const char *bases[KC_CG_V1_MAX + 1];
+  int nb = 0;
+  if (h->have_v2)
+    bases[nb++] = h->v2.base;
+  for (int i = 0; i < h->nv1; i++)
+    bases[nb++] = h->v1[i].base;
+  for (int i = 0; i < nb; i++) {
+    DIR *d = opendir(bases[i]);
+    if (!d)
+      continue;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+      if (e->d_type == DT_DIR && e->d_name[0] != '.') {
+        fail(msg, n, "left behind: %s/%s", bases[i], e->d_name);
+        closedir(d);
+        return -1;
+      }
+    }
+    closedir(d);
+  }
+  return 0;
+}
+
 const kc_cgt_case kc_cgt_cases[] = {
     {"memory_oom", case_memory_oom},   {"slot_rewrite", case_slot_rewrite},
     {"pids", case_pids},               {"cpu_throttle", case_cpu_throttle},
     {"kill_tree", case_kill_tree},     {"destroy_live", case_destroy_live},
-    {"reap_stale", case_reap_stale},   {NULL, NULL},
+    {"reap_stale", case_reap_stale},   {"clone_into", case_clone_into},
+    {NULL, NULL},
 };

@@ -20,4 +20,7 @@ extern const kc_cgt_case kc_cgt_cases[];
  * us and can be checked and reaped. */
 void kc_cgt_init(void);
 
+/* No leaf left under any kcage/ parent (the guest, where we are alone). */
+int kc_cgt_no_leftovers(char *msg, size_t n);
+
 #endif
