@@ -63,6 +63,11 @@ typedef struct kc_policy_spec {
 /* NAME (a built-in profile such as "exec", "build", "measure", found in
  * $KCAGE_POLICY_DIR, the source tree or the installed policies) or a FILE path. */
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
+/* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
+bool kc_policy_is_path(const char *name_or_path);
+/* The file kc_policy_load would read: a path as given, else NAME.policy in
+ * $KCAGE_POLICY_DIR, then KC_SOURCE_POLICY_DIR, then KC_INSTALL_POLICY_DIR. */
+int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);
 /* Errors read "FILE:LINE: message". */
 int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);
 void kc_policy_free(kc_policy *p);
@@ -77,6 +82,12 @@ int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
  * caller must hand it to its supervisor and close its own copy before running
  * untrusted code.  See sandbox/seccomp_*.c for the full reasoning. */
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
+/* Compile the filter without loading it: catches what libseccomp rejects (the
+ * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's
+ * pseudo-filter-code text.  Returns the number of BPF instructions, or -1. */
+int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err);
+/* Does the policy need a supervisor on a seccomp listener (any kill/notify action)? */
+bool kc_policy_needs_listener(const kc_policy *p);
 
 /* Name of a syscall number on this architecture ("" when unknown). */
 const char *kc_syscall_name(int nr, char *buf, size_t len);

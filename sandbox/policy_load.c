@@ -1,0 +1,79 @@
+/* Finding a policy by name: $KCAGE_POLICY_DIR, then the source tree (running from a
+ * build directory), then the installed copy.  A value with a '/' or ending in
+ * ".policy" is a path and is read as given. */
+#include "policy_internal.h"
+
+#include <errno.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef KC_SOURCE_POLICY_DIR
+#define KC_SOURCE_POLICY_DIR ""
+#endif
+#ifndef KC_INSTALL_POLICY_DIR
+#define KC_INSTALL_POLICY_DIR ""
+#endif
+
+bool kc_policy_is_path(const char *s) {
+  size_t len = strlen(s);
+  return strchr(s, '/') || (len >= 7 && !strcmp(s + len - 7, ".policy"));
+}
+
+int kc_policy_resolve(const char *name, char *path, size_t len, kc_error *err) {
+  if (!name || !*name)
+    return kc_error_set(err, EINVAL, "policy: empty name");
+  if (kc_policy_is_path(name)) {
+    if ((size_t)snprintf(path, len, "%s", name) >= len)
+      return kc_error_set(err, ENAMETOOLONG, "policy %s", name);
+    return 0;
+  }
+  for (const char *s = name; *s; s++)
+    if (!(*s == '-' || *s == '_' || *s == '.' || (*s >= '0' && *s <= '9') ||
+          (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
+      return kc_error_set(err, EINVAL, "policy %s: bad name", name);
+  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), KC_SOURCE_POLICY_DIR,
+                        KC_INSTALL_POLICY_DIR};
+  for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+    if (!dirs[i] || !*dirs[i])
+      continue;
+    if ((size_t)snprintf(path, len, "%s/%s.policy", dirs[i], name) >= len)
+      continue;
+    if (access(path, R_OK) == 0)
+      return 0;
+  }
+  return kc_error_set(err, ENOENT, "policy %s: not found in $KCAGE_POLICY_DIR, %s or %s", name,
+                      KC_SOURCE_POLICY_DIR, KC_INSTALL_POLICY_DIR);
+}
+
+int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err) {
+  char path[4096];
+  *out = NULL;
+  if (kc_policy_resolve(name_or_path, path, sizeof path, err) < 0)
+    return -1;
+  if (kc_policy_parse_file(path, out, err) < 0)
+    return -1;
+  if (!kc_policy_is_path(name_or_path)) { /* the profile's name, not the file's */
+    char *n = strdup(name_or_path);
+    if (n) {
+      free((*out)->name);
+      (*out)->name = n;
+      (*out)->spec.name = n;
+    }
+  }
+  return 0;
+}
+
+const char *kc_syscall_name(int nr, char *buf, size_t len) {
+  if (!len)
+    return buf;
+  buf[0] = '\0';
+  char *s = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+  if (s) {
+    snprintf(buf, len, "%s", s);
+    free(s);
+  }
+  return buf;
+}

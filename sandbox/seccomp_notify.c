@@ -1,0 +1,243 @@
+/* Supervisor side of the seccomp listener: see seccomp_notify.h for the protocol.
+ * Raw ioctls rather than libseccomp's seccomp_notify_receive(): no allocation per
+ * event (a loading worker may send several), and the kernel ABI structs are fixed. */
+#include "seccomp_notify.h"
+
+#include <errno.h>
+#include <linux/audit.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "policy_internal.h"
+
+#ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
+#define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
+#endif
+
+static const char *arch_prefix(uint32_t arch) {
+  switch (arch) {
+  case AUDIT_ARCH_I386:
+    return "i386";
+  case AUDIT_ARCH_X86_64:
+    return "x86_64";
+  case AUDIT_ARCH_AARCH64:
+    return "aarch64";
+  case AUDIT_ARCH_ARM:
+    return "arm";
+  default:
+    return "arch?";
+  }
+}
+
+const char *kc_syscall_name_arch(uint32_t arch, int nr, char *buf, size_t len) {
+  if (!len)
+    return buf;
+  buf[0] = '\0';
+  char *s = seccomp_syscall_resolve_num_arch(arch, nr);
+  if (s) {
+    snprintf(buf, len, "%s", s);
+    free(s);
+  }
+  return buf;
+}
+
+int kc_seccomp_notify_receive(int listener, kc_seccomp_event *ev, kc_error *err) {
+  struct seccomp_notif req;
+  memset(&req, 0, sizeof req); /* the kernel insists on a zeroed struct */
+  for (;;) {
+    if (ioctl(listener, SECCOMP_IOCTL_NOTIF_RECV, &req) == 0)
+      break;
+    if (errno == EINTR)
+      continue;
+    /* ENOENT: the task was killed/interrupted before we read the event. */
+    return kc_error_set(err, errno, "seccomp listener: receive");
+  }
+  memset(ev, 0, sizeof *ev);
+  ev->id = req.id;
+  ev->pid = (pid_t)req.pid;
+  ev->nr = req.data.nr;
+  ev->arch = req.data.arch;
+  ev->ip = req.data.instruction_pointer;
+  memcpy(ev->args, req.data.args, sizeof ev->args);
+  char name[40];
+  kc_syscall_name_arch(ev->arch, ev->nr, name, sizeof name);
+  uint32_t native = seccomp_arch_native();
+  if (!name[0])
+    snprintf(ev->name, sizeof ev->name, "%s#%d", ev->arch == native ? "" : arch_prefix(ev->arch),
+             ev->nr);
+  else if (ev->arch != native)
+    snprintf(ev->name, sizeof ev->name, "%s:%s", arch_prefix(ev->arch), name);
+  else
+    snprintf(ev->name, sizeof ev->name, "%s", name);
+  return 0;
+}
+
+bool kc_seccomp_notify_id_valid(int listener, uint64_t id) {
+  return ioctl(listener, SECCOMP_IOCTL_NOTIF_ID_VALID, &id) == 0;
+}
+
+static int respond(int listener, const kc_seccomp_event *ev, int error, uint32_t flags,
+                   kc_error *err) {
+  struct seccomp_notif_resp resp = {.id = ev->id, .error = error, .flags = flags};
+  while (ioctl(listener, SECCOMP_IOCTL_NOTIF_SEND, &resp) < 0) {
+    if (errno == EINTR)
+      continue;
+    /* ENOENT: the task died or was interrupted meanwhile; nothing to answer. */
+    return kc_error_set(err, errno, "seccomp listener: answer %s", ev->name);
+  }
+  return 0;
+}
+
+int kc_seccomp_notify_continue(int listener, const kc_seccomp_event *ev, kc_error *err) {
+  return respond(listener, ev, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE, err);
+}
+
+int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum,
+                            kc_error *err) {
+  if (errnum <= 0)
+    return kc_error_set(err, EINVAL, "seccomp listener: errno must be positive");
+  return respond(listener, ev, -errnum, 0, err);
+}
+
+static bool cond_true(const kc_sc_cond *c, uint64_t a) {
+  switch (c->op) {
+  case KC_SC_EQ:
+    return a == c->value;
+  case KC_SC_NE:
+    return a != c->value;
+  case KC_SC_LT:
+    return a < c->value;
+  case KC_SC_LE:
+    return a <= c->value;
+  case KC_SC_GT:
+    return a > c->value;
+  case KC_SC_GE:
+    return a >= c->value;
+  case KC_SC_MASKED:
+    return (a & c->mask) == c->value;
+  case KC_SC_ANYBIT:
+    return (a & c->mask) != 0;
+  }
+  return false;
+}
+
+bool kc_sc_rule_matches(const kc_sc_rule *r, int nr, const uint64_t args[6]) {
+  if (r->nr != nr)
+    return false;
+  for (unsigned i = 0; i < r->n_conds; i++)
+    if (!cond_true(&r->conds[i], args[r->conds[i].arg]))
+      return false;
+  return true;
+}
+
+kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event *ev) {
+  if (ev->arch != seccomp_arch_native())
+    return KC_NOTIFY_VIOLATION;
+  /* A kill rule that also matches wins (it is the stricter reading). */
+  bool notify = false;
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const kc_sc_rule *r = &p->rules[i];
+    if (!kc_sc_rule_matches(r, ev->nr, ev->args))
+      continue;
+    if (r->action == KC_SC_KILL)
+      return KC_NOTIFY_VIOLATION;
+    if (r->action == KC_SC_NOTIFY)
+      notify = true;
+  }
+  if (notify)
+    return KC_NOTIFY_ASK;
+  if (p->has_default && p->default_action == KC_SC_NOTIFY)
+    return KC_NOTIFY_ASK;
+  return KC_NOTIFY_VIOLATION;
+}
+
+/* ---- hand-off ------------------------------------------------------------------ */
+
+int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err) {
+  int listener = -1;
+  if (kc_seccomp_install(p, sock, &listener, err) < 0)
+    return -1;
+  char byte = listener >= 0 ? 'L' : 'N';
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (listener >= 0) {
+    msg.msg_control = u.buf;
+    msg.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &listener, sizeof(int));
+  }
+  ssize_t n;
+  do
+    n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  int saved = errno;
+  if (listener >= 0)
+    close(listener); /* the child must never keep it */
+  if (n != 1)
+    return kc_error_set(err, n < 0 ? saved : EIO, "seccomp: send the listener");
+  return 0;
+}
+
+int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *err) {
+  *listener = -1;
+  struct pollfd pfd = {.fd = sock, .events = POLLIN};
+  int pr;
+  do
+    pr = poll(&pfd, 1, timeout_ms);
+  while (pr < 0 && errno == EINTR);
+  if (pr < 0)
+    return kc_error_set(err, errno, "seccomp: wait for the listener");
+  if (pr == 0)
+    return kc_error_set(err, ETIMEDOUT, "seccomp: wait for the listener");
+  char byte = 0;
+  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+  union {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+  } u;
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+  ssize_t n;
+  do
+    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+  while (n < 0 && errno == EINTR);
+  if (n < 0)
+    return kc_error_set(err, errno, "seccomp: receive the listener");
+  if (n == 0)
+    return kc_error_set(err, ECONNRESET, "seccomp: the child closed before sending its "
+                                         "listener");
+  int fd = -1;
+  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
+    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
+        c->cmsg_len == CMSG_LEN(sizeof(int)))
+      memcpy(&fd, CMSG_DATA(c), sizeof fd);
+  if (msg.msg_flags & MSG_CTRUNC) {
+    if (fd >= 0)
+      close(fd);
+    return kc_error_set(err, EPROTO, "seccomp: listener message truncated");
+  }
+  if (byte == 'L' && fd < 0)
+    return kc_error_set(err, EPROTO, "seccomp: listener announced but not received");
+  if (byte != 'L') {
+    if (fd >= 0)
+      close(fd);
+    fd = -1;
+  }
+  *listener = fd;
+  return 0;
+}

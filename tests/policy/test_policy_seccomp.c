@@ -1,0 +1,276 @@
+/* Real filters: a forked child installs a compiled policy, hands the listener to
+ * this (parent) process and makes calls; the parent checks, from the kernel's own
+ * notification, which syscall it was.  Children leave with _exit() (no sanitizer
+ * exit hooks under a filter). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kcage/policy.h"
+#include "seccomp_notify.h"
+
+static kc_policy *from_text(const char *text) {
+  char path[] = "/tmp/kcage-policy-sc-XXXXXX.policy";
+  int fd = mkstemps(path, 7);
+  assert_true(fd >= 0);
+  assert_int_equal(write(fd, text, strlen(text)), (ssize_t)strlen(text));
+  close(fd);
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  int rc = kc_policy_parse_file(path, &p, &err);
+  unlink(path);
+  if (rc < 0)
+    fail_msg("%s", err.msg);
+  return p;
+}
+
+typedef struct outcome {
+  int status;          /* wait status */
+  char violation[48];  /* "" when none */
+  uint64_t args[6];
+  int asks;            /* notify-rule events seen */
+  bool syscall_returned; /* the child reported that the forbidden call came back */
+} outcome;
+
+/* Child body after the filter is in place; returns the exit code. */
+typedef int (*child_fn)(int report_fd, void *arg);
+
+/* Fork; the child installs p, hands over the listener and runs fn (or execs argv).
+ * The parent supervises: the first exec "ask" is answered CONTINUE, anything else is a
+ * violation (recorded, then the child is killed). */
+static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, outcome *o) {
+  memset(o, 0, sizeof *o);
+  int sv[2], rep[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  assert_int_equal(pipe2(rep, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(sv[0]);
+    close(rep[0]);
+    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+    kc_error err = {0};
+    if (kc_seccomp_install_and_send(p, sv[1], &err) < 0) {
+      dprintf(2, "child: %s\n", err.msg);
+      _exit(120);
+    }
+    close(sv[1]);
+    if (argv) {
+      execv(argv[0], argv);
+      _exit(121);
+    }
+    _exit(fn(rep[1], arg));
+  }
+  close(sv[1]);
+  close(rep[1]);
+  int listener = -1;
+  kc_error err = {0};
+  if (kc_seccomp_recv_listener(sv[0], 5000, &listener, &err) < 0)
+    fail_msg("%s", err.msg);
+  close(sv[0]);
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  assert_true(pidfd >= 0);
+  bool exec_allowed = argv != NULL;
+  for (;;) {
+    struct pollfd fds[2] = {{.fd = pidfd, .events = POLLIN}, {.fd = listener, .events = POLLIN}};
+    int n = poll(fds, listener >= 0 ? 2 : 1, 10000);
+    assert_true(n > 0); /* no test child runs for 10 s */
+    if (fds[0].revents)
+      break;
+    if (!fds[1].revents)
+      continue;
+    if (fds[1].revents & (POLLHUP | POLLERR))
+      break;
+    kc_seccomp_event ev;
+    if (kc_seccomp_notify_receive(listener, &ev, &err) < 0) {
+      assert_int_equal(err.code, ENOENT);
+      continue;
+    }
+    kc_notify_kind kind = kc_policy_notify_kind(p, &ev);
+    if (kind == KC_NOTIFY_ASK && exec_allowed &&
+        (!strcmp(ev.name, "execve") || !strcmp(ev.name, "execveat"))) {
+      exec_allowed = false;
+      o->asks++;
+      assert_true(kc_seccomp_notify_id_valid(listener, ev.id));
+      assert_int_equal(kc_seccomp_notify_continue(listener, &ev, &err), 0);
+      continue;
+    }
+    if (kind == KC_NOTIFY_ASK)
+      o->asks++;
+    snprintf(o->violation, sizeof o->violation, "%s", ev.name);
+    memcpy(o->args, ev.args, sizeof o->args);
+    assert_int_equal(ev.pid, pid);
+    assert_true(kc_seccomp_notify_id_valid(listener, ev.id));
+    /* kill first: the syscall must never run */
+    kill(pid, SIGKILL);
+    break;
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  o->status = st;
+  char c;
+  o->syscall_returned = read(rep[0], &c, 1) == 1;
+  close(rep[0]);
+  close(pidfd);
+  if (listener >= 0)
+    close(listener);
+}
+
+/* ---- in-process children (simple default-allow policies) -------------------- */
+
+static int child_errno(int rep, void *arg) {
+  (void)rep, (void)arg;
+  errno = 0;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s >= 0 || errno != EAFNOSUPPORT)
+    return 1;
+  s = socket(AF_UNIX, SOCK_STREAM, 0);
+  if (s < 0)
+    return 2;
+  /* the mask rule: CLONE_NEWUSER in unshare's flags, also with high garbage bits */
+  if (syscall(SYS_unshare, (long)CLONE_NEWUSER) != -1 || errno != EPERM)
+    return 3;
+  if (syscall(SYS_unshare, 0x100000000L | CLONE_NEWUSER) != -1 || errno != EPERM)
+    return 4;
+  return 0;
+}
+
+static void test_errno_rules_and_conditions(void **state) {
+  (void)state;
+  kc_policy *p = from_text("default allow\n"
+                           "errno EAFNOSUPPORT socket arg0 != AF_UNIX\n"
+                           "errno EPERM unshare arg0 & CLONE_NEWUSER\n");
+  outcome o;
+  run(p, child_errno, NULL, NULL, &o);
+  assert_true(WIFEXITED(o.status));
+  assert_int_equal(WEXITSTATUS(o.status), 0);
+  assert_string_equal(o.violation, "");
+  kc_policy_free(p);
+}
+
+static int child_kill(int rep, void *arg) {
+  (void)arg;
+  if (socket(AF_UNIX, SOCK_STREAM, 0) < 0) /* allowed: the condition does not match */
+    return 10;
+  socket(AF_INET6, SOCK_DGRAM, 0); /* blocks until the supervisor kills us */
+  (void)!write(rep, "x", 1);
+  return 11;
+}
+
+static void test_kill_names_syscall(void **state) {
+  (void)state;
+  kc_policy *p = from_text("default allow\nkill socket arg0 & AF_INET6|AF_INET\n");
+  outcome o;
+  run(p, child_kill, NULL, NULL, &o);
+  assert_string_equal(o.violation, "socket");
+  assert_int_equal(o.args[0], AF_INET6);
+  assert_int_equal(o.args[1], SOCK_DGRAM);
+  assert_true(WIFSIGNALED(o.status));
+  assert_int_equal(WTERMSIG(o.status), SIGKILL);
+  assert_false(o.syscall_returned);
+  kc_policy_free(p);
+}
+
+static int child_kill_default(int rep, void *arg) {
+  (void)rep, (void)arg;
+  syscall(SYS_getppid); /* allowed */
+  syscall(SYS_getcwd, NULL, 0); /* not listed: the default kills */
+  return 12;
+}
+
+static void test_default_kill(void **state) {
+  (void)state;
+  kc_policy *p = from_text("default kill\nallow getppid exit exit_group write\n");
+  outcome o;
+  run(p, child_kill_default, NULL, NULL, &o);
+  assert_string_equal(o.violation, "getcwd");
+  assert_true(WIFSIGNALED(o.status));
+  kc_policy_free(p);
+}
+
+static void test_no_listener_without_kill(void **state) {
+  (void)state;
+  kc_policy *p = from_text("default allow\nerrno EPERM ptrace\n");
+  kc_error err = {0};
+  assert_false(kc_policy_needs_listener(p));
+  outcome o;
+  run(p, child_errno, NULL, NULL, &o); /* socket(AF_INET) works here: exit 1 */
+  assert_true(WIFEXITED(o.status));
+  assert_int_equal(WEXITSTATUS(o.status), 1);
+  (void)err;
+  kc_policy_free(p);
+}
+
+/* ---- the shipped measure profile, around a real exec'd program ------------- */
+
+static void measure(const char *mode, outcome *o) {
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load("measure", &p, &err), 0);
+  char *argv[] = {(char *)KC_POLICY_PROBE, (char *)mode, NULL};
+  run(p, NULL, NULL, argv, o);
+  kc_policy_free(p);
+}
+
+static void expect_violation(const char *mode, const char *name, int asks) {
+  outcome o;
+  measure(mode, &o);
+  if (strcmp(o.violation, name))
+    fail_msg("mode %s: violation '%s', expected '%s' (status 0x%x)", mode, o.violation, name,
+             o.status);
+  assert_true(WIFSIGNALED(o.status));
+  assert_int_equal(o.asks, asks); /* the exec of the probe itself (+ a second exec) */
+}
+
+static void test_measure_runs_a_dynamic_program(void **state) {
+  (void)state;
+  outcome o;
+  measure("ok", &o);
+  assert_string_equal(o.violation, "");
+  assert_int_equal(o.asks, 1);
+  assert_true(WIFEXITED(o.status));
+  assert_int_equal(WEXITSTATUS(o.status), 0);
+  measure("open-write", &o); /* opening for writing fails with EROFS, no kill */
+  assert_string_equal(o.violation, "");
+  assert_true(WIFEXITED(o.status));
+  assert_int_equal(WEXITSTATUS(o.status), 0);
+}
+
+static void test_measure_violations(void **state) {
+  (void)state;
+  expect_violation("socket", "socket", 1);
+  expect_violation("high-bits-socket", "socket", 1);
+  expect_violation("mmap-exec", "mmap", 1);
+  expect_violation("mprotect-exec", "mprotect", 1);
+  expect_violation("fork", "clone", 1);
+  expect_violation("ptrace", "ptrace", 1);
+  expect_violation("exec-again", "execve", 2); /* only the first exec is let through */
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_errno_rules_and_conditions),
+      cmocka_unit_test(test_kill_names_syscall),
+      cmocka_unit_test(test_default_kill),
+      cmocka_unit_test(test_no_listener_without_kill),
+      cmocka_unit_test(test_measure_runs_a_dynamic_program),
+      cmocka_unit_test(test_measure_violations),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
