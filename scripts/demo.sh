@@ -1,6 +1,30 @@
 #!/usr/bin/env bash
-# `make demo`: the main job on the bundled example kernels, every verdict shown.
+# `make demo`: the main job on the bundled example kernels (examples/kernels): honest
+# matmul variants, a trusted reference, and hostile/cheating kernels.  Prints the
+# table, then checks every verdict against examples/kernels/MANIFEST.
 set -euo pipefail
 build=${1:-build}
-exec "$build/kcage" bench --reference examples/kernels/reference.c \
-  --args "$(cat examples/kernels/ARGS)" examples/kernels/*.c
+dir=examples/kernels
+json=$(mktemp)
+trap 'rm -f "$json"' EXIT
+kernels=()
+while read -r k _; do
+  [[ -z "$k" || "$k" == \#* ]] && continue
+  kernels+=("$dir/$k")
+done <"$dir/MANIFEST"
+"$build/kcage" bench --reference "$dir/reference.c" --args "$(cat "$dir/ARGS")" \
+  --atol 1e-4 --timeout 2 --memory 256M --json "$json" "${kernels[@]}"
+echo
+fail=0
+while read -r k want; do
+  [[ -z "$k" || "$k" == \#* ]] && continue
+  got=$(grep -F "\"kernel\": \"$dir/$k\"" "$json" | sed -E 's/.*"status": "([a-z_]+)".*/\1/' || true)
+  [[ -z "$got" ]] && got=$(grep -F "\"kernel\":\"$dir/$k\"" "$json" | sed -E 's/.*"status":"([a-z_]+)".*/\1/' || true)
+  if [[ "$got" == "$want" ]]; then
+    printf '  %-20s %-13s as expected\n' "$k" "$got"
+  else
+    printf '  %-20s %-13s EXPECTED %s\n' "$k" "${got:-?}" "$want"
+    fail=1
+  fi
+done <"$dir/MANIFEST"
+[[ $fail == 0 ]] && echo "demo: every kernel got its expected verdict" || echo "demo: some verdicts differ (see above)"

@@ -1,0 +1,340 @@
+/* `kcage bench [OPTIONS] KERNEL...` (DESIGN.md §3.3): build and time candidate kernels,
+ * a table on stdout, JSON Lines with --json. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kcage/measure.h"
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: kcage bench [OPTIONS] KERNEL...\n"
+          "\n"
+          "Build (inside a `build` sandbox, cached) and time (in `measure` workers) kernels\n"
+          "exporting `int kernel(DLTensor *args, int32_t num_args)`.  KERNEL is a .c source\n"
+          "or a .so.  Prints a table; exit 0 when the batch ran, whatever the kernels did.\n"
+          "\n"
+          "problem:\n"
+          "  --args SPEC          tensors, e.g. 'f32[512,512] f32[512,512] f32[512,512]:out'\n"
+          "                       (dtypes f32 f64 i32 i64 i8 u8 f16 bf16; ':out' = output)\n"
+          "  --seed N             seed of the random inputs (default 0)\n"
+          "  --reference FILE     trusted kernel whose outputs are the truth\n"
+          "  --rtol X, --atol X   tolerances against the reference (default 1e-4, 1e-5)\n"
+          "  --entry SYMBOL       the kernel's entry point (default kernel)\n"
+          "timing (TVM's time evaluator):\n"
+          "  --number N           calls per round to start from (default 1), grown until a\n"
+          "                       round lasts --min-repeat-ms\n"
+          "  --repeat N           rounds, one time each (default 5)\n"
+          "  --min-repeat-ms MS   shortest round (default 20)\n"
+          "  --cooldown-ms MS     sleep between rounds (default 0)\n"
+          "  --flush-cache        evict the tensors from the CPU caches before each round\n"
+          "  --sets N             input/output sets the calls rotate through (default 4)\n"
+          "  --checks N           timed calls verified per round (default 2)\n"
+          "resources:\n"
+          "  --workers N          parallel builds (default: CPUs online)\n"
+          "  --timeout SEC        per kernel measurement (default 10)\n"
+          "  --memory SIZE        per measuring worker (default 1G)\n"
+          "  --cc CC              compiler (default $CC or cc)\n"
+          "  --cflags FLAGS       compiler flags (default '-O2 -march=native -fPIC -shared')\n"
+          "  --build-timeout SEC  per build (default 60)\n"
+          "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
+          "  --no-cache           compile even when a build is cached\n"
+          "output:\n"
+          "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
+          "  --quiet              no table\n"
+          "remote devices:\n"
+          "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
+          "\n"
+          "statuses: ok build_error wrong_result timeout memory crash syscall error suspicious\n");
+}
+
+enum {
+  O_ARGS = 256, O_SEED, O_REF, O_RTOL, O_ATOL, O_ENTRY, O_NUMBER, O_REPEAT, O_MINMS, O_COOL,
+  O_FLUSH, O_WORKERS, O_TIMEOUT, O_MEMORY, O_JSON, O_CC, O_CFLAGS, O_BTIMEOUT, O_CACHE,
+  O_NOCACHE, O_TRACKER, O_KEY, O_PRIO, O_STIMEOUT, O_SETS, O_CHECKS, O_QUIET, O_HELP,
+};
+
+static const struct option opts[] = {
+    {"args", 1, 0, O_ARGS},         {"seed", 1, 0, O_SEED},
+    {"reference", 1, 0, O_REF},     {"rtol", 1, 0, O_RTOL},
+    {"atol", 1, 0, O_ATOL},         {"entry", 1, 0, O_ENTRY},
+    {"number", 1, 0, O_NUMBER},     {"repeat", 1, 0, O_REPEAT},
+    {"min-repeat-ms", 1, 0, O_MINMS}, {"cooldown-ms", 1, 0, O_COOL},
+    {"flush-cache", 0, 0, O_FLUSH}, {"workers", 1, 0, O_WORKERS},
+    {"timeout", 1, 0, O_TIMEOUT},   {"memory", 1, 0, O_MEMORY},
+    {"json", 1, 0, O_JSON},         {"cc", 1, 0, O_CC},
+    {"cflags", 1, 0, O_CFLAGS},     {"build-timeout", 1, 0, O_BTIMEOUT},
+    {"cache-dir", 1, 0, O_CACHE},   {"no-cache", 0, 0, O_NOCACHE},
+    {"tracker", 1, 0, O_TRACKER},   {"key", 1, 0, O_KEY},
+    {"priority", 1, 0, O_PRIO},     {"session-timeout", 1, 0, O_STIMEOUT},
+    {"sets", 1, 0, O_SETS},         {"checks", 1, 0, O_CHECKS},
+    {"quiet", 0, 0, O_QUIET},       {"help", 0, 0, O_HELP},
+    {0, 0, 0, 0}};
+
+static int parse_double(const char *s, double *out) {
+  if (!s || !*s)
+    return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v) || v < 0)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+static void progress(void *ctx, const char *phase, size_t done, size_t total) {
+  (void)ctx;
+  int width = 30, fill = total ? (int)(width * done / total) : width;
+  fprintf(stderr, "\r%-8s [%.*s%*s] %zu/%zu ", phase, fill, "##############################",
+          width - fill, "", done, total);
+  if (!strcmp(phase, "done"))
+    fprintf(stderr, "\r%60s\r", "");
+  fflush(stderr);
+}
+
+static void fmt_time(char *buf, size_t len, json_t *v) {
+  if (!json_is_number(v)) {
+    snprintf(buf, len, "-");
+    return;
+  }
+  double s = json_number_value(v);
+  if (s >= 1)
+    snprintf(buf, len, "%.3f s", s);
+  else if (s >= 1e-3)
+    snprintf(buf, len, "%.3f ms", s * 1e3);
+  else if (s >= 1e-6)
+    snprintf(buf, len, "%.3f us", s * 1e6);
+  else
+    snprintf(buf, len, "%.1f ns", s * 1e9);
+}
+
+static void print_table(json_t *recs, json_t *ref) {
+  double ref_med = ref && json_is_number(json_object_get(ref, "median_s"))
+                       ? json_number_value(json_object_get(ref, "median_s"))
+                       : NAN;
+  size_t kw = 6, i;
+  json_t *r;
+  json_array_foreach(recs, i, r) {
+    size_t l = strlen(json_string_value(json_object_get(r, "kernel")));
+    kw = l > kw ? l : kw;
+  }
+  if (kw > 40)
+    kw = 40;
+  printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, "kernel", "status", "median", "min",
+         "CV", "speed-up", "note");
+  json_array_foreach(recs, i, r) {
+    const char *k = json_string_value(json_object_get(r, "kernel"));
+    size_t kl = strlen(k);
+    char med[32], mn[32], cv[16] = "-", sp[16] = "-", note[160] = "";
+    fmt_time(med, sizeof med, json_object_get(r, "median_s"));
+    fmt_time(mn, sizeof mn, json_object_get(r, "min_s"));
+    json_t *c = json_object_get(r, "cv");
+    if (json_is_number(c))
+      snprintf(cv, sizeof cv, "%.1f%%", json_number_value(c) * 100);
+    json_t *m = json_object_get(r, "median_s");
+    if (json_is_number(m) && isfinite(ref_med) && json_number_value(m) > 0)
+      snprintf(sp, sizeof sp, "%.2fx", ref_med / json_number_value(m));
+    const char *msg = json_string_value(json_object_get(r, "message"));
+    if (msg) {
+      snprintf(note, sizeof note, "%s", msg);
+      note[strcspn(note, "\n")] = 0;
+      if (strlen(note) > 100)
+        strcpy(note + 97, "...");
+    }
+    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw,
+           kl > kw ? k + kl - kw : k, json_string_value(json_object_get(r, "status")), med, mn, cv, sp,
+           note);
+  }
+}
+
+int kc_cmd_bench(int argc, char **argv) {
+  kc_bench_config cfg;
+  kc_bench_config_init(&cfg);
+  const char *json_path = NULL;
+  bool quiet = false;
+  uint64_t u;
+
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    const char *a = optarg;
+    switch (c) {
+    case 'h':
+    case O_HELP:
+      usage(stdout);
+      return 0;
+    case O_ARGS: cfg.args = a; break;
+    case O_SEED:
+      if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
+        goto bad;
+      cfg.seed = u;
+      break;
+    case O_REF: cfg.reference = a; break;
+    case O_RTOL:
+      if (parse_double(a, &cfg.rtol) < 0)
+        goto bad;
+      if (cfg.atol < 0)
+        cfg.atol = 1e-5;
+      break;
+    case O_ATOL:
+      if (parse_double(a, &cfg.atol) < 0)
+        goto bad;
+      if (cfg.rtol < 0)
+        cfg.rtol = 1e-4;
+      break;
+    case O_ENTRY:
+      if (!*a)
+        goto bad;
+      cfg.entry = a;
+      break;
+    case O_NUMBER:
+      if (kc_cli_parse_uint(a, 1, UINT32_MAX, &u) < 0)
+        goto bad;
+      cfg.number = (uint32_t)u;
+      break;
+    case O_REPEAT:
+      if (kc_cli_parse_uint(a, 1, 100000, &u) < 0)
+        goto bad;
+      cfg.repeat = (uint32_t)u;
+      break;
+    case O_MINMS:
+      if (parse_double(a, &cfg.min_repeat_ms) < 0)
+        goto bad;
+      break;
+    case O_COOL:
+      if (parse_double(a, &cfg.cooldown_ms) < 0)
+        goto bad;
+      break;
+    case O_FLUSH: cfg.flush_cache = true; break;
+    case O_WORKERS:
+      if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
+        goto bad;
+      cfg.workers = (uint32_t)u;
+      break;
+    case O_TIMEOUT:
+      if (kc_cli_parse_seconds(a, &cfg.timeout_s) < 0 || cfg.timeout_s <= 0)
+        goto bad;
+      break;
+    case O_MEMORY:
+      if (kc_cli_parse_size(a, &cfg.memory_bytes) < 0 || cfg.memory_bytes < (16u << 20)) {
+        kc_cli_error("bench", "--memory %s: want a size of at least 16M", a);
+        return KC_EXIT_USAGE;
+      }
+      break;
+    case O_JSON: json_path = a; break;
+    case O_CC: cfg.build.cc = a; break;
+    case O_CFLAGS: cfg.build.cflags = a; break;
+    case O_BTIMEOUT:
+      if (kc_cli_parse_seconds(a, &cfg.build.timeout_s) < 0 || cfg.build.timeout_s <= 0)
+        goto bad;
+      break;
+    case O_CACHE: cfg.build.cache_dir = a; break;
+    case O_NOCACHE: cfg.build.no_cache = true; break;
+    case O_TRACKER: cfg.tracker = a; break;
+    case O_KEY: cfg.key = a; break;
+    case O_PRIO:
+      if (kc_cli_parse_uint(a, 0, 1000000, &u) < 0)
+        goto bad;
+      cfg.priority = (int)u;
+      break;
+    case O_STIMEOUT:
+      if (kc_cli_parse_seconds(a, &cfg.session_timeout_s) < 0)
+        goto bad;
+      break;
+    case O_SETS:
+      if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
+        goto bad;
+      cfg.sets = (uint32_t)u;
+      break;
+    case O_CHECKS:
+      if (kc_cli_parse_uint(a, 1, 16, &u) < 0)
+        goto bad;
+      cfg.checks = (uint32_t)u;
+      break;
+    case O_QUIET: quiet = true; break;
+    case '?':
+    default:
+      if (optopt)
+        kc_cli_error("bench", "option -%c: unknown or missing its value (see --help)", optopt);
+      else
+        kc_cli_error("bench", "%s: unknown option or missing value (see --help)", argv[optind - 1]);
+      return KC_EXIT_USAGE;
+    }
+    continue;
+  bad:
+    kc_cli_error("bench", "%s: bad value '%s'", argv[optind - 1][0] == '-' ? argv[optind - 1] : "option",
+                 a ? a : "");
+    return KC_EXIT_USAGE;
+  }
+  if (!cfg.args) {
+    kc_cli_error("bench", "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
+    return KC_EXIT_USAGE;
+  }
+  kc_args_spec spec;
+  kc_error err = {0};
+  if (kc_args_parse(cfg.args, &spec, &err) < 0) {
+    kc_cli_error("bench", "--args: %s", err.msg);
+    return KC_EXIT_USAGE;
+  }
+  if (optind >= argc) {
+    kc_cli_error("bench", "no KERNEL given (see --help)");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg.tracker && !cfg.key) {
+    kc_cli_error("bench", "--tracker needs --key");
+    return KC_EXIT_USAGE;
+  }
+  for (int i = optind; i < argc; i++)
+    if (access(argv[i], R_OK) < 0) {
+      kc_cli_error("bench", "%s: %s", argv[i], strerror(errno));
+      return KC_EXIT_USAGE;
+    }
+  FILE *jf = NULL;
+  if (json_path) {
+    jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
+    if (!jf) {
+      kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
+      return KC_EXIT_USAGE;
+    }
+  }
+  if (isatty(STDERR_FILENO))
+    cfg.progress = progress;
+  json_t *recs = NULL, *ref = NULL;
+  int rc = kc_bench_run_batch_ex(&cfg, (const char *const *)argv + optind, (size_t)(argc - optind),
+                                 &recs, &ref, &err);
+  if (rc < 0) {
+    if (cfg.progress)
+      fprintf(stderr, "\r%60s\r", "");
+    kc_cli_error("bench", "%s", err.msg);
+    if (jf && jf != stdout)
+      fclose(jf);
+    return KC_EXIT_USAGE;
+  }
+  if (!quiet && !(jf == stdout))
+    print_table(recs, ref);
+  if (jf) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(recs, i, r) {
+      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      if (line) {
+        fprintf(jf, "%s\n", line);
+        free(line);
+      }
+    }
+    if (jf != stdout && fclose(jf) != 0) {
+      kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
+      rc = 1;
+    }
+  }
+  json_decref(recs);
+  json_decref(ref);
+  return rc < 0 ? 1 : 0;
+}

@@ -1,0 +1,26 @@
+/* Hostile: starts a process (to do work off the books, or to escape). */
+#include <unistd.h>
+
+/* C[N,N] = A[N,N] x B[N,N], f32, row-major; refuse anything else. */
+#include <dlpack/dlpack.h>
+#include <stdint.h>
+
+static inline int mm_check(DLTensor *args, int32_t n, int64_t *N) {
+  if (n != 3)
+    return -1;
+  for (int i = 0; i < 3; i++)
+    if (args[i].ndim != 2 || args[i].dtype.code != kDLFloat || args[i].dtype.bits != 32 ||
+        args[i].shape[0] != args[0].shape[0] || args[i].shape[1] != args[0].shape[0])
+      return -2;
+  *N = args[0].shape[0];
+  return 0;
+}
+
+int kernel(DLTensor *args, int32_t num_args) {
+  (void)args;
+  (void)num_args;
+  pid_t p = fork();
+  if (p == 0)
+    _exit(0);
+  return p < 0 ? -1 : 0;
+}

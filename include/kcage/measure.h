@@ -1,0 +1,201 @@
+/* Kernels and measurement (DESIGN.md §3.3, issue 4): the `--args` language, the
+ * deterministic inputs, output checking, the sandboxed build with its content-addressed
+ * cache, and the batch entry point behind `kcage bench` (also called by the tracker's
+ * device agent).
+ *
+ * A kernel exports `int kernel(DLTensor *args, int32_t num_args)` (symbol settable) and
+ * returns 0 on success.  Everything it writes is untrusted: the parent takes the time,
+ * checks outputs against a reference computed in a different process, and accepts only
+ * verdicts that make a kernel look worse, never better. */
+#ifndef KCAGE_MEASURE_H
+#define KCAGE_MEASURE_H
+
+#include <dlpack/dlpack.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kcage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------
+ * `--args`: "f32[512,512] f32[512,512] f32[512,512]:out"
+ * One tensor per word: dtype, shape in brackets ("f32[]" is a scalar), optional ":out"
+ * (the kernel writes it; every other tensor is a read-only input).
+ * dtypes: f32 f64 i32 i64 i8 u8 f16 bf16.
+ * ------------------------------------------------------------------------------- */
+#define KC_ARGS_MAX_TENSORS 16
+#define KC_ARGS_MAX_NDIM 8
+#define KC_ARGS_MAX_BYTES (1ull << 31) /* all tensors of one set together */
+
+typedef struct kc_tensor_spec {
+  DLDataType dtype;
+  int32_t ndim;
+  int64_t shape[KC_ARGS_MAX_NDIM];
+  bool out;
+  uint64_t numel;
+  uint64_t nbytes;
+} kc_tensor_spec;
+
+typedef struct kc_args_spec {
+  uint32_t n;
+  kc_tensor_spec t[KC_ARGS_MAX_TENSORS];
+  uint64_t in_bytes;  /* sum over inputs */
+  uint64_t out_bytes; /* sum over outputs */
+} kc_args_spec;
+
+int kc_args_parse(const char *text, kc_args_spec *out, kc_error *err);
+/* Canonical text form ("f32[4,4] f32[4]:out"); returns bytes written like snprintf. */
+int kc_args_format(const kc_args_spec *a, char *buf, size_t len);
+/* "f32" etc.; "?" for a dtype outside the language. */
+const char *kc_dtype_name(DLDataType t);
+int kc_dtype_parse(const char *name, size_t len, DLDataType *out);
+/* Byte offset of tensor i in a set laid out inputs first (in order), then outputs (in
+ * order), each tensor aligned to 64 bytes.  in_region/out_region sizes below. */
+uint64_t kc_args_offset(const kc_args_spec *a, uint32_t i);
+uint64_t kc_args_region_bytes(const kc_args_spec *a, bool out);
+
+/* ---------------------------------------------------------------------------------
+ * Data: deterministic inputs, poison, comparison.
+ * ------------------------------------------------------------------------------- */
+uint64_t kc_splitmix64(uint64_t *state);
+/* Fill tensor `t` of input set `set` from seed: floats uniform in [-1, 1), integers
+ * small (so sums of products stay exact).  Same (seed, set, index) -> same bytes. */
+void kc_data_fill(const kc_tensor_spec *t, void *buf, uint64_t seed, uint32_t set, uint32_t index);
+/* The poison word of call `call` of a request seeded with `seed`: all-ones (NaN for
+ * floats, -1 for integers) when (seed ^ call) is even, else a random 64-bit pattern. */
+uint64_t kc_poison_word(uint64_t seed, uint64_t call);
+void kc_poison_fill(void *buf, size_t len, uint64_t word);
+bool kc_poison_equal(const void *buf, size_t len, uint64_t word); /* buf is all poison */
+
+float kc_half_to_float(uint16_t h);
+float kc_bf16_to_float(uint16_t h);
+uint16_t kc_float_to_half(float f);
+uint16_t kc_float_to_bf16(float f);
+
+/* Compare one output tensor: every element must satisfy |got - want| <= atol + rtol *
+ * |want| (NaN equals NaN, inf equals the same inf).  Returns true when it does; the
+ * largest absolute error (inf when a NaN/inf disagrees) goes to *max_abs_err. */
+bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want, double rtol,
+                     double atol, double *max_abs_err);
+
+/* ---------------------------------------------------------------------------------
+ * Build: `cc` inside a `build` sandbox, content-addressed cache.
+ * ------------------------------------------------------------------------------- */
+typedef struct kc_sha256 {
+  uint32_t h[8];
+  uint64_t len;
+  uint8_t buf[64];
+  size_t fill;
+} kc_sha256;
+void kc_sha256_init(kc_sha256 *s);
+void kc_sha256_update(kc_sha256 *s, const void *data, size_t len);
+void kc_sha256_final(kc_sha256 *s, uint8_t out[32]);
+void kc_sha256_hex(const void *data, size_t len, char out[65]);
+
+typedef struct kc_build_opts {
+  const char *cc;        /* NULL = "cc" */
+  const char *cflags;    /* NULL = "-O2 -march=native -fPIC -shared"; split on spaces */
+  const char *cache_dir; /* NULL = $XDG_CACHE_HOME/kcage or ~/.cache/kcage */
+  double timeout_s;      /* per build, wall; 0 = 60 */
+  uint64_t memory_bytes; /* per build; 0 = 1 GiB */
+  bool no_cache;         /* compile even when cached (result still stored) */
+} kc_build_opts;
+
+typedef enum kc_build_status {
+  KC_BUILD_OK = 0,
+  KC_BUILD_CACHED,  /* found in the cache */
+  KC_BUILD_ERROR,   /* compiler said no: message holds its diagnostics */
+  KC_BUILD_TIMEOUT, /* the compiler ran past its time limit */
+  KC_BUILD_MEMORY,
+  KC_BUILD_FAILED,  /* infrastructure: could not run the compiler */
+} kc_build_status;
+
+typedef struct kc_build_result {
+  kc_build_status status;
+  char artifact[4096]; /* the cached .so (for OK/CACHED) */
+  char key[65];        /* sha256 of compiler, flags, source */
+  double build_s;      /* wall time of the compile (0 when cached) */
+  char message[2048];  /* compiler output (trimmed) or the reason */
+} kc_build_result;
+
+/* Resolve defaults into *o (strings stay owned by the caller or are static). */
+int kc_build_cache_dir(const kc_build_opts *o, char *buf, size_t len, kc_error *err);
+/* Build one source file.  -1 only for errors of the caller's making (unreadable
+ * source, cache dir not creatable); a compiler failure is a result. */
+int kc_build_kernel(const kc_build_opts *o, const char *source, kc_build_result *res,
+                    kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * The batch (`kcage bench`).
+ * ------------------------------------------------------------------------------- */
+typedef enum kc_bench_status {
+  KC_BENCH_OK,
+  KC_BENCH_BUILD_ERROR,
+  KC_BENCH_WRONG_RESULT,
+  KC_BENCH_TIMEOUT,
+  KC_BENCH_MEMORY,
+  KC_BENCH_CRASH,
+  KC_BENCH_SYSCALL,
+  KC_BENCH_ERROR,
+  KC_BENCH_SUSPICIOUS,
+} kc_bench_status;
+const char *kc_bench_status_name(kc_bench_status s);
+int kc_bench_status_parse(const char *name, kc_bench_status *out);
+
+typedef struct kc_bench_config {
+  const char *args;       /* the --args text (required) */
+  uint64_t seed;          /* default 0 */
+  const char *reference;  /* trusted kernel (.c or .so) or NULL */
+  double rtol, atol;      /* defaults 1e-4, 1e-5 (when both are negative) */
+  const char *entry;      /* NULL = "kernel" */
+  uint32_t number;        /* starting calls per round; 0 = 1 */
+  uint32_t repeat;        /* rounds; 0 = 5 */
+  double min_repeat_ms;   /* grow number until a round lasts this long; default 20 when < 0 */
+  double cooldown_ms;     /* sleep between rounds */
+  bool flush_cache;       /* evict the tensors from the CPU caches before each round */
+  uint32_t workers;       /* parallel builds; 0 = online CPUs */
+  double timeout_s;       /* per kernel measurement; 0 = 10 */
+  uint64_t memory_bytes;  /* per measuring worker; 0 = 1 GiB */
+  uint32_t sets;          /* distinct input/output sets the timed calls rotate through; 0 = 4 */
+  uint32_t checks;        /* timed calls verified per round; 0 = 2 */
+  kc_build_opts build;
+  /* Remote runs (the tracker layer, issue 5): when tracker is set the batch goes to
+   * kc_bench_remote_run (below). */
+  const char *tracker;    /* "HOST:PORT" */
+  const char *key;
+  int priority;
+  double session_timeout_s;
+  /* Progress: called from the batch's own thread after each step. */
+  void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
+  void *progress_ctx;
+} kc_bench_config;
+
+void kc_bench_config_init(kc_bench_config *c);
+
+/* Run the batch.  *records: a JSON array with one object per kernel, in input order,
+ * with exactly the fields of DESIGN.md §3.3 (kernel, status, message, run_secs,
+ * median_s, min_s, cv, number, repeat, max_abs_err, build_s, device).  Returns 0 when
+ * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
+ * missing file, a reference that does not work with --args) or a setup failure. */
+int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
+                       json_t **records, kc_error *err);
+
+/* Same, plus the reference's own record (its timing, for speed-ups; NULL without
+ * --reference) in *reference_record when that is not NULL. */
+int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
+                          json_t **records, json_t **reference_record, kc_error *err);
+
+/* The hook for remote runs: defined by the tracker layer when it is linked (weak
+ * here).  Same contract as kc_bench_run_batch; cfg->tracker is set. */
+int kc_bench_remote_run(const kc_bench_config *cfg, const char *const *kernels, size_t n,
+                        json_t **records, kc_error *err) __attribute__((weak));
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,168 @@
+/* The `--args` language (DESIGN.md §3.3): "f32[512,512] f32[512,512] f32[512,512]:out". */
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "kcage/measure.h"
+
+static const struct {
+  const char *name;
+  uint8_t code, bits;
+} dtypes[] = {
+    {"f32", kDLFloat, 32}, {"f64", kDLFloat, 64}, {"i32", kDLInt, 32},  {"i64", kDLInt, 64},
+    {"i8", kDLInt, 8},     {"u8", kDLUInt, 8},    {"f16", kDLFloat, 16}, {"bf16", kDLBfloat, 16},
+};
+
+const char *kc_dtype_name(DLDataType t) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (dtypes[i].code == t.code && dtypes[i].bits == t.bits && t.lanes == 1)
+      return dtypes[i].name;
+  return "?";
+}
+
+int kc_dtype_parse(const char *name, size_t len, DLDataType *out) {
+  for (size_t i = 0; i < sizeof dtypes / sizeof dtypes[0]; i++)
+    if (strlen(dtypes[i].name) == len && !memcmp(dtypes[i].name, name, len)) {
+      *out = (DLDataType){.code = dtypes[i].code, .bits = dtypes[i].bits, .lanes = 1};
+      return 0;
+    }
+  return -1;
+}
+
+static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+
+int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
+  memset(a, 0, sizeof *a);
+  if (!text)
+    return kc_error_set(err, 0, "no tensors given");
+  const char *p = text;
+  uint64_t total = 0;
+  for (;;) {
+    while (isspace((unsigned char)*p) || *p == ',')
+      p++;
+    if (!*p)
+      break;
+    const char *word = p;
+    int wlen = 0;
+    while (word[wlen] && !isspace((unsigned char)word[wlen]))
+      wlen++;
+    if (a->n == KC_ARGS_MAX_TENSORS)
+      return kc_error_set(err, 0, "more than %d tensors", KC_ARGS_MAX_TENSORS);
+    kc_tensor_spec *t = &a->t[a->n];
+    const char *q = p;
+    while (isalnum((unsigned char)*q))
+      q++;
+    if (q == p)
+      return kc_error_set(err, 0, "expected a dtype at '%.*s'", wlen, word);
+    if (kc_dtype_parse(p, (size_t)(q - p), &t->dtype) < 0)
+      return kc_error_set(err, 0, "unknown dtype '%.*s' in '%.*s' (known: f32 f64 i32 i64 i8 u8 f16 bf16)",
+                          (int)(q - p), p, wlen, word);
+    if (*q != '[')
+      return kc_error_set(err, 0, "expected '[' after the dtype in '%.*s'", wlen, word);
+    q++;
+    t->numel = 1;
+    while (isspace((unsigned char)*q))
+      q++;
+    if (*q != ']') {
+      for (;;) {
+        while (isspace((unsigned char)*q))
+          q++;
+        if (!isdigit((unsigned char)*q))
+          return kc_error_set(err, 0, "expected a dimension in '%.*s'", wlen, word);
+        errno = 0;
+        char *end;
+        unsigned long long d = strtoull(q, &end, 10);
+        if (errno || d == 0 || d > (1ull << 40))
+          return kc_error_set(err, 0, "bad dimension in '%.*s' (must be 1..2^40)", wlen, word);
+        if (t->ndim == KC_ARGS_MAX_NDIM)
+          return kc_error_set(err, 0, "more than %d dimensions in '%.*s'", KC_ARGS_MAX_NDIM, wlen,
+                              word);
+        t->shape[t->ndim++] = (int64_t)d;
+        if (t->numel > KC_ARGS_MAX_BYTES / d)
+          return kc_error_set(err, 0, "tensor '%.*s' is too large", wlen, word);
+        t->numel *= d;
+        q = end;
+        while (isspace((unsigned char)*q))
+          q++;
+        if (*q == ',') {
+          q++;
+          continue;
+        }
+        break;
+      }
+    }
+    if (*q != ']')
+      return kc_error_set(err, 0, "expected ']' in '%.*s'", wlen, word);
+    q++;
+    if (!strncmp(q, ":out", 4) && (q[4] == 0 || isspace((unsigned char)q[4]) || q[4] == ',')) {
+      t->out = true;
+      q += 4;
+    } else if (*q && !isspace((unsigned char)*q) && *q != ',') {
+      return kc_error_set(err, 0, "unexpected '%.*s' after the shape in '%.*s' (only ':out')",
+                          (int)(word + wlen - q), q, wlen, word);
+    }
+    t->nbytes = t->numel * (t->dtype.bits / 8u);
+    total += align64(t->nbytes);
+    if (total > KC_ARGS_MAX_BYTES)
+      return kc_error_set(err, 0, "tensors too large (more than %llu bytes per set)",
+                          (unsigned long long)KC_ARGS_MAX_BYTES);
+    if (t->out)
+      a->out_bytes += t->nbytes;
+    else
+      a->in_bytes += t->nbytes;
+    a->n++;
+    p = q;
+  }
+  if (a->n == 0)
+    return kc_error_set(err, 0, "no tensors given");
+  bool any_out = false;
+  for (uint32_t i = 0; i < a->n; i++)
+    any_out |= a->t[i].out;
+  if (!any_out)
+    return kc_error_set(err, 0, "no output tensor (mark the kernel's outputs with ':out')");
+  return 0;
+}
+
+int kc_args_format(const kc_args_spec *a, char *buf, size_t len) {
+  size_t w = 0;
+  int total = 0;
+#define EMIT(...)                                                                                  \
+  do {                                                                                             \
+    int n_ = snprintf(buf + (w < len ? w : len), w < len ? len - w : 0, __VA_ARGS__);              \
+    if (n_ > 0) {                                                                                  \
+      w += (size_t)n_;                                                                             \
+      total += n_;                                                                                 \
+    }                                                                                              \
+  } while (0)
+  if (len)
+    buf[0] = 0;
+  for (uint32_t i = 0; i < a->n; i++) {
+    const kc_tensor_spec *t = &a->t[i];
+    EMIT("%s%s[", i ? " " : "", kc_dtype_name(t->dtype));
+    for (int d = 0; d < t->ndim; d++)
+      EMIT("%s%lld", d ? "," : "", (long long)t->shape[d]);
+    EMIT("]%s", t->out ? ":out" : "");
+  }
+#undef EMIT
+  return total;
+}
+
+/* Inputs first then outputs: the inputs of a set are one contiguous region that can be
+ * mapped read-only, the outputs another that the kernel may write. */
+uint64_t kc_args_offset(const kc_args_spec *a, uint32_t i) {
+  bool out = a->t[i].out;
+  uint64_t off = 0;
+  for (uint32_t j = 0; j < i; j++)
+    if (a->t[j].out == out)
+      off += align64(a->t[j].nbytes);
+  return off;
+}
+
+uint64_t kc_args_region_bytes(const kc_args_spec *a, bool out) {
+  uint64_t off = 0;
+  for (uint32_t j = 0; j < a->n; j++)
+    if (a->t[j].out == out)
+      off += align64(a->t[j].nbytes);
+  return off ? off : 64;
+}

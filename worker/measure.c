@@ -1,0 +1,364 @@
+/* The parent's half of measuring one kernel: TVM's time evaluator (reference/tvm.md
+ * §3.2) driven from outside the worker, plus the integrity checks of DESIGN.md §3.3.
+ * The clock is read here, around each request; the worker only runs `number` calls. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "measure_internal.h"
+#include "measure_kernel.h"
+
+static uint64_t rng_next(uint64_t *st) { return kc_splitmix64(st); }
+
+static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
+  m->status = s;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(m->message, sizeof m->message, fmt, ap);
+  va_end(ap);
+}
+
+/* A failed call -> the kernel's status.  Returns true when the call completed. */
+static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
+  switch (c->status) {
+  case KC_MCALL_OK:
+    return true;
+  case KC_MCALL_EXCEPTION:
+    if (!strncmp(c->message, "suspicious: ", 12))
+      set_status(m, KC_BENCH_SUSPICIOUS, "%s", c->message + 12);
+    else if (!strncmp(c->message, "error: ", 7))
+      set_status(m, KC_BENCH_ERROR, "%s", c->message + 7);
+    else
+      set_status(m, KC_BENCH_ERROR, "%s: %s", what, c->message);
+    return false;
+  case KC_MCALL_TIMEOUT:
+    set_status(m, KC_BENCH_TIMEOUT, "%s: no answer within the time limit", what);
+    return false;
+  case KC_MCALL_DIED:
+    break;
+  }
+  const kc_result *v = &c->verdict;
+  switch (v->status) {
+  case KC_STATUS_MEMORY:
+    set_status(m, KC_BENCH_MEMORY, "%s: the worker ran out of memory", what);
+    break;
+  case KC_STATUS_SYSCALL:
+    set_status(m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
+               v->syscall[0] ? v->syscall : "(unknown)");
+    break;
+  case KC_STATUS_PIDS:
+    set_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
+    break;
+  case KC_STATUS_TIMEOUT:
+    set_status(m, KC_BENCH_TIMEOUT, "%s: %s time limit", what, v->limit ? v->limit : "the");
+    break;
+  case KC_STATUS_SIGNALED:
+    set_status(m, KC_BENCH_CRASH, "%s: killed by %s", what, kc_signal_name(v->signal));
+    break;
+  case KC_STATUS_EXITED:
+  case KC_STATUS_OK:
+    set_status(m, KC_BENCH_CRASH, "%s: the worker exited (status %d)", what, v->exit_code);
+    break;
+  default:
+    set_status(m, KC_BENCH_ERROR, "%s: %s", what, v->message[0] ? v->message : "worker failed");
+  }
+  return false;
+}
+
+static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_error *err) {
+  double left = x->deadline - kc_now_s();
+  if (left <= 0) {
+    memset(c, 0, sizeof *c);
+    c->status = KC_MCALL_TIMEOUT;
+    return 0;
+  }
+  return kc_mrunner_call(x->runner, req, len, left, c, err);
+}
+
+/* Check the outputs of one call (set `set`, poisoned with `word`).  false when the
+ * kernel's status was set. */
+static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, uint32_t set,
+                         uint64_t word, const char *when) {
+  const kc_args_spec *a = x->spec;
+  uint64_t region = kc_args_region_bytes(a, true);
+  for (uint32_t i = 0; i < a->n; i++) {
+    const kc_tensor_spec *t = &a->t[i];
+    if (!t->out)
+      continue;
+    uint64_t off = kc_args_offset(a, i);
+    const unsigned char *g = got + off;
+    double err = 0;
+    if (x->ref) {
+      const unsigned char *want = x->ref + set * region + off;
+      if (kc_tensor_close(t, g, want, x->rtol, x->atol, &err)) {
+        if (err > m->max_abs_err || isnan(m->max_abs_err))
+          m->max_abs_err = err;
+        continue;
+      }
+    }
+    if (kc_poison_equal(g, t->nbytes, word)) {
+      set_status(m, KC_BENCH_SUSPICIOUS,
+                 "%s: output %u is still the poison (the kernel skipped its work, or its result "
+                 "depends on the output's old contents)", when, i);
+      return false;
+    }
+    if (!x->ref)
+      continue;
+    for (uint32_t s = 0; s < x->n_sets; s++) {
+      double e2;
+      if (s != set && kc_tensor_close(t, g, x->ref + s * region + off, x->rtol, x->atol, &e2)) {
+        set_status(m, KC_BENCH_SUSPICIOUS,
+                   "%s: output %u for input set %u is the answer for set %u (a memoised or "
+                   "stale result)", when, i, set, s);
+        return false;
+      }
+    }
+    m->max_abs_err = err;
+    set_status(m, KC_BENCH_WRONG_RESULT, "%s: output %u differs from the reference (max abs err %.3g)",
+               when, i, err);
+    return false;
+  }
+  return true;
+}
+
+static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_sets, 0};
+  size_t n = sizeof h;
+  memcpy(buf, &h, n);
+  const char *strs[4] = {x->artifact, x->entry, x->inputs, x->args_text};
+  for (int i = 0; i < 4; i++) {
+    size_t l = strlen(strs[i]) + 1;
+    if (n + l > cap)
+      return 0;
+    memcpy(buf + n, strs[i], l);
+    n += l;
+  }
+  return n;
+}
+
+/* One RUN request.  Returns 1 completed (reply validated, *rep points at the outputs),
+ * 0 kernel status set, -1 parent error. */
+static int run_req(kc_mctx *x, kc_kmeasure *m, const kc_mreq_run *req, kc_mcall *c,
+                   const unsigned char **outs, double *elapsed, const char *what, kc_error *err) {
+  double t0 = kc_now_s();
+  if (do_call(x, req, sizeof *req, c, err) < 0)
+    return -1;
+  double t1 = kc_now_s();
+  if (elapsed)
+    *elapsed = t1 - t0;
+  if (!outcome(m, c, what))
+    return 0;
+  uint64_t region = kc_args_region_bytes(x->spec, true);
+  kc_mreply_run rep;
+  if (c->value_len != sizeof rep + req->n_checks * region) {
+    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
+    return 0;
+  }
+  memcpy(&rep, c->value, sizeof rep);
+  if (rep.magic != KC_MPROTO_MAGIC || rep.n_checks != req->n_checks) {
+    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    return 0;
+  }
+  *outs = (const unsigned char *)c->value + sizeof rep;
+  return 1;
+}
+
+/* Parent-chosen, unpredictable: the kernel cannot know which calls are checked. */
+static uint32_t pick_checks(uint64_t *st, uint64_t number, uint32_t want, uint64_t *out) {
+  if (want > KC_MPROTO_MAX_CHECKS)
+    want = KC_MPROTO_MAX_CHECKS;
+  if (want >= number) {
+    for (uint64_t i = 0; i < number; i++)
+      out[i] = i;
+    return (uint32_t)number;
+  }
+  uint32_t n = 0;
+  while (n < want) {
+    uint64_t c = rng_next(st) % number;
+    bool dup = false;
+    for (uint32_t j = 0; j < n; j++)
+      dup |= out[j] == c;
+    if (!dup)
+      out[n++] = c;
+  }
+  for (uint32_t i = 1; i < n; i++) /* insertion sort */
+    for (uint32_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
+      uint64_t t = out[j];
+      out[j] = out[j - 1];
+      out[j - 1] = t;
+    }
+  return n;
+}
+
+int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
+  memset(m, 0, sizeof *m);
+  m->status = KC_BENCH_OK;
+  m->max_abs_err = NAN;
+  uint64_t st;
+  if (getrandom(&st, sizeof st, 0) != sizeof st)
+    st = (uint64_t)kc_now_s() * 1000003u;
+  uint64_t region = kc_args_region_bytes(x->spec, true);
+  kc_mcall c;
+
+  /* 1. Load (the worker seals itself once the code is in). */
+  unsigned char lbuf[4 * 4096 + 64];
+  size_t ln = fill_load(x, lbuf, sizeof lbuf);
+  if (!ln)
+    return kc_error_set(err, ENAMETOOLONG, "load request");
+  if (do_call(x, lbuf, ln, &c, err) < 0)
+    return -1;
+  bool ok = outcome(m, &c, "load");
+  kc_mcall_clear(&c);
+  if (!ok)
+    return 0;
+
+  /* 2. One untimed warm-up call (TVM), checked like any other. */
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1, .first_set = 0,
+                     .n_checks = 1, .poison_seed = rng_next(&st)};
+  const unsigned char *outs;
+  int r = run_req(x, m, &req, &c, &outs, NULL, "warm-up", err);
+  if (r <= 0) {
+    kc_mcall_clear(&c);
+    return r;
+  }
+  ok = check_output(x, m, outs, 0, kc_poison_word(req.poison_seed, 0), "warm-up");
+  kc_mcall_clear(&c);
+  if (!ok)
+    return 0;
+
+  /* 3. Every set twice, under different poison (seeds differ in the low bit): the
+   * outputs must match the reference and each other bit for bit. */
+  uint32_t nv = x->n_sets < KC_MPROTO_MAX_CHECKS ? x->n_sets : KC_MPROTO_MAX_CHECKS;
+  unsigned char *first = malloc(nv * region);
+  if (!first)
+    return kc_error_set(err, ENOMEM, "verify");
+  uint64_t vseed = rng_next(&st) & ~1ull;
+  for (int pass = 0; pass < 2; pass++) {
+    memset(&req, 0, sizeof req);
+    req.magic = KC_MPROTO_MAGIC;
+    req.op = KC_MOP_RUN;
+    req.number = nv;
+    req.first_set = 0;
+    req.n_checks = nv;
+    req.poison_seed = vseed | (uint64_t)pass;
+    for (uint32_t i = 0; i < nv; i++)
+      req.checks[i] = i;
+    r = run_req(x, m, &req, &c, &outs, NULL, "verify", err);
+    if (r <= 0) {
+      kc_mcall_clear(&c);
+      free(first);
+      return r;
+    }
+    for (uint32_t i = 0; i < nv && m->status == KC_BENCH_OK; i++) {
+      const unsigned char *g = outs + i * region;
+      uint64_t word = kc_poison_word(req.poison_seed, i);
+      /* Left as poison first: that is the clearest explanation. */
+      for (uint32_t t = 0; t < x->spec->n; t++)
+        if (x->spec->t[t].out &&
+            kc_poison_equal(g + kc_args_offset(x->spec, t), x->spec->t[t].nbytes, word))
+          set_status(m, KC_BENCH_SUSPICIOUS,
+                     "verify: output %u is still the poison (the kernel skipped its work, or its "
+                     "result depends on the output's old contents)", t);
+      if (m->status != KC_BENCH_OK)
+        break;
+      if (pass == 0) {
+        memcpy(first + i * region, g, region);
+        continue;
+      }
+      for (uint32_t t = 0; t < x->spec->n; t++) {
+        uint64_t off = kc_args_offset(x->spec, t);
+        if (x->spec->t[t].out && memcmp(first + i * region + off, g + off, x->spec->t[t].nbytes)) {
+          set_status(m, KC_BENCH_SUSPICIOUS,
+                     "verify: output %u for input set %u changed between two runs (it depends "
+                     "on the poison or is not deterministic)", t, i);
+          break;
+        }
+      }
+      if (m->status == KC_BENCH_OK)
+        check_output(x, m, g, i, word, "verify");
+    }
+    kc_mcall_clear(&c);
+    if (m->status != KC_BENCH_OK) {
+      free(first);
+      return 0;
+    }
+  }
+  free(first);
+
+  /* 4. Timing: `number` grown until a round lasts min_repeat_ms (golden-ratio growth or
+   * the predicted count), `repeat` rounds, rotating sets, random calls checked. */
+  uint64_t number = x->number ? x->number : 1;
+  m->run_secs = calloc(x->repeat, sizeof(double));
+  if (!m->run_secs)
+    return kc_error_set(err, ENOMEM, "run_secs");
+  for (uint32_t rep = 0; rep < x->repeat; rep++) {
+    for (unsigned zero = 0;;) {
+      if (x->flush_cache) {
+        kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
+        if (do_call(x, &f, 8, &c, err) < 0)
+          return -1;
+        ok = outcome(m, &c, "flush");
+        kc_mcall_clear(&c);
+        if (!ok)
+          return 0;
+      }
+      memset(&req, 0, sizeof req);
+      req.magic = KC_MPROTO_MAGIC;
+      req.op = KC_MOP_RUN;
+      req.number = number;
+      req.first_set = (uint32_t)(rng_next(&st) % x->n_sets);
+      req.poison_seed = rng_next(&st);
+      req.n_checks = pick_checks(&st, number, x->checks, req.checks);
+      double dt;
+      r = run_req(x, m, &req, &c, &outs, &dt, "timed run", err);
+      if (r <= 0) {
+        kc_mcall_clear(&c);
+        return r;
+      }
+      for (uint32_t k = 0; k < req.n_checks; k++) {
+        uint32_t set = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
+        if (!check_output(x, m, outs + k * region, set, kc_poison_word(req.poison_seed, req.checks[k]),
+                          "timed run")) {
+          /* It passed the untimed checks and failed a timed one: it behaves differently
+           * when it is being timed. */
+          if (m->status == KC_BENCH_WRONG_RESULT) {
+            char msg[sizeof m->message];
+            snprintf(msg, sizeof msg, "%s", m->message);
+            set_status(m, KC_BENCH_SUSPICIOUS, "%s, after passing the untimed checks", msg);
+          }
+          kc_mcall_clear(&c);
+          return 0;
+        }
+      }
+      kc_mcall_clear(&c);
+      double ms = dt * 1e3;
+      if (ms >= x->min_repeat_ms || number >= (1ull << 32)) {
+        m->run_secs[rep] = dt / (double)number;
+        break;
+      }
+      if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
+        m->run_secs[rep] = 0;
+        break;
+      }
+      double per = ms / (double)number;
+      double grow = per > 0 ? x->min_repeat_ms / per + 1 : (double)number * 1.618;
+      double g2 = (double)number * 1.618;
+      uint64_t next = (uint64_t)(grow > g2 ? grow : g2);
+      number = next > number ? next : number + 1;
+    }
+    m->repeat = rep + 1;
+    if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
+      struct timespec ts = {(time_t)(x->cooldown_ms / 1000),
+                            (long)(fmod(x->cooldown_ms, 1000) * 1e6)};
+      nanosleep(&ts, NULL);
+    }
+  }
+  m->number = number;
+  return 0;
+}

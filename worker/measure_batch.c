@@ -1,0 +1,549 @@
+/* kc_bench_run_batch: the whole `kcage bench` job.  Inputs generated once per batch
+ * into a read-only file, builds in parallel (content-addressed cache), the reference's
+ * outputs computed in their own worker, then every kernel measured in a fresh worker,
+ * one after another (parallel measurements on a small machine would time each other). */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+
+/* Paths are built from directories whose length was checked when they were made; a
+ * truncated name fails at open(), never silently. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wformat-truncation"
+#endif
+#include "measure_internal.h"
+#include "measure_kernel.h"
+
+const char *kc_bench_status_name(kc_bench_status s) {
+  static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
+                                      "crash", "syscall",     "error",        "suspicious"};
+  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "error";
+}
+
+int kc_bench_status_parse(const char *name, kc_bench_status *out) {
+  for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++)
+    if (!strcmp(name, kc_bench_status_name((kc_bench_status)s))) {
+      *out = (kc_bench_status)s;
+      return 0;
+    }
+  return -1;
+}
+
+void kc_bench_config_init(kc_bench_config *c) {
+  memset(c, 0, sizeof *c);
+  c->rtol = -1;
+  c->atol = -1;
+  c->min_repeat_ms = -1;
+}
+
+#pragma weak kc_bench_remote_run
+
+/* ---- one kernel's bookkeeping ------------------------------------------------------- */
+typedef struct item {
+  const char *path;
+  bool is_source;
+  kc_build_result build; /* status, artifact, build_s, message */
+  bool build_done;
+  int dup_of;            /* index of the item with identical source, or -1 */
+  char *src;             /* contents (sources only) */
+  size_t src_len;
+  char staged[PATH_MAX]; /* the artifact's copy in the session dir */
+  kc_kmeasure m;
+  bool measured;
+  kc_bench_status status;
+  char message[2048];
+} item;
+
+typedef struct build_queue {
+  pthread_mutex_t mu;
+  item *items;
+  size_t n, next, done;
+  const kc_build_opts *opts;
+  const kc_bench_config *cfg;
+} build_queue;
+
+static void *build_thread(void *arg) {
+  build_queue *q = arg;
+  for (;;) {
+    pthread_mutex_lock(&q->mu);
+    size_t i = q->next;
+    while (i < q->n && (!q->items[i].is_source || q->items[i].dup_of >= 0))
+      i++;
+    q->next = i + 1;
+    pthread_mutex_unlock(&q->mu);
+    if (i >= q->n)
+      return NULL;
+    item *it = &q->items[i];
+    kc_error err = {0};
+    if (kc_build_kernel(q->opts, it->path, &it->build, &err) < 0) {
+      it->build.status = KC_BUILD_FAILED;
+      snprintf(it->build.message, sizeof it->build.message, "%s", err.msg);
+    }
+    pthread_mutex_lock(&q->mu);
+    it->build_done = true;
+    q->done++;
+    size_t done = q->done;
+    pthread_mutex_unlock(&q->mu);
+    (void)done;
+  }
+}
+
+static bool has_suffix(const char *s, const char *suf) {
+  size_t a = strlen(s), b = strlen(suf);
+  return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int copy_file(const char *from, const char *to, kc_error *err) {
+  kc_cleanup_free char *data = NULL;
+  size_t len;
+  if (kc_read_file(from, &data, &len, 1u << 30, err) < 0)
+    return -1;
+  return kc_write_file(to, data, len, 0444, err);
+}
+
+static void device_name(char *buf, size_t len) {
+  char host[256] = "localhost", model[256] = "";
+  gethostname(host, sizeof host - 1);
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (f) {
+    char line[512];
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+        char *v = strchr(line, ':') + 1;
+        while (*v == ' ')
+          v++;
+        v[strcspn(v, "\n")] = 0;
+        snprintf(model, sizeof model, "%s", v);
+        break;
+      }
+    fclose(f);
+  }
+  snprintf(buf, len, "local:%s%s%s", host, model[0] ? " " : "", model);
+}
+
+static double stat_median(const double *v, size_t n) {
+  double *t = malloc(n * sizeof *t);
+  if (!t || !n) {
+    free(t);
+    return NAN;
+  }
+  memcpy(t, v, n * sizeof *t);
+  for (size_t i = 1; i < n; i++)
+    for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1];
+      t[j - 1] = x;
+    }
+  double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+  free(t);
+  return m;
+}
+
+static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+
+static json_t *record(const item *it, const char *device) {
+  json_t *o = json_object();
+  json_object_set_new(o, "kernel", json_string(it->path));
+  json_object_set_new(o, "status", json_string(kc_bench_status_name(it->status)));
+  json_object_set_new(o, "message", it->message[0] ? json_string(it->message) : json_null());
+  bool timed = it->status == KC_BENCH_OK && it->m.repeat > 0;
+  if (timed) {
+    json_t *rs = json_array();
+    double mn = INFINITY, sum = 0, sq = 0;
+    for (uint32_t i = 0; i < it->m.repeat; i++) {
+      double v = it->m.run_secs[i];
+      json_array_append_new(rs, json_real(v));
+      mn = v < mn ? v : mn;
+      sum += v;
+    }
+    double mean = sum / it->m.repeat;
+    for (uint32_t i = 0; i < it->m.repeat; i++)
+      sq += (it->m.run_secs[i] - mean) * (it->m.run_secs[i] - mean);
+    double sd = it->m.repeat > 1 ? sqrt(sq / (it->m.repeat - 1)) : 0;
+    json_object_set_new(o, "run_secs", rs);
+    json_object_set_new(o, "median_s", num_or_null(stat_median(it->m.run_secs, it->m.repeat)));
+    json_object_set_new(o, "min_s", num_or_null(mn));
+    json_object_set_new(o, "cv", num_or_null(mean > 0 ? sd / mean : NAN));
+    json_object_set_new(o, "number", json_integer((json_int_t)it->m.number));
+    json_object_set_new(o, "repeat", json_integer(it->m.repeat));
+  } else {
+    json_object_set_new(o, "run_secs", json_null());
+    json_object_set_new(o, "median_s", json_null());
+    json_object_set_new(o, "min_s", json_null());
+    json_object_set_new(o, "cv", json_null());
+    json_object_set_new(o, "number", json_null());
+    json_object_set_new(o, "repeat", json_null());
+  }
+  json_object_set_new(o, "max_abs_err", it->measured ? num_or_null(it->m.max_abs_err) : json_null());
+  json_object_set_new(o, "build_s", it->is_source && it->build_done &&
+                                            it->build.status != KC_BUILD_FAILED
+                                        ? json_real(it->build.build_s)
+                                        : json_null());
+  json_object_set_new(o, "device", json_string(device));
+  return o;
+}
+
+/* Map a finished build onto the kernel's status; true when it can be measured. */
+static bool build_verdict(item *it) {
+  switch (it->build.status) {
+  case KC_BUILD_OK:
+  case KC_BUILD_CACHED:
+    return true;
+  case KC_BUILD_ERROR:
+    it->status = KC_BENCH_BUILD_ERROR;
+    snprintf(it->message, sizeof it->message, "%s", it->build.message);
+    return false;
+  case KC_BUILD_TIMEOUT:
+  case KC_BUILD_MEMORY:
+    it->status = KC_BENCH_BUILD_ERROR;
+    snprintf(it->message, sizeof it->message, "%s", it->build.message);
+    return false;
+  default:
+    it->status = KC_BENCH_ERROR;
+    snprintf(it->message, sizeof it->message, "build: %s", it->build.message);
+    return false;
+  }
+}
+
+typedef struct session {
+  char dir[PATH_MAX];
+  char inputs[PATH_MAX + 16];
+  kc_args_spec spec;
+  uint32_t n_sets;
+  uint64_t out_region;
+} session;
+
+static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
+  const char *tmp = getenv("TMPDIR");
+  snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
+  if (!mkdtemp(s->dir))
+    return kc_error_set(err, errno, "mkdtemp %s", s->dir);
+  chmod(s->dir, 0755);
+  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->dir);
+  uint64_t in_region = kc_args_region_bytes(&s->spec, false);
+  size_t len = (size_t)(in_region * s->n_sets);
+  unsigned char *buf = calloc(1, len);
+  if (!buf)
+    return kc_error_set(err, ENOMEM, "inputs (%zu bytes)", len);
+  for (uint32_t k = 0; k < s->n_sets; k++)
+    for (uint32_t i = 0; i < s->spec.n; i++)
+      if (!s->spec.t[i].out)
+        kc_data_fill(&s->spec.t[i], buf + k * in_region + kc_args_offset(&s->spec, i), cfg->seed, k,
+                     i);
+  int rc = kc_write_file(s->inputs, buf, len, 0444, err);
+  free(buf);
+  return rc;
+}
+
+static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+                     const char *artifact, const unsigned char *ref) {
+  memset(x, 0, sizeof *x);
+  x->runner = r;
+  x->spec = &s->spec;
+  x->args_text = cfg->args;
+  x->artifact = artifact;
+  x->entry = cfg->entry ? cfg->entry : "kernel";
+  x->inputs = s->inputs;
+  x->n_sets = s->n_sets;
+  x->ref = ref;
+  x->rtol = cfg->rtol < 0 ? 1e-4 : cfg->rtol;
+  x->atol = cfg->atol < 0 ? 1e-5 : cfg->atol;
+  x->number = cfg->number ? cfg->number : 1;
+  x->repeat = cfg->repeat ? cfg->repeat : 5;
+  x->min_repeat_ms = cfg->min_repeat_ms < 0 ? 20 : cfg->min_repeat_ms;
+  x->cooldown_ms = cfg->cooldown_ms;
+  x->flush_cache = cfg->flush_cache;
+  x->checks = cfg->checks ? cfg->checks : 2;
+  x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
+}
+
+/* The truth: the reference's outputs for every set, computed twice in its own worker
+ * (under different poison) and required to agree bit for bit. */
+static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+                             const char *artifact, unsigned char **out, kc_error *err) {
+  kc_mctx x;
+  fill_ctx(&x, cfg, s, r, artifact, NULL);
+  kc_mcall c;
+  unsigned char lbuf[4 * 4096 + 64];
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_sets, 0};
+  size_t n = sizeof h;
+  memcpy(lbuf, &h, n);
+  const char *strs[4] = {artifact, x.entry, s->inputs, cfg->args};
+  for (int i = 0; i < 4; i++) {
+    size_t l = strlen(strs[i]) + 1;
+    if (n + l > sizeof lbuf)
+      return kc_error_set(err, ENAMETOOLONG, "reference load");
+    memcpy(lbuf + n, strs[i], l);
+    n += l;
+  }
+  if (kc_mrunner_call(r, lbuf, n, 30, &c, err) < 0)
+    return -1;
+  kc_kmeasure m = {0};
+  if (c.status != KC_MCALL_OK) {
+    kc_error_set(err, 0, "%s", c.status == KC_MCALL_EXCEPTION ? c.message : "the worker failed");
+    if (c.status == KC_MCALL_DIED)
+      kc_error_set(err, 0, "%s", c.verdict.message);
+    else if (c.status == KC_MCALL_TIMEOUT)
+      kc_error_set(err, 0, "timed out while loading");
+    kc_mcall_clear(&c);
+    return -1;
+  }
+  kc_mcall_clear(&c);
+  (void)m;
+  unsigned char *res = malloc(s->n_sets * s->out_region);
+  if (!res)
+    return kc_error_set(err, ENOMEM, "reference outputs");
+  uint64_t seed;
+  if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
+    seed = 42;
+  seed &= ~1ull;
+  for (int pass = 0; pass < 2; pass++) {
+    uint32_t done = 0;
+    while (done < s->n_sets) {
+      uint32_t k = s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
+      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = k,
+                         .first_set = done, .n_checks = k, .poison_seed = seed | (uint64_t)pass};
+      for (uint32_t i = 0; i < k; i++)
+        req.checks[i] = i;
+      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) < 0) {
+        free(res);
+        return -1;
+      }
+      if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run) + k * s->out_region) {
+        if (c.status == KC_MCALL_EXCEPTION)
+          kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
+        else if (c.status == KC_MCALL_TIMEOUT)
+          kc_error_set(err, 0, "ran past the time limit");
+        else if (c.status == KC_MCALL_DIED)
+          kc_error_set(err, 0, "%s", c.verdict.message);
+        else
+          kc_error_set(err, 0, "malformed reply");
+        kc_mcall_clear(&c);
+        free(res);
+        return -1;
+      }
+      const unsigned char *o = (const unsigned char *)c.value + sizeof(kc_mreply_run);
+      for (uint32_t i = 0; i < k; i++) {
+        unsigned char *dst = res + (done + i) * s->out_region;
+        if (pass == 0) {
+          memcpy(dst, o + i * s->out_region, s->out_region);
+          continue;
+        }
+        for (uint32_t t = 0; t < s->spec.n; t++) {
+          uint64_t off = kc_args_offset(&s->spec, t);
+          if (s->spec.t[t].out && memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
+            kc_mcall_clear(&c);
+            free(res);
+            return kc_error_set(err, 0, "its output %u depends on the poison or is not deterministic", t);
+          }
+        }
+      }
+      kc_mcall_clear(&c);
+      done += k;
+    }
+  }
+  *out = res;
+  return 0;
+}
+
+int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
+                       json_t **records, kc_error *err) {
+  return kc_bench_run_batch_ex(cfg, kernels, n, records, NULL, err);
+}
+
+int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
+                          json_t **records, json_t **reference_record, kc_error *err) {
+  *records = NULL;
+  if (reference_record)
+    *reference_record = NULL;
+  if (cfg->tracker) {
+    if (!kc_bench_remote_run)
+      return kc_error_set(err, 0, "--tracker: remote runs are not available in this build");
+    return kc_bench_remote_run(cfg, kernels, n, records, err);
+  }
+  session s = {0};
+  if (kc_args_parse(cfg->args, &s.spec, err) < 0)
+    return kc_error_prefix(err, "--args");
+  s.n_sets = cfg->sets ? cfg->sets : 4;
+  if (s.n_sets > 64)
+    return kc_error_set(err, 0, "too many input sets (at most 64)");
+  s.out_region = kc_args_region_bytes(&s.spec, true);
+  if ((kc_args_region_bytes(&s.spec, false) + s.out_region) * s.n_sets > (4ull << 30))
+    return kc_error_set(err, 0, "--args: %u sets of these tensors exceed 4 GiB", s.n_sets);
+  if (n == 0)
+    return kc_error_set(err, 0, "no kernels given");
+  for (size_t i = 0; i < n; i++)
+    if (access(kernels[i], R_OK) < 0)
+      return kc_error_set(err, errno, "%s", kernels[i]);
+  if (cfg->reference && access(cfg->reference, R_OK) < 0)
+    return kc_error_set(err, errno, "--reference %s", cfg->reference);
+
+  /* Items: the kernels, then the reference (built and measured like any kernel, for
+   * the speed-up, unless it is one of them). */
+  size_t total = n + (cfg->reference ? 1 : 0);
+  item *items = calloc(total, sizeof *items);
+  if (!items)
+    return kc_error_set(err, ENOMEM, "batch");
+  int rc = -1;
+  unsigned char *ref_out = NULL;
+  kc_mrunner *runner = NULL;
+  bool have_session = false;
+  char device[512];
+  device_name(device, sizeof device);
+  for (size_t i = 0; i < total; i++) {
+    item *it = &items[i];
+    it->path = i < n ? kernels[i] : cfg->reference;
+    it->dup_of = -1;
+    if (has_suffix(it->path, ".so")) {
+      it->is_source = false;
+    } else if (has_suffix(it->path, ".c")) {
+      it->is_source = true;
+      if (kc_read_file(it->path, &it->src, &it->src_len, 16u << 20, err) < 0)
+        goto out;
+      for (size_t j = 0; j < i; j++)
+        if (items[j].is_source && items[j].dup_of < 0 && items[j].src_len == it->src_len &&
+            !memcmp(items[j].src, it->src, it->src_len)) {
+          it->dup_of = (int)j;
+          break;
+        }
+    } else {
+      kc_error_set(err, 0, "%s: not a kernel (want a .c source or a .so shared object)", it->path);
+      goto out;
+    }
+  }
+  size_t ref_index = SIZE_MAX;
+  if (cfg->reference) {
+    ref_index = n;
+    char a[PATH_MAX], b[PATH_MAX];
+    if (realpath(cfg->reference, a))
+      for (size_t i = 0; i < n; i++)
+        if (realpath(kernels[i], b) && !strcmp(a, b)) {
+          ref_index = i;
+          break;
+        }
+  }
+
+  /* Build. */
+  {
+    build_queue q = {.mu = PTHREAD_MUTEX_INITIALIZER, .items = items, .n = total, .opts = &cfg->build, .cfg = cfg};
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned nt = cfg->workers ? cfg->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
+    if (nt > 64)
+      nt = 64;
+    pthread_t th[64];
+    unsigned started = 0;
+    if (cfg->progress)
+      cfg->progress(cfg->progress_ctx, "build", 0, total);
+    for (unsigned t = 0; t < nt; t++)
+      if (pthread_create(&th[t], NULL, build_thread, &q) == 0)
+        started++;
+    if (!started)
+      build_thread(&q);
+    for (unsigned t = 0; t < started; t++)
+      pthread_join(th[t], NULL);
+    for (size_t i = 0; i < total; i++)
+      if (items[i].dup_of >= 0) {
+        items[i].build = items[items[i].dup_of].build;
+        items[i].build_done = true;
+        if (items[i].build.status == KC_BUILD_OK) { /* compiled once, for the other copy */
+          items[i].build.status = KC_BUILD_CACHED;
+          items[i].build.build_s = 0;
+        }
+      }
+  }
+
+  if (make_session(cfg, &s, err) < 0)
+    goto out;
+  have_session = true;
+  for (size_t i = 0; i < total; i++) {
+    item *it = &items[i];
+    const char *art = it->path;
+    if (it->is_source) {
+      if (!build_verdict(it))
+        continue;
+      art = it->build.artifact;
+    }
+    snprintf(it->staged, sizeof it->staged, "%s/k%zu.so", s.dir, i);
+    if (copy_file(art, it->staged, err) < 0)
+      goto out;
+  }
+
+  kc_mrunner_opts ro = {.bind_dir = s.dir,
+                        .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
+                        .max_arg_bytes = 64 * 1024,
+                        .max_result_bytes = sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
+  if (kc_mrunner_new(&ro, &runner, err) < 0)
+    goto out;
+
+  /* The truth, from the reference in its own worker. */
+  if (cfg->reference) {
+    item *ri = &items[ref_index];
+    if (!ri->staged[0]) {
+      kc_error_set(err, 0, "--reference %s: %s", cfg->reference, ri->message);
+      goto out;
+    }
+    int r = reference_outputs(cfg, &s, runner, ri->staged, &ref_out, err);
+    kc_mrunner_reset(runner);
+    if (r < 0) {
+      kc_error_prefix(err, "--reference %s (with --args '%s')", cfg->reference, cfg->args);
+      goto out;
+    }
+  }
+
+  /* Measure, one kernel per fresh worker (a sealed worker cannot load another). */
+  size_t to_measure = 0, measured = 0;
+  for (size_t i = 0; i < total; i++)
+    to_measure += items[i].staged[0] != 0 && !(i == n && ref_index != n);
+  for (size_t i = 0; i < total; i++) {
+    item *it = &items[i];
+    if (!it->staged[0] || (i == n && ref_index != n))
+      continue;
+    if (cfg->progress)
+      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
+    kc_mctx x;
+    fill_ctx(&x, cfg, &s, runner, it->staged, ref_out);
+    if (kc_measure_kernel(&x, &it->m, err) < 0) {
+      kc_error_prefix(err, "%s", it->path);
+      goto out;
+    }
+    kc_mrunner_reset(runner);
+    it->measured = true;
+    it->status = it->m.status;
+    snprintf(it->message, sizeof it->message, "%s", it->m.message);
+    measured++;
+  }
+  if (cfg->progress)
+    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
+
+  json_t *arr = json_array();
+  for (size_t i = 0; i < n; i++)
+    json_array_append_new(arr, record(&items[i], device));
+  if (cfg->reference && reference_record) { /* for the speed-up column */
+    json_t *r = record(&items[ref_index], device);
+    json_object_set_new(r, "kernel", json_string(cfg->reference));
+    *reference_record = r;
+  }
+  *records = arr;
+  rc = 0;
+out:
+  kc_mrunner_free(runner);
+  free(ref_out);
+  for (size_t i = 0; i < total; i++) {
+    free(items[i].src);
+    free(items[i].m.run_secs);
+  }
+  free(items);
+  if (have_session)
+    kc_rm_rf(s.dir);
+  return rc;
+}

@@ -1,0 +1,404 @@
+/* The in-worker half of `kcage bench`: load one kernel, map the inputs read-only, then
+ * run `number` calls per request with outputs poisoned before each call.  Nothing here
+ * reads a clock: the parent times each request from outside (DESIGN.md §3.3). */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <seccomp.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kcage/worker.h"
+
+/* Defined by the worker runtime when it is linked; the plain runner seals itself. */
+#pragma weak kc_runtime_seal_exec
+#include "measure_internal.h"
+
+typedef int (*kc_kernel_fn)(DLTensor *args, int32_t num_args);
+
+struct kc_mstate {
+  kc_args_spec spec;
+  uint32_t n_sets;
+  uint64_t in_region, out_region;
+  unsigned char *in;  /* n_sets * in_region, PROT_READ, shared file mapping */
+  size_t in_len;
+  unsigned char *out; /* n_sets * out_region, private */
+  size_t out_len;
+  DLTensor *pristine; /* n_sets * n */
+  DLTensor *live;     /* what the kernel gets; restored before each call */
+  int64_t *shapes;    /* n_sets * n * KC_ARGS_MAX_NDIM */
+  void *dl;
+  kc_kernel_fn fn;
+};
+
+/* Set by the plain-process runner: seal with our own filter (the pool's worker runtime
+ * is not around to report violations). */
+bool kc_mhandler_plain;
+int kc_mhandler_report_fd = -1;
+
+static void errf(char *buf, size_t cap, const char *fmt, ...) {
+  if (!buf || !cap)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, cap, fmt, ap);
+  va_end(ap);
+}
+
+/* ---- faults: a write into a read-only input is a cheat, named as such ---------- */
+static sigjmp_buf fault_env;
+static volatile sig_atomic_t fault_armed;
+static unsigned char *fault_lo, *fault_hi;
+static volatile uintptr_t fault_addr;
+
+static void on_fault(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  unsigned char *a = si->si_addr;
+  if (fault_armed && a >= fault_lo && a < fault_hi) {
+    fault_armed = 0;
+    fault_addr = (uintptr_t)a;
+    siglongjmp(fault_env, 1);
+  }
+  signal(sig, SIG_DFL); /* anything else: die of it, the parent names the signal */
+}
+
+static void on_sigsys(int sig, siginfo_t *si, void *uc) {
+  (void)sig;
+  (void)uc;
+  /* Plain runner only: tell the parent which syscall, then die.  A kernel could write
+   * the same frame itself; it would only get its own kernel marked `syscall`. */
+  if (kc_mhandler_report_fd >= 0) {
+    uint32_t frame[3] = {8, 2, (uint32_t)si->si_syscall};
+    ssize_t w = write(kc_mhandler_report_fd, frame, sizeof frame);
+    (void)w;
+  }
+  _exit(128 + SIGSYS);
+}
+
+static int install_fault_handlers(void) {
+  static char altstack[64 * 1024];
+  stack_t ss = {.ss_sp = altstack, .ss_size = sizeof altstack};
+  sigaltstack(&ss, NULL);
+  struct sigaction sa = {0};
+  sa.sa_sigaction = on_fault;
+  sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, NULL) < 0 || sigaction(SIGBUS, &sa, NULL) < 0)
+    return -1;
+  if (kc_mhandler_plain) {
+    sa.sa_sigaction = on_sigsys;
+    sigaction(SIGSYS, &sa, NULL);
+  }
+  return 0;
+}
+
+/* ---- the plain runner's own lockdown (the pool's workers use the measure policy and
+ * kc_runtime_seal_exec instead) -------------------------------------------------- */
+static int seal_plain(bool after_load) {
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx)
+    return -1;
+  int rc = 0;
+  if (!after_load) {
+    static const char *const forbidden[] = {
+        "fork",    "vfork",    "clone",     "clone3",      "execve",  "execveat", "socket",
+        "socketpair", "connect", "bind",    "listen",      "accept",  "accept4",  "ptrace",
+        "process_vm_writev", "process_vm_readv", "setsid", "unshare", "setns", "io_uring_setup"};
+    for (size_t i = 0; i < sizeof forbidden / sizeof forbidden[0]; i++) {
+      int nr = seccomp_syscall_resolve_name(forbidden[i]);
+      if (nr != __NR_SCMP_ERROR)
+        rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, nr, 0);
+    }
+    /* Signals only to itself. */
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(kill), 1,
+                           SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)getpid()));
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(tgkill), 1,
+                           SCMP_A0(SCMP_CMP_NE, (scmp_datum_t)getpid()));
+  } else {
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mmap), 1,
+                           SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mprotect), 1,
+                           SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(pkey_mprotect), 1,
+                           SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+    /* The SIGSYS handler must stay ours. */
+    rc |= seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(rt_sigaction), 1,
+                           SCMP_A0(SCMP_CMP_EQ, SIGSYS));
+  }
+  if (rc == 0)
+    rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  return rc ? -1 : 0;
+}
+
+void kc_mstate_free(kc_mstate *s) {
+  if (!s)
+    return;
+  fault_armed = 0;
+  /* The kernel's library stays loaded: its destructors are untrusted code too. */
+  if (s->in)
+    munmap(s->in, s->in_len);
+  if (s->out)
+    munmap(s->out, s->out_len);
+  free(s->pristine);
+  free(s->live);
+  free(s->shapes);
+  free(s);
+}
+
+int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
+                   const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap) {
+  *out = NULL;
+  kc_mstate *s = calloc(1, sizeof *s);
+  if (!s) {
+    errf(errbuf, errcap, "error: out of memory");
+    return -1;
+  }
+  kc_error err;
+  if (kc_args_parse(args, &s->spec, &err) < 0) {
+    errf(errbuf, errcap, "error: --args: %s", err.msg);
+    goto fail;
+  }
+  if (n_sets == 0 || n_sets > 64) {
+    errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
+    goto fail;
+  }
+  s->n_sets = n_sets;
+  s->in_region = kc_args_region_bytes(&s->spec, false);
+  s->out_region = kc_args_region_bytes(&s->spec, true);
+  int fd = open(inputs, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errf(errbuf, errcap, "error: open inputs %s: %s", inputs, strerror(errno));
+    goto fail;
+  }
+  struct stat st;
+  s->in_len = (size_t)(s->in_region * n_sets);
+  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != s->in_len) {
+    close(fd);
+    errf(errbuf, errcap, "error: inputs file has the wrong size");
+    goto fail;
+  }
+  /* Shared + read-only descriptor: mprotect can never make it writable. */
+  s->in = mmap(NULL, s->in_len, PROT_READ, MAP_SHARED, fd, 0);
+  close(fd);
+  if (s->in == MAP_FAILED) {
+    s->in = NULL;
+    errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
+    goto fail;
+  }
+  s->out_len = (size_t)(s->out_region * n_sets);
+  s->out = mmap(NULL, s->out_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (s->out == MAP_FAILED) {
+    s->out = NULL;
+    errf(errbuf, errcap, "error: map outputs: %s", strerror(errno));
+    goto fail;
+  }
+  uint32_t n = s->spec.n;
+  s->pristine = calloc((size_t)n_sets * n, sizeof(DLTensor));
+  s->live = calloc((size_t)n_sets * n, sizeof(DLTensor));
+  s->shapes = calloc((size_t)n_sets * n * KC_ARGS_MAX_NDIM, sizeof(int64_t));
+  if (!s->pristine || !s->live || !s->shapes) {
+    errf(errbuf, errcap, "error: out of memory");
+    goto fail;
+  }
+  for (uint32_t k = 0; k < n_sets; k++)
+    for (uint32_t i = 0; i < n; i++) {
+      const kc_tensor_spec *t = &s->spec.t[i];
+      DLTensor *d = &s->pristine[k * n + i];
+      int64_t *shape = &s->shapes[((size_t)k * n + i) * KC_ARGS_MAX_NDIM];
+      memcpy(shape, t->shape, sizeof t->shape);
+      unsigned char *base = t->out ? s->out + k * s->out_region : s->in + k * s->in_region;
+      d->data = base + kc_args_offset(&s->spec, i);
+      d->device = (DLDevice){kDLCPU, 0};
+      d->ndim = t->ndim;
+      d->dtype = t->dtype;
+      d->shape = shape;
+      d->strides = NULL;
+      d->byte_offset = 0;
+    }
+  install_fault_handlers();
+  if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
+    errf(errbuf, errcap, "error: cannot install the seccomp filter");
+    goto fail;
+  }
+  s->dl = dlopen(artifact, RTLD_NOW | RTLD_LOCAL);
+  if (!s->dl) {
+    const char *e = dlerror();
+    errf(errbuf, errcap, "error: cannot load the kernel: %s", e ? e : "?");
+    goto fail;
+  }
+  s->fn = (kc_kernel_fn)(uintptr_t)dlsym(s->dl, entry);
+  if (!s->fn) {
+    errf(errbuf, errcap, "error: the kernel has no symbol '%s' (the entry point; see --entry)",
+         entry);
+    goto fail;
+  }
+  if (seal) {
+    int rc = kc_mhandler_plain || !kc_runtime_seal_exec ? seal_plain(true) : kc_runtime_seal_exec();
+    if (rc < 0) {
+      errf(errbuf, errcap, "error: cannot seal the worker: %s", strerror(errno));
+      goto fail;
+    }
+  }
+  *out = s;
+  return 0;
+fail:
+  kc_mstate_free(s);
+  return -1;
+}
+
+int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap,
+                  size_t *out_len, char *errbuf, size_t errcap) {
+  *out_len = 0;
+  if (req->number == 0 || req->first_set >= s->n_sets || req->n_checks > KC_MPROTO_MAX_CHECKS) {
+    errf(errbuf, errcap, "error: bad run request");
+    return -1;
+  }
+  for (uint32_t c = 0; c < req->n_checks; c++)
+    if (req->checks[c] >= req->number || (c && req->checks[c] <= req->checks[c - 1])) {
+      errf(errbuf, errcap, "error: bad run request");
+      return -1;
+    }
+  size_t need = sizeof(kc_mreply_run) + (size_t)req->n_checks * s->out_region;
+  if (out_cap < need) {
+    errf(errbuf, errcap, "error: result buffer too small");
+    return -1;
+  }
+  uint32_t n = s->spec.n;
+  unsigned char *dst = (unsigned char *)out + sizeof(kc_mreply_run);
+  uint32_t ci = 0;
+  fault_lo = s->in;
+  fault_hi = s->in + s->in_len;
+  if (sigsetjmp(fault_env, 1)) {
+    uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
+    int which = -1;
+    for (uint32_t i = 0; i < n; i++)
+      if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
+          off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
+        which = (int)i;
+    errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+    return -1;
+  }
+  fault_armed = 1;
+  uint32_t set = req->first_set;
+  for (uint64_t i = 0; i < req->number; i++) {
+    unsigned char *o = s->out + set * s->out_region;
+    kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
+    DLTensor *args = &s->live[set * n];
+    memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
+    int rc = s->fn(args, (int32_t)n);
+    if (rc != 0) {
+      fault_armed = 0;
+      errf(errbuf, errcap, "error: the kernel returned %d", rc);
+      return -1;
+    }
+    if (ci < req->n_checks && req->checks[ci] == i) {
+      memcpy(dst + (size_t)ci * s->out_region, o, s->out_region);
+      ci++;
+    }
+    if (++set == s->n_sets)
+      set = 0;
+  }
+  fault_armed = 0;
+  kc_mreply_run rep = {KC_MPROTO_MAGIC, req->n_checks};
+  memcpy(out, &rep, sizeof rep);
+  *out_len = need;
+  return 0;
+}
+
+void kc_mstate_flush(kc_mstate *s) {
+#if defined(__x86_64__) || defined(__i386__)
+  for (size_t i = 0; i < s->in_len; i += 64)
+    __builtin_ia32_clflush(s->in + i);
+  for (size_t i = 0; i < s->out_len; i += 64)
+    __builtin_ia32_clflush(s->out + i);
+  __builtin_ia32_mfence();
+#else
+  /* Elsewhere: push the tensors out by streaming through a buffer larger than the LLC. */
+  static unsigned char *junk;
+  size_t len = 64u << 20;
+  if (!junk)
+    junk = malloc(len);
+  if (junk)
+    for (size_t i = 0; i < len; i += 64)
+      ((volatile unsigned char *)junk)[i]++;
+#endif
+}
+
+/* ---- the built-in "measure" handler of kcage-worker ----------------------------- */
+static kc_mstate *g_state;
+
+int kc_handler_measure(kc_call *call) {
+  uint32_t hdr[2];
+  if (call->arg_len < sizeof hdr) {
+    errf(call->error, call->error_cap, "error: short measure request");
+    return 1;
+  }
+  memcpy(hdr, call->arg, sizeof hdr);
+  if (hdr[0] != KC_MPROTO_MAGIC) {
+    errf(call->error, call->error_cap, "error: bad measure request");
+    return 1;
+  }
+  switch (hdr[1]) {
+  case KC_MOP_LOAD: {
+    if (g_state) {
+      errf(call->error, call->error_cap, "error: a kernel is already loaded in this worker");
+      return 1;
+    }
+    kc_mreq_load req;
+    if (call->arg_len < sizeof req + 4) {
+      errf(call->error, call->error_cap, "error: short load request");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    const char *p = (const char *)call->arg + sizeof req, *end = (const char *)call->arg + call->arg_len;
+    const char *str[4];
+    for (int i = 0; i < 4; i++) {
+      const char *z = memchr(p, 0, (size_t)(end - p));
+      if (!z) {
+        errf(call->error, call->error_cap, "error: malformed load request");
+        return 1;
+      }
+      str[i] = p;
+      p = z + 1;
+    }
+    if (kc_mstate_load(&g_state, str[0], str[1], str[2], str[3], req.n_sets, true, call->error,
+                       call->error_cap) < 0)
+      return 1;
+    call->out_len = 0;
+    return 0;
+  }
+  case KC_MOP_RUN: {
+    kc_mreq_run req;
+    if (!g_state || call->arg_len != sizeof req) {
+      errf(call->error, call->error_cap, "error: run before load");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    size_t len;
+    if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error,
+                      call->error_cap) < 0)
+      return 1;
+    call->out_len = len;
+    return 0;
+  }
+  case KC_MOP_FLUSH:
+    if (!g_state) {
+      errf(call->error, call->error_cap, "error: flush before load");
+      return 1;
+    }
+    kc_mstate_flush(g_state);
+    call->out_len = 0;
+    return 0;
+  }
+  errf(call->error, call->error_cap, "error: unknown measure operation %u", hdr[1]);
+  return 1;
+}

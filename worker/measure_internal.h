@@ -1,0 +1,123 @@
+/* Private to the measurement code: helpers, and the wire format between the parent
+ * (measure.c) and the in-worker handler (measure_handler.c).
+ *
+ * Every request and reply is a flat little-endian struct plus bytes; the parent checks
+ * every reply's length against what it asked for and never follows anything in it. */
+#ifndef KCAGE_MEASURE_INTERNAL_H
+#define KCAGE_MEASURE_INTERNAL_H
+
+#include <stdint.h>
+#include <string.h>
+#include <sys/types.h>
+
+#include "kcage/error.h"
+#include "kcage/measure.h"
+#include "kcage/sandbox.h"
+
+int kc_mkdir_p(const char *path, kc_error *err);
+int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
+int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
+void kc_rm_rf(const char *path);
+
+/* kc_result helpers that do not need the sandbox library to be linked. */
+static inline void kc_result_init_local(kc_result *r) {
+  memset(r, 0, sizeof *r);
+  r->exit_code = -1;
+  r->cpu_s = r->wall_s = -1;
+  r->peak_memory_bytes = -1;
+}
+static inline const char *kc_status_name_local(const kc_result *r) {
+  static const char *const names[] = {"ok",     "exited", "signaled", "timeout",    "memory",
+                                      "syscall", "pids",  "output",   "setup_error"};
+  return (unsigned)r->status < sizeof names / sizeof names[0] ? names[r->status] : "?";
+}
+
+#define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */
+#define KC_MPROTO_MAX_CHECKS 16
+
+enum kc_mop {
+  KC_MOP_LOAD = 1,   /* load the artifact, map the inputs, then seal */
+  KC_MOP_RUN = 2,    /* `number` calls back to back (the parent times the request) */
+  KC_MOP_FLUSH = 3,  /* evict all tensors from the CPU caches (untimed) */
+};
+
+typedef struct kc_mreq_load {
+  uint32_t magic, op;
+  uint32_t n_sets;
+  uint32_t pad;
+  /* then four NUL-terminated strings: artifact path, entry symbol, inputs file,
+   * --args text */
+} kc_mreq_load;
+
+typedef struct kc_mreq_run {
+  uint32_t magic, op;
+  uint64_t number;     /* calls in this request */
+  uint32_t first_set;  /* call i uses set (first_set + i) % n_sets */
+  uint32_t n_checks;   /* calls whose outputs come back */
+  uint64_t poison_seed;
+  uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
+} kc_mreq_run;
+
+/* RUN reply: this header, then n_checks copies of the whole output region
+ * (kc_args_region_bytes(out)), in the order of checks. */
+typedef struct kc_mreply_run {
+  uint32_t magic, n_checks;
+} kc_mreply_run;
+
+/* Exception messages the handler raises start with a class word the parent maps to a
+ * status: "error: ..." (load failure, missing entry, kernel returned non-zero) or
+ * "suspicious: ..." (a defence tripped inside the worker).  A worker can only make its
+ * own kernel look worse by faking one. */
+
+/* The in-worker half, callable directly (tests, and the unsandboxed comparison in
+ * bench_measure): same code as the handler without the call plumbing. */
+typedef struct kc_mstate kc_mstate;
+int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
+                   const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap);
+/* out receives n_checks output regions; returns 0, or -1 with errbuf filled. */
+int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap,
+                  size_t *out_len, char *errbuf, size_t errcap);
+void kc_mstate_flush(kc_mstate *s);
+void kc_mstate_free(kc_mstate *s);
+
+/* A measuring process as the parent sees it: the worker pool's kc_worker when it is
+ * linked, else a plain forked process (no sandbox) running the same handler. */
+typedef struct kc_mrunner kc_mrunner;
+typedef struct kc_mrunner_opts {
+  const char *bind_dir;   /* ro-bound into the worker at the same path */
+  uint64_t memory_bytes;
+  size_t max_result_bytes;
+  size_t max_arg_bytes;
+  bool plain;             /* force the plain forked process */
+} kc_mrunner_opts;
+
+typedef enum kc_mcall_status {
+  KC_MCALL_OK,
+  KC_MCALL_EXCEPTION, /* message */
+  KC_MCALL_TIMEOUT,
+  KC_MCALL_DIED,      /* verdict */
+} kc_mcall_status;
+
+typedef struct kc_mcall {
+  kc_mcall_status status;
+  void *value;
+  size_t value_len;
+  char message[1024];
+  kc_result verdict;
+} kc_mcall;
+
+int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err);
+/* One call of the measure handler, bounded by timeout_s.  -1 only for parent-side
+ * failures. */
+int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
+                    kc_error *err);
+/* Kill the process (the next call starts a fresh one). */
+void kc_mrunner_reset(kc_mrunner *r);
+void kc_mrunner_free(kc_mrunner *r);
+const char *kc_mrunner_kind(const kc_mrunner *r);
+void kc_mcall_clear(kc_mcall *c);
+
+double kc_now_s(void);
+const char *kc_signal_name(int sig);
+
+#endif

@@ -1,0 +1,386 @@
+/* The measuring process as the parent sees it.  With the worker pool linked
+ * (KC_HAVE_WORKER) this is a kc_worker under the `measure` policy; without it, or with
+ * KCAGE_BENCH_PLAIN=1, a plain forked process that runs the same handler behind a
+ * socketpair, locked with its own seccomp filter.  Either way the parent bounds every
+ * call by a deadline and treats every reply as hostile input. */
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/prctl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcage/worker.h"
+#include "measure_internal.h"
+
+#include <seccomp.h>
+
+extern bool kc_mhandler_plain;
+extern int kc_mhandler_report_fd;
+
+double kc_now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+const char *kc_signal_name(int sig) {
+  static char buf[16];
+  const char *n = sigabbrev_np(sig);
+  if (!n) {
+    snprintf(buf, sizeof buf, "%d", sig);
+    return buf;
+  }
+  snprintf(buf, sizeof buf, "SIG%s", n);
+  return buf;
+}
+
+struct kc_mrunner {
+  kc_mrunner_opts o;
+  /* plain */
+  pid_t pid;
+  int sock;
+#ifdef KC_HAVE_WORKER
+  kc_worker *w;
+#endif
+};
+
+const char *kc_mrunner_kind(const kc_mrunner *r) {
+#ifdef KC_HAVE_WORKER
+  if (!r->o.plain)
+    return "sandbox";
+#endif
+  (void)r;
+  return "plain";
+}
+
+void kc_mcall_clear(kc_mcall *c) {
+  free(c->value);
+  c->value = NULL;
+  c->value_len = 0;
+}
+
+int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
+  kc_mrunner *r = calloc(1, sizeof *r);
+  if (!r)
+    return kc_error_set(err, ENOMEM, "runner");
+  r->o = *o;
+  r->sock = -1;
+  const char *plain = getenv("KCAGE_BENCH_PLAIN");
+  if (plain && *plain && strcmp(plain, "0"))
+    r->o.plain = true;
+#ifdef KC_HAVE_WORKER
+  if (!r->o.plain) {
+    kc_worker_opts wo;
+    kc_worker_opts_init(&wo);
+    wo.policy = "measure";
+    wo.limits.memory_bytes = o->memory_bytes;
+    wo.limits.pids = 1;
+    kc_mount m = {.kind = KC_MOUNT_RO_BIND, .src = o->bind_dir, .dst = o->bind_dir};
+    wo.mounts = &m;
+    wo.n_mounts = 1;
+    wo.max_arg_bytes = o->max_arg_bytes;
+    wo.max_result_bytes = o->max_result_bytes;
+    wo.stdout_.mode = KC_STDIO_DISCARD;
+    wo.stderr_.mode = KC_STDIO_DISCARD;
+    if (kc_worker_new(&wo, &r->w, err) < 0) {
+      free(r);
+      return kc_error_prefix(err, "measure worker");
+    }
+  }
+#else
+  r->o.plain = true;
+#endif
+  *out = r;
+  return 0;
+}
+
+static void plain_kill(kc_mrunner *r) {
+  if (r->pid > 0) {
+    kill(r->pid, SIGKILL);
+    waitpid(r->pid, NULL, 0);
+    r->pid = 0;
+  }
+  if (r->sock >= 0)
+    close(r->sock);
+  r->sock = -1;
+}
+
+void kc_mrunner_reset(kc_mrunner *r) {
+#ifdef KC_HAVE_WORKER
+  if (r->w) {
+    kc_worker_kill(r->w);
+    return;
+  }
+#endif
+  plain_kill(r);
+}
+
+void kc_mrunner_free(kc_mrunner *r) {
+  if (!r)
+    return;
+#ifdef KC_HAVE_WORKER
+  kc_worker_free(r->w);
+#endif
+  plain_kill(r);
+  free(r);
+}
+
+/* ---- plain process ---------------------------------------------------------------- */
+static int io_full(int fd, void *buf, size_t len, bool wr) {
+  char *p = buf;
+  while (len) {
+    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
+static void plain_child(int sock, const kc_mrunner_opts *o) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (dup2(sock, 3) < 0)
+    _exit(125);
+  close_range(4, ~0u, 0);
+  int nul = open("/dev/null", O_RDWR);
+  if (nul >= 0) {
+    dup2(nul, 0);
+    dup2(nul, 1);
+    dup2(nul, 2);
+    if (nul > 3)
+      close(nul);
+  }
+  if (o->memory_bytes) {
+    /* No cgroup here: bound the address space (inputs, outputs and libraries count). */
+    struct rlimit rl = {o->memory_bytes, o->memory_bytes};
+    setrlimit(RLIMIT_AS, &rl);
+  }
+  struct rlimit core = {0, 0};
+  setrlimit(RLIMIT_CORE, &core);
+  kc_mhandler_plain = true;
+  kc_mhandler_report_fd = 3;
+  size_t cap = o->max_result_bytes;
+  void *outbuf = malloc(cap);
+  void *argbuf = malloc(o->max_arg_bytes);
+  char errbuf[1024];
+  if (!outbuf || !argbuf)
+    _exit(125);
+  for (;;) {
+    uint32_t len;
+    if (io_full(3, &len, 4, false) < 0 || len > o->max_arg_bytes || io_full(3, argbuf, len, false) < 0)
+      _exit(0);
+    kc_call call = {.arg = argbuf, .arg_len = len, .out = outbuf, .out_cap = cap,
+                    .error = errbuf, .error_cap = sizeof errbuf};
+    errbuf[0] = 0;
+    int rc = kc_handler_measure(&call);
+    uint32_t hdr[2];
+    if (rc == 0) {
+      hdr[0] = (uint32_t)call.out_len + 4;
+      hdr[1] = 0;
+      if (io_full(3, hdr, 8, true) < 0 || io_full(3, outbuf, call.out_len, true) < 0)
+        _exit(0);
+    } else {
+      size_t el = strnlen(errbuf, sizeof errbuf - 1);
+      hdr[0] = (uint32_t)el + 4;
+      hdr[1] = 1;
+      if (io_full(3, hdr, 8, true) < 0 || io_full(3, errbuf, el, true) < 0)
+        _exit(0);
+    }
+  }
+}
+
+static int plain_start(kc_mrunner *r, kc_error *err) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    return kc_error_set(err, errno, "socketpair");
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return kc_error_set(err, errno, "fork");
+  }
+  if (pid == 0) {
+    close(sv[0]);
+    plain_child(sv[1], &r->o);
+    _exit(0);
+  }
+  close(sv[1]);
+  r->pid = pid;
+  r->sock = sv[0];
+  return 0;
+}
+
+/* Read exactly len bytes before the deadline.  1 ok, 0 deadline, -1 EOF/error. */
+static int read_deadline(int fd, void *buf, size_t len, double deadline) {
+  char *p = buf;
+  while (len) {
+    double left = deadline - kc_now_s();
+    if (left <= 0)
+      return 0;
+    struct pollfd pfd = {fd, POLLIN, 0};
+    int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int pr = poll(&pfd, 1, ms);
+    if (pr < 0 && errno == EINTR)
+      continue;
+    if (pr < 0)
+      return -1;
+    if (pr == 0)
+      continue;
+    ssize_t n = read(fd, p, len);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 1;
+}
+
+static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
+  int st = 0;
+  kill(r->pid, SIGKILL);
+  waitpid(r->pid, &st, 0);
+  r->pid = 0;
+  close(r->sock);
+  r->sock = -1;
+  res->status = KC_MCALL_DIED;
+  kc_result_init_local(&res->verdict);
+  if (syscall_nr >= 0) {
+    res->verdict.status = KC_STATUS_SYSCALL;
+    char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
+    if (name)
+      snprintf(res->verdict.syscall, sizeof res->verdict.syscall, "%s", name);
+    else
+      snprintf(res->verdict.syscall, sizeof res->verdict.syscall, "#%d", syscall_nr);
+    free(name);
+    snprintf(res->verdict.message, sizeof res->verdict.message, "forbidden syscall %s",
+             res->verdict.syscall);
+  } else if (WIFSIGNALED(st)) {
+    res->verdict.status = WTERMSIG(st) == SIGSYS ? KC_STATUS_SYSCALL : KC_STATUS_SIGNALED;
+    res->verdict.signal = WTERMSIG(st);
+    snprintf(res->verdict.message, sizeof res->verdict.message, "killed by %s",
+             kc_signal_name(WTERMSIG(st)));
+  } else {
+    res->verdict.status = KC_STATUS_EXITED;
+    res->verdict.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    snprintf(res->verdict.message, sizeof res->verdict.message, "the worker exited with status %d",
+             res->verdict.exit_code);
+  }
+}
+
+static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
+                      kc_error *err) {
+  if (r->pid <= 0 && plain_start(r, err) < 0)
+    return -1;
+  if (len > r->o.max_arg_bytes)
+    return kc_error_set(err, E2BIG, "measure request");
+  double deadline = kc_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+  uint32_t l32 = (uint32_t)len;
+  if (io_full(r->sock, &l32, 4, true) < 0 || io_full(r->sock, (void *)arg, len, true) < 0) {
+    plain_died(r, res, -1);
+    return 0;
+  }
+  uint32_t hdr[2];
+  int rr = read_deadline(r->sock, hdr, 8, deadline);
+  if (rr == 0) {
+    plain_kill(r);
+    res->status = KC_MCALL_TIMEOUT;
+    return 0;
+  }
+  if (rr < 0) {
+    plain_died(r, res, -1);
+    return 0;
+  }
+  if (hdr[1] == 2 && hdr[0] == 8) { /* SIGSYS report from the child's handler */
+    uint32_t nr;
+    if (read_deadline(r->sock, &nr, 4, kc_now_s() + 1) == 1)
+      plain_died(r, res, (int)nr);
+    else
+      plain_died(r, res, -1);
+    return 0;
+  }
+  if (hdr[0] < 4 || hdr[0] - 4 > r->o.max_result_bytes || hdr[1] > 1) {
+    plain_kill(r);
+    res->status = KC_MCALL_DIED;
+    kc_result_init_local(&res->verdict);
+    res->verdict.status = KC_STATUS_SETUP_ERROR;
+    snprintf(res->verdict.message, sizeof res->verdict.message, "the worker broke the protocol");
+    return 0;
+  }
+  size_t body = hdr[0] - 4;
+  char *buf = malloc(body + 1);
+  if (!buf)
+    return kc_error_set(err, ENOMEM, "reply");
+  rr = read_deadline(r->sock, buf, body, deadline);
+  if (rr <= 0) {
+    free(buf);
+    if (rr == 0) {
+      plain_kill(r);
+      res->status = KC_MCALL_TIMEOUT;
+    } else {
+      plain_died(r, res, -1);
+    }
+    return 0;
+  }
+  if (hdr[1] == 0) {
+    res->status = KC_MCALL_OK;
+    res->value = buf;
+    res->value_len = body;
+  } else {
+    res->status = KC_MCALL_EXCEPTION;
+    buf[body] = 0;
+    snprintf(res->message, sizeof res->message, "%s", buf);
+    free(buf);
+  }
+  return 0;
+}
+
+int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
+                    kc_error *err) {
+  memset(res, 0, sizeof *res);
+  kc_result_init_local(&res->verdict);
+#ifdef KC_HAVE_WORKER
+  if (r->w) {
+    if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
+      return -1;
+    kc_call_result cr;
+    kc_call_result_init(&cr);
+    if (kc_worker_recv(r->w, &cr, err) < 0)
+      return -1;
+    switch (cr.status) {
+    case KC_CALL_COMPLETE:
+      res->status = KC_MCALL_OK;
+      res->value = cr.value;
+      res->value_len = cr.value_len;
+      cr.value = NULL;
+      break;
+    case KC_CALL_EXCEPTION:
+      res->status = KC_MCALL_EXCEPTION;
+      snprintf(res->message, sizeof res->message, "%s", cr.message);
+      break;
+    case KC_CALL_TIMEOUT:
+      res->status = KC_MCALL_TIMEOUT;
+      break;
+    default:
+      res->status = KC_MCALL_DIED;
+      res->verdict = cr.verdict;
+      break;
+    }
+    kc_call_result_clear(&cr);
+    return 0;
+  }
+#endif
+  return plain_call(r, arg, len, timeout_s, res, err);
+}
