@@ -2,14 +2,72 @@
  * as tests/cgroup on the host, through the v2 code path.  Static (no cmocka in the
  * guest): results are console lines that run.sh checks,
  *   CG2 MODE v2 / CG2 OK <case> / CG2 FAIL <case>: <why> / CG2 DONE pass=N fail=M */
+#include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cgroup_cases.h"
 #include "kcage/cgroup.h"
 
-int main(void) {
+/* `payload hostile WHAT`: the hostile programs that guest-extra.sh runs under
+ * `kcage run` in the guest (one static binary, nothing else to carry in). */
+static int hostile(const char *what) {
+  if (!strcmp(what, "ok"))
+    return 0;
+  if (!strcmp(what, "memory")) { /* touch memory until killed */
+    for (;;) {
+      char *p = mmap(NULL, 16 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (p == MAP_FAILED)
+        return 3;
+      for (size_t i = 0; i < (16u << 20); i += 4096)
+        p[i] = 1;
+    }
+  }
+  if (!strcmp(what, "spin"))
+    for (volatile unsigned long x = 0;; x++)
+      ;
+  if (!strcmp(what, "sleep")) {
+    sleep(1000);
+    return 0;
+  }
+  if (!strcmp(what, "forkbomb")) {
+    for (;;)
+      if (fork() == 0)
+        pause();
+  }
+  if (!strcmp(what, "flood")) {
+    static char buf[65536];
+    memset(buf, 'x', sizeof buf);
+    for (;;)
+      if (write(1, buf, sizeof buf) < 0)
+        return 1;
+  }
+  if (!strcmp(what, "segv")) {
+    volatile uintptr_t addr = 16; /* opaque to the compiler: a real fault */
+    return *(volatile int *)addr;
+  }
+  if (!strcmp(what, "daemon")) { /* a grandchild that outlives its parent */
+    if (fork() == 0) {
+      setsid();
+      if (fork() == 0)
+        for (;;)
+          pause();
+      _exit(0);
+    }
+    return 0;
+  }
+  fprintf(stderr, "payload: unknown hostile case %s\n", what);
+  return 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "hostile"))
+    return hostile(argv[2]);
   setvbuf(stdout, NULL, _IOLBF, 0);
   kc_cgt_init();
   int pass = 0, fail = 0;

@@ -2,20 +2,24 @@
 # Boot a Debian bookworm kernel under qemu (TCG) with cgroup v1 disabled and run the
 # cgroup limit cases through kcage's pure-v2 code path (reference/environment.md §4.1).
 #
-#   run.sh WORKDIR PAYLOAD [EXTRA_DIR]
+#   run.sh WORKDIR PAYLOAD [KCAGE POLICY_DIR]
 #
 # WORKDIR  scratch + cache (the kernel is downloaded once and kept in WORKDIR/cache;
 #          $KCAGE_QEMU_CACHE overrides the cache directory).
-# PAYLOAD  static binary printing "CG2 ..." lines (payload_main.c).
-# EXTRA_DIR optional tree copied into the guest root as is (e.g. /kcage + its libraries
-#          + /guest-extra.sh, which /init runs after the payload).
+# PAYLOAD  static binary printing "CG2 ..." lines (payload_main.c); also the hostile
+#          programs (`payload hostile WHAT`).
+# KCAGE    optional: the kcage binary; it is copied into the guest with its shared
+#          libraries and ld.so, with POLICY_DIR as /policies, and guest-extra.sh runs
+#          the hostile limit cases through `kcage run` ("KC2 ..." lines).
 #
 # The kernel must be obtainable: no kernel means FAIL (exit 1), never a silent skip.
 set -eu
 
 work=$1
 payload=$2
-extra=${3:-}
+kcage=${4:+$3}
+policies=${4:-}
+here=$(cd "$(dirname "$0")" && pwd)
 cache=${KCAGE_QEMU_CACHE:-$work/cache}
 mkdir -p "$work" "$cache"
 log() { echo "cgroup2-qemu: $*" >&2; }
@@ -94,8 +98,20 @@ mkdir -p "$root/bin" "$root/dev" "$root/proc" "$root/sys" "$root/tmp"
 cp "$busybox" "$root/bin/busybox"
 cp "$payload" "$root/payload"
 chmod 755 "$root/payload"
-if [ -n "$extra" ]; then
-  cp -a "$extra/." "$root/"
+if [ -n "$kcage" ]; then
+  cp "$kcage" "$root/kcage"
+  # its shared libraries and the dynamic loader, at the paths ldd resolves them to
+  for lib in $(ldd "$kcage" | awk '/=> \//{print $3} /^[ \t]*\//{print $1}'); do
+    mkdir -p "$root$(dirname "$lib")"
+    cp -L "$lib" "$root$lib"
+  done
+  mkdir -p "$root/policies" "$root/etc"
+  cp "$policies"/*.policy "$root/policies/" 2>/dev/null || true
+  echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
+  echo 'nobody:x:65534:65534:nobody:/:/bin/sh' >> "$root/etc/passwd"
+  echo 'root:x:0:' > "$root/etc/group"
+  cp "$here/guest-extra.sh" "$root/guest-extra.sh"
+  chmod 755 "$root/guest-extra.sh"
 fi
 cat > "$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -135,7 +151,7 @@ tr -d '\r' < "$console" | grep -E '(GUEST_UP|^CG2 |^KC2 |^PAYLOAD_EXIT|^EXTRA_EX
 grep -q 'GUEST_UP' "$console" || die "guest did not start /init"
 tr -d '\r' < "$console" | grep -q '^CG2 MODE v2$' || die "guest did not detect pure cgroup v2"
 tr -d '\r' < "$console" | grep -qE '^CG2 DONE pass=[1-9][0-9]* fail=0$' || die "cgroup v2 cases failed"
-if [ -n "$extra" ] && [ -x "$extra/guest-extra.sh" ]; then
+if [ -n "$kcage" ]; then
   tr -d '\r' < "$console" | grep -qE '^KC2 DONE pass=[1-9][0-9]* fail=0$' || die "kcage run cases failed in the guest"
 fi
 log "PASS"

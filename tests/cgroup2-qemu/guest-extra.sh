@@ -1,0 +1,52 @@
+#!/bin/sh
+# In the qemu guest (pure cgroup v2), after the cgroup payload: the hostile limit cases
+# of issue 2 through the real kcage binary.  Prints KC2 OK|FAIL lines and
+# "KC2 DONE pass=N fail=M"; run.sh decides from them.
+export KCAGE_POLICY_DIR=/policies
+pass=0
+fail=0
+ok() { echo "KC2 OK $*"; pass=$((pass + 1)); }
+bad() { echo "KC2 FAIL $*"; fail=$((fail + 1)); }
+field() { # field NAME: a string field of /tmp/r.json
+  grep -o "\"$1\": *\"[a-z_]*\"" /tmp/r.json 2>/dev/null | head -1 | sed 's/.*"\([a-z_]*\)"$/\1/'
+}
+
+# case NAME WANT_STATUS WANT_LIMIT(- for none) KCAGE_RUN_ARGS... -- PROGRAM...
+case_() {
+  name=$1 want=$2 wantlim=$3
+  shift 3
+  rm -f /tmp/r.json
+  t0=$(cut -d' ' -f1 /proc/uptime)
+  timeout 120 /kcage run --report /tmp/r.json --ro-bind /payload "$@" >/tmp/out 2>/tmp/err
+  rc=$?
+  t1=$(cut -d' ' -f1 /proc/uptime)
+  st=$(field status)
+  lim=$(field limit)
+  [ "$wantlim" = - ] && wantlim=
+  if [ "$st" = "$want" ] && [ "$lim" = "$wantlim" ]; then
+    ok "$name: status=$st${lim:+ limit=$lim} rc=$rc ($t0 -> $t1 s)"
+  else
+    bad "$name: status='$st' limit='$lim' rc=$rc, want $want${wantlim:+/$wantlim}; $(head -c 300 /tmp/err | tr '\n' ' ')"
+    head -c 600 /tmp/r.json 2>/dev/null
+    echo
+  fi
+}
+
+case_ ok ok - -- /payload hostile ok
+case_ memory memory - --memory 32M -- /payload hostile memory
+case_ cpu timeout cpu --time 0.5 -- /payload hostile spin
+case_ wall timeout wall --wall 0.5 -- /payload hostile sleep
+case_ pids pids - --pids 16 -- /payload hostile forkbomb
+case_ output output - --output 64K -- /payload hostile flood
+case_ segfault signaled - -- /payload hostile segv
+case_ daemon ok - -- /payload hostile daemon
+
+# nothing left behind: no hostile process, no kcage cgroup leaf
+sleep 0.2
+# (busybox timeout leaves its watcher, whose args also name the case, for up to 1 s)
+left=$(ps -o args 2>/dev/null | grep -c '^/payload hostile')
+[ "$left" = 0 ] && ok "no process left" || bad "$left hostile processes left: $(ps -o pid,args | grep ' /payload hostile' | head -3 | tr '\n' ' ')"
+leaves=$(find /sys/fs/cgroup/kcage -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
+[ "$leaves" = 0 ] && ok "no cgroup left" || bad "cgroups left: $(ls /sys/fs/cgroup/kcage | head -3 | tr '\n' ' ')"
+echo "KC2 DONE pass=$pass fail=$fail"
+[ $fail = 0 ]
