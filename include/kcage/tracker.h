@@ -184,6 +184,83 @@ int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, 
                                const kc_request_opts *o, unsigned max_retry, kc_session_fn fn,
                                void *ctx, kc_error *err);
 
+
+/* ---------------------------------------------------------------------------------
+ * The kcage session protocol (tracker/session.c), spoken on the connection after the
+ * TVM handshake.  Frames: uint32 LE length + JSON object (<= 1 MiB).  A file upload
+ * is a header frame {"op":"file","name":N,"size":S} followed by S raw bytes.
+ *   client                                   agent
+ *   {"op":"hello","version":1}          ->   {"op":"hello","version":1,"device":D,...}
+ *   {"op":"file","name":..,"size":..}+bytes -> {"op":"ok"}
+ *   {"op":"run","kernels":[names],"reference":name|null,"config":{...}}
+ *                                        ->   {"op":"records","records":[...]}
+ *   {"op":"bye"}                         ->   (close)
+ * Any failure: {"op":"error","message":M[,"code":"session_timeout"]} and the agent
+ * closes.  The config object carries kc_bench_config's fields by name (args, seed,
+ * rtol, atol, entry, number, repeat, min_repeat_ms, cooldown_ms, flush_cache,
+ * timeout_s, memory_bytes, sets, checks).
+ * ------------------------------------------------------------------------------- */
+#define KC_SESSION_VERSION 1
+#define KC_SESSION_MAX_FILE (64u << 20)
+#define KC_SESSION_MAX_TOTAL (256u << 20)
+#define KC_SESSION_MAX_FILES 1024
+
+typedef struct kc_session kc_session;
+/* Say hello on a connected device fd (from kc_tracker_request); takes ownership of fd.
+ * *hello (may be NULL) gets the agent's hello object. */
+int kc_session_open(int fd, double timeout_s, kc_session **out, json_t **hello, kc_error *err);
+int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len, kc_error *err);
+int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc_error *err);
+/* Send one {"op": ...} request and wait for its reply (new reference).  An "error"
+ * reply becomes -1 with its message; a closed connection says the agent was lost. */
+int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t **reply,
+                    kc_error *err);
+void kc_session_close(kc_session *s); /* sends bye; safe with NULL */
+int kc_session_fd(const kc_session *s);
+
+/* Frame helpers shared by both sides. */
+int kc_session_send(int fd, const json_t *msg, double deadline, kc_error *err);
+int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * The device agent (tracker/agent.c): registers with a tracker like TVM's rpc_server
+ * and serves kcage sessions, one at a time, each in its own process (one tenant: its
+ * own pool, workers and cgroup subtree), killed at its session timeout.
+ * ------------------------------------------------------------------------------- */
+typedef struct kc_agent_opts {
+  const char *tracker_host;
+  uint16_t tracker_port;
+  const char *key;          /* device key (no ':') */
+  const char *host;         /* listen address; NULL = "0.0.0.0" */
+  uint16_t port, port_end;  /* listen port search [port, port_end); defaults 9090..9199 */
+  const char *custom_addr;  /* address the tracker hands out; NULL = what it sees */
+  unsigned workers;         /* measuring workers per session; 0 = default */
+  double check_s;           /* GET_PENDING_MATCHKEYS period; 0 = 2 (TVM) */
+  double reput_s;           /* re-PUT a taken but unused matchkey after this; 0 = 6 (TVM ~8) */
+  double max_backoff_s;     /* reconnect backoff cap; 0 = 5 */
+  bool verbose;
+} kc_agent_opts;
+void kc_agent_opts_init(kc_agent_opts *o);
+
+typedef struct kc_agent kc_agent;
+int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err);
+uint16_t kc_agent_port(const kc_agent *a);
+/* Serve forever (reconnecting to the tracker with backoff) until kc_agent_stop. */
+int kc_agent_run(kc_agent *a, kc_error *err);
+void kc_agent_stop(kc_agent *a); /* async-signal-safe */
+void kc_agent_free(kc_agent *a);
+
+/* Agent side of one session (runs in the session's own process).  deadline < 0 = no
+ * session timeout; timeout_s is what the client asked for (for the message). */
+typedef struct kc_session_serve_opts {
+  const char *device;   /* "key@host" reported in hello and in every record */
+  const char *dir;      /* private scratch directory for uploads */
+  unsigned workers;
+  double deadline;      /* kc_now()-style monotonic seconds, < 0 = none */
+  double timeout_s;
+} kc_session_serve_opts;
+int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

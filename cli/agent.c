@@ -1,0 +1,147 @@
+/* `kcage agent`: a device agent for a TVM-compatible tracker (DESIGN.md §3.4). */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kcage/tracker.h"
+
+static kc_agent *g_agent;
+
+static void on_signal(int sig) {
+  (void)sig;
+  if (g_agent)
+    kc_agent_stop(g_agent);
+}
+
+static void usage(FILE *out) {
+  fprintf(out,
+          "usage: kcage agent --tracker HOST:PORT --key KEY [--host H] [--port P] [--port-end E]\n"
+          "                   [--custom-addr A] [--workers N] [--verbose]\n\n"
+          "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
+          "TVM's rpc_server, and serve kcage sessions: kernels uploaded by `kcage bench\n"
+          "--tracker` are built and timed here, each session in its own sandboxed pool.\n\n"
+          "  --tracker HOST:PORT  the tracker (port defaults to 9190)\n"
+          "  --key KEY            device key clients request (no ':')\n"
+          "  --host H             address to listen on for sessions (default 0.0.0.0)\n"
+          "  --port P             first port to try (default 9090; 0 = any)\n"
+          "  --port-end E         last port to try + 1 (default 9199)\n"
+          "  --custom-addr A      address the tracker hands to clients (NAT, containers)\n"
+          "  --workers N          measuring workers per session (default: CPUs)\n"
+          "  --verbose            log registrations and sessions to stderr\n"
+          "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
+}
+
+int kc_cmd_agent(int argc, char **argv) {
+  kc_agent_opts o;
+  kc_agent_opts_init(&o);
+  char thost[KC_TRACKER_MAX_ADDR];
+  bool have_tracker = false, port_end_set = false;
+  kc_error err = {0};
+  static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
+                                        {"key", required_argument, 0, 'k'},
+                                        {"host", required_argument, 0, 'H'},
+                                        {"port", required_argument, 0, 'p'},
+                                        {"port-end", required_argument, 0, 'e'},
+                                        {"custom-addr", required_argument, 0, 'c'},
+                                        {"workers", required_argument, 0, 'w'},
+                                        {"reput", required_argument, 0, 'r'},
+                                        {"verbose", no_argument, 0, 'v'},
+                                        {"help", no_argument, 0, 'h'},
+                                        {0, 0, 0, 0}};
+  uint64_t v;
+  double d;
+  int ch;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
+    switch (ch) {
+    case 't':
+      if (kc_parse_hostport(optarg, KC_TRACKER_DEFAULT_PORT, thost, sizeof thost, &o.tracker_port,
+                            &err) < 0) {
+        kc_cli_error("agent", "--tracker: %s", err.msg);
+        return KC_EXIT_USAGE;
+      }
+      o.tracker_host = thost;
+      have_tracker = true;
+      break;
+    case 'k':
+      o.key = optarg;
+      break;
+    case 'H':
+      o.host = optarg;
+      break;
+    case 'p':
+      if (kc_cli_parse_uint(optarg, 0, 65535, &v) < 0) {
+        kc_cli_error("agent", "--port %s: not a port", optarg);
+        return KC_EXIT_USAGE;
+      }
+      o.port = (uint16_t)v;
+      break;
+    case 'e':
+      if (kc_cli_parse_uint(optarg, 1, 65535, &v) < 0) {
+        kc_cli_error("agent", "--port-end %s: not a port", optarg);
+        return KC_EXIT_USAGE;
+      }
+      o.port_end = (uint16_t)v;
+      port_end_set = true;
+      break;
+    case 'c':
+      o.custom_addr = optarg;
+      break;
+    case 'w':
+      if (kc_cli_parse_uint(optarg, 1, 1024, &v) < 0) {
+        kc_cli_error("agent", "--workers %s: need 1..1024", optarg);
+        return KC_EXIT_USAGE;
+      }
+      o.workers = (unsigned)v;
+      break;
+    case 'r': /* undocumented: re-PUT delay, for tests */
+      if (kc_cli_parse_seconds(optarg, &d) < 0) {
+        kc_cli_error("agent", "--reput %s: not seconds", optarg);
+        return KC_EXIT_USAGE;
+      }
+      o.reput_s = d;
+      o.check_s = d / 3 > 0.05 ? d / 3 : 0.05;
+      break;
+    case 'v':
+      o.verbose = true;
+      break;
+    case 'h':
+      usage(stdout);
+      return 0;
+    default:
+      usage(stderr);
+      return KC_EXIT_USAGE;
+    }
+  }
+  if (optind < argc) {
+    kc_cli_error("agent", "unexpected argument %s", argv[optind]);
+    return KC_EXIT_USAGE;
+  }
+  if (!have_tracker || !o.key) {
+    kc_cli_error("agent", "--tracker and --key are required");
+    return KC_EXIT_USAGE;
+  }
+  if (o.port == 0 && !port_end_set)
+    o.port_end = 0;
+  if (kc_agent_new(&o, &g_agent, &err) < 0) {
+    kc_cli_error("agent", "%s", err.msg);
+    return err.code == EINVAL ? KC_EXIT_USAGE : 1;
+  }
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+  printf("agent listening on %s:%u\n", o.host ? o.host : "0.0.0.0", kc_agent_port(g_agent));
+  fflush(stdout);
+  int rc = kc_agent_run(g_agent, &err);
+  kc_agent_free(g_agent);
+  g_agent = NULL;
+  if (rc < 0) {
+    kc_cli_error("agent", "%s", err.msg);
+    return 1;
+  }
+  return 0;
+}

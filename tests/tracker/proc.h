@@ -1,0 +1,12 @@
+/* Start the real kcage binaries for tests and stop them again. */
+#ifndef KC_TRK_PROC_H
+#define KC_TRK_PROC_H
+#include <stdint.h>
+#include <sys/types.h>
+
+/* Run KCAGE_BIN with argv (NULL-terminated, argv[0] = subcommand); wait for its first
+ * stdout line "... listening on HOST:PORT" and return the port (0 on failure). */
+uint16_t proc_start(pid_t *pid, const char *const *argv);
+void proc_kill(pid_t *pid); /* SIGKILL + reap; safe when *pid == 0 */
+uint16_t free_port(void);
+#endif

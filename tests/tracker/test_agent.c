@@ -1,0 +1,207 @@
+/* The real `kcage agent` (and, for the restart test, the real `kcage tracker`) over
+ * loopback: sessions, a killed agent, session timeouts, tracker restarts, taken but
+ * unused matchkeys. */
+#include <stdarg.h>
+#include <setjmp.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <endian.h>
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "proc.h"
+#include "trk_test.h"
+
+typedef struct fixture {
+  trk_srv t;
+  pid_t agent;
+  char tracker[64];
+} fixture;
+
+static uint16_t start_agent(fixture *f, pid_t *pid, const char *key, const char *reput) {
+  const char *argv[] = {"agent", "--tracker", f->tracker, "--key", key, "--host", "127.0.0.1",
+                        "--port", "0", "--reput", reput, NULL};
+  return proc_start(pid, argv);
+}
+
+static int setup(void **state) {
+  fixture *f = calloc(1, sizeof *f);
+  trk_start(&f->t);
+  snprintf(f->tracker, sizeof f->tracker, "127.0.0.1:%u", f->t.port);
+  assert_true(start_agent(f, &f->agent, "cpu", "6") > 0);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 5), 1);
+  *state = f;
+  return 0;
+}
+
+static int teardown(void **state) {
+  fixture *f = *state;
+  proc_kill(&f->agent);
+  trk_stop(&f->t);
+  free(f);
+  return 0;
+}
+
+static int lease_session(fixture *f, double session_timeout, kc_session **s, json_t **hello) {
+  kc_request_opts o;
+  kc_request_opts_init(&o);
+  o.wait_s = 5;
+  o.session_timeout_s = session_timeout;
+  kc_lease lease;
+  int fd = -1;
+  kc_error err = {0};
+  if (kc_tracker_request("127.0.0.1", f->t.port, "cpu", &o, &lease, &fd, &err) < 0)
+    fail_msg("request: %s", err.msg);
+  assert_string_equal(lease.server_key, "server:cpu");
+  assert_non_null(strstr(lease.matchkey, "cpu:0."));
+  if (kc_session_open(fd, 5, s, hello, &err) < 0)
+    fail_msg("session: %s", err.msg);
+  return 0;
+}
+
+static void test_session_roundtrip(void **state) {
+  fixture *f = *state;
+  kc_session *s;
+  json_t *hello;
+  lease_session(f, 0, &s, &hello);
+  assert_non_null(strstr(json_string_value(json_object_get(hello, "device")), "cpu@"));
+  json_decref(hello);
+  kc_error err = {0};
+  assert_int_equal(kc_session_upload(s, "k0-a.c", "int x;\n", 7, &err), 0);
+  /* Names that could escape the session directory are refused. */
+  assert_int_equal(kc_session_upload(s, "../evil.c", "x", 1, &err), -1);
+  kc_session_close(s);
+  /* The agent re-registers with a fresh matchkey when the session ends. */
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+}
+
+/* An agent SIGKILLed mid-session: gone from SUMMARY within 1 s, and the client gets a
+ * clear error instead of hanging. */
+static void test_agent_killed_mid_session(void **state) {
+  fixture *f = *state;
+  kc_session *s;
+  lease_session(f, 0, &s, NULL);
+  assert_int_equal(summary_servers(f->t.port), 1);
+  double t0 = now_s();
+  proc_kill(&f->agent);
+  while (summary_servers(f->t.port) != 0 && now_s() - t0 < 1.0)
+    usleep(5000);
+  assert_int_equal(summary_servers(f->t.port), 0);
+  assert_true(now_s() - t0 < 1.0);
+  assert_int_equal(summary_count(f->t.port, "cpu", "free"), 0);
+  kc_error err = {0};
+  json_t *m = json_pack("{s:s}", "op", "hello"), *r = NULL;
+  assert_int_equal(kc_session_call(s, m, 2, &r, &err), -1);
+  json_decref(m);
+  assert_non_null(strstr(err.msg, "device agent closed the session"));
+  assert_true(now_s() - t0 < 2.0);
+  kc_session_close(s);
+}
+
+/* A session past its timeout is ended by the agent, with TVM's message. */
+static void test_session_timeout(void **state) {
+  fixture *f = *state;
+  kc_session *s;
+  lease_session(f, 1, &s, NULL);
+  double t0 = now_s();
+  /* Idle: the agent must tell us and close at ~1 s. */
+  kc_error err = {0};
+  json_t *msg = NULL;
+  assert_int_equal(kc_session_recv(kc_session_fd(s), now_s() + 3, &msg, &err), 0);
+  double took = now_s() - t0;
+  assert_true(took > 0.8 && took < 2.0);
+  assert_string_equal(json_string_value(json_object_get(msg, "code")), "session_timeout");
+  assert_non_null(strstr(json_string_value(json_object_get(msg, "message")), "session has expired"));
+  json_decref(msg);
+  assert_true(raw_closed(kc_session_fd(s), 2));
+  kc_session_close(s);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+}
+
+/* A client that takes the device and never comes: the agent takes it back. */
+static void test_taken_unused_matchkey_reput(void **state) {
+  fixture *f = *state;
+  proc_kill(&f->agent);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 0, 2), 0);
+  assert_true(start_agent(f, &f->agent, "cpu", "0.3") > 0);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+  int c = raw_connect(f->t.port, true);
+  raw_send(c, "[4, \"cpu\", \"\", 1]");
+  char *r = raw_recv(c, 2);
+  assert_non_null(r);
+  free(r);
+  assert_int_equal(summary_count(f->t.port, "cpu", "free"), 0);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+  close(c);
+}
+
+/* TVM's handshake codes: wrong magic = silent close, unknown key = MISMATCH. */
+static void test_handshake_codes(void **state) {
+  fixture *f = *state;
+  char mk[KC_TRACKER_MAX_MATCHKEY];
+  kc_error err = {0};
+  kc_tracker_conn *tc;
+  assert_int_equal(kc_tracker_connect("127.0.0.1", f->t.port, 2, &tc, &err), 0);
+  kc_lease lease;
+  assert_int_equal(kc_tracker_request_lease(tc, "cpu", 1, 2, &lease, &err), 0);
+  kc_tracker_close(tc);
+  snprintf(mk, sizeof mk, "%s", lease.matchkey);
+  int fd = kc_rpc_connect(lease.host, lease.port, "cpu:0.wrong", 0, 2, NULL, 0, &err);
+  assert_int_equal(fd, -1);
+  assert_non_null(strstr(err.msg, "cannot find server that matches key"));
+  /* The right key still works after a mismatch (like TVM's Python server). */
+  char sk[64];
+  fd = kc_rpc_connect(lease.host, lease.port, mk, 2.5, 2, sk, sizeof sk, &err);
+  assert_true(fd >= 0);
+  assert_string_equal(sk, "server:cpu");
+  /* ... and is spent once used. */
+  int fd2 = kc_rpc_connect(lease.host, lease.port, mk, 0, 2, NULL, 0, &err);
+  assert_int_equal(fd2, -1);
+  close(fd);
+}
+
+/* The tracker restarts: every agent registers again, quickly. */
+static void test_tracker_restart(void **state) {
+  (void)state;
+  uint16_t port = free_port();
+  char ps[8], pe[8], addr[32];
+  snprintf(ps, sizeof ps, "%u", port);
+  snprintf(pe, sizeof pe, "%u", port + 1);
+  snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+  const char *targv[] = {"tracker", "--host", "127.0.0.1", "--port", ps, "--port-end", pe, NULL};
+  pid_t trk = 0, ag[3] = {0};
+  assert_int_equal(proc_start(&trk, targv), port);
+  fixture f = {0};
+  snprintf(f.tracker, sizeof f.tracker, "%s", addr);
+  for (int i = 0; i < 3; i++)
+    assert_true(start_agent(&f, &ag[i], "gpu", "6") > 0);
+  assert_int_equal(wait_count(port, "gpu", "free", 3, 5), 3);
+  proc_kill(&trk);
+  double t0 = now_s();
+  assert_int_equal(proc_start(&trk, targv), port);
+  assert_int_equal(wait_count(port, "gpu", "free", 3, 5), 3);
+  assert_int_equal(summary_servers(port), 3);
+  printf("# all 3 agents re-registered %.3f s after the restart\n", now_s() - t0);
+  for (int i = 0; i < 3; i++)
+    proc_kill(&ag[i]);
+  proc_kill(&trk);
+}
+
+int main(void) {
+  signal(SIGPIPE, SIG_IGN);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_session_roundtrip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_killed_mid_session, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_session_timeout, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_taken_unused_matchkey_reput, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_handshake_codes, setup, teardown),
+      cmocka_unit_test(test_tracker_restart),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,448 @@
+/* The device agent: registers with a tracker the way TVM's rpc_server does
+ * (reference/tvm.md §2.4: UPDATE_INFO, then PUT of key:<random>, GET_PENDING_MATCHKEYS
+ * every 2 s, a fresh matchkey when a taken one goes unused), answers TVM's handshake
+ * (§2.5) and serves one kcage session at a time in its own process.  Unlike TVM's it
+ * never gives up on the tracker (backoff capped at a few seconds), notices a lost
+ * tracker at once (EOF on the idle connection), and kills a session at its deadline. */
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+#include "kcage/tracker.h"
+#include "netio.h"
+
+struct kc_agent {
+  kc_agent_opts o;
+  int lfd;
+  uint16_t port;
+  int stop_pipe[2];
+  kc_tracker_conn *trk;
+  double next_connect, backoff;
+  char matchkey[KC_TRACKER_MAX_MATCHKEY];
+  bool put_pending; /* a fresh matchkey still has to be PUT */
+  double next_check, missing_since;
+  pid_t child;
+  int child_pidfd;
+  double child_deadline;
+  char child_dir[256];
+  char device[KC_TRACKER_MAX_KEY + 300];
+};
+
+void kc_agent_opts_init(kc_agent_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->tracker_port = KC_TRACKER_DEFAULT_PORT;
+  o->port = 9090;
+  o->port_end = 9199;
+}
+
+static void logf_(kc_agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void logf_(kc_agent *a, const char *fmt, ...) {
+  if (!a->o.verbose)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "kcage agent: ");
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+}
+
+static void new_matchkey(kc_agent *a) {
+  uint64_t r = 0;
+  if (getrandom(&r, sizeof r, 0) != sizeof r)
+    r = (uint64_t)getpid() ^ (uint64_t)(kc_now() * 1e9);
+  /* Python's key + ":" + str(random.random()) */
+  snprintf(a->matchkey, sizeof a->matchkey, "%s:0.%016llu", a->o.key,
+           (unsigned long long)(r % 10000000000000000ull));
+  a->put_pending = true;
+}
+
+static int bind_listen(kc_agent *a, kc_error *err) {
+  const char *host = a->o.host ? a->o.host : "0.0.0.0";
+  unsigned first = a->o.port, end = a->o.port_end > a->o.port ? a->o.port_end : a->o.port + 1u;
+  int last = 0;
+  for (unsigned p = first; p < end; p++) {
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", p);
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    int g = getaddrinfo(host, ps, &hints, &ai);
+    if (g)
+      return kc_error_set(err, 0, "resolve %s: %s", host, gai_strerror(g));
+    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd >= 0)
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd >= 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
+      struct sockaddr_storage ss;
+      socklen_t sl = sizeof ss;
+      getsockname(fd, (struct sockaddr *)&ss, &sl);
+      a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
+                                               : ((struct sockaddr_in *)&ss)->sin_port);
+      a->lfd = fd;
+      freeaddrinfo(ai);
+      return 0;
+    }
+    last = errno;
+    if (fd >= 0)
+      close(fd);
+    freeaddrinfo(ai);
+    if (last != EADDRINUSE)
+      break;
+  }
+  return kc_error_set(err, last, "cannot bind %s to any port in [%u, %u)", host, first, end);
+}
+
+int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
+  if (!o->key || !*o->key || strlen(o->key) > KC_TRACKER_MAX_KEY || strchr(o->key, ':') ||
+      strchr(o->key, ' '))
+    return kc_error_set(err, EINVAL, "key must be 1-%d characters without ':' or spaces",
+                        KC_TRACKER_MAX_KEY);
+  if (!o->tracker_host)
+    return kc_error_set(err, EINVAL, "no tracker address");
+  kc_agent *a = calloc(1, sizeof *a);
+  if (!a)
+    return kc_error_set(err, ENOMEM, "agent");
+  a->o = *o;
+  if (a->o.check_s <= 0)
+    a->o.check_s = 2;
+  if (a->o.reput_s <= 0)
+    a->o.reput_s = 6;
+  if (a->o.max_backoff_s <= 0)
+    a->o.max_backoff_s = 5;
+  a->lfd = -1;
+  a->child_pidfd = -1;
+  a->missing_since = -1;
+  a->stop_pipe[0] = a->stop_pipe[1] = -1;
+  if (pipe2(a->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || bind_listen(a, err) < 0) {
+    if (err && !err->msg[0])
+      kc_error_set(err, errno, "pipe");
+    kc_agent_free(a);
+    return -1;
+  }
+  char hn[256] = "localhost";
+  gethostname(hn, sizeof hn - 1);
+  snprintf(a->device, sizeof a->device, "%s@%s", o->key, o->custom_addr ? o->custom_addr : hn);
+  new_matchkey(a);
+  *out = a;
+  return 0;
+}
+
+uint16_t kc_agent_port(const kc_agent *a) { return a->port; }
+
+void kc_agent_stop(kc_agent *a) {
+  char c = 1;
+  ssize_t n = write(a->stop_pipe[1], &c, 1);
+  (void)n;
+}
+
+/* ---- the tracker side ------------------------------------------------------------ */
+
+static void drop_tracker(kc_agent *a, const char *why) {
+  if (a->trk)
+    logf_(a, "lost the tracker: %s", why);
+  kc_tracker_close(a->trk);
+  a->trk = NULL;
+  a->next_connect = kc_now() + a->backoff;
+  a->backoff = fmin(a->backoff * 2, a->o.max_backoff_s);
+}
+
+static int call0(kc_agent *a, json_t *msg, kc_error *err) {
+  json_t *r = NULL;
+  int rc = kc_tracker_call(a->trk, msg, 5, &r, err);
+  json_decref(msg);
+  if (rc < 0)
+    return -1;
+  rc = json_is_integer(r) && json_integer_value(r) == KC_TRK_SUCCESS ? 0 : -1;
+  if (rc < 0)
+    kc_error_set(err, EPROTO, "tracker refused");
+  json_decref(r);
+  return rc;
+}
+
+static json_t *custom_addr(kc_agent *a) {
+  return a->o.custom_addr ? json_string(a->o.custom_addr) : json_null();
+}
+
+static int do_put(kc_agent *a, kc_error *err) {
+  if (call0(a, json_pack("[i, s, [i, s], o]", KC_TRK_PUT, a->o.key, (int)a->port, a->matchkey,
+                         custom_addr(a)),
+            err) < 0)
+    return -1;
+  a->put_pending = false;
+  a->missing_since = -1;
+  a->next_check = kc_now() + a->o.check_s;
+  logf_(a, "registered %s with the tracker", a->matchkey);
+  return 0;
+}
+
+static void connect_tracker(kc_agent *a) {
+  kc_error err = {0};
+  if (kc_tracker_connect(a->o.tracker_host, a->o.tracker_port, 3, &a->trk, &err) < 0) {
+    a->trk = NULL;
+    drop_tracker(a, err.msg);
+    return;
+  }
+  char sk[KC_TRACKER_MAX_KEY + 16];
+  snprintf(sk, sizeof sk, "server:%s", a->o.key);
+  if (call0(a, json_pack("[i, {s:s, s:[o, i]}]", KC_TRK_UPDATE_INFO, "key", sk, "addr",
+                         custom_addr(a), (int)a->port),
+            &err) < 0) {
+    drop_tracker(a, err.msg);
+    return;
+  }
+  logf_(a, "connected to tracker %s:%u", a->o.tracker_host, a->o.tracker_port);
+  a->backoff = 0.05;
+  a->put_pending = true; /* a new tracker knows nothing of our old matchkey */
+  if (a->child > 0)
+    return; /* PUT again when the session ends */
+  if (do_put(a, &err) < 0)
+    drop_tracker(a, err.msg);
+}
+
+static void check_pending(kc_agent *a) {
+  kc_error err = {0};
+  json_t *msg = json_pack("[i]", KC_TRK_GET_PENDING_MATCHKEYS), *r = NULL;
+  int rc = kc_tracker_call(a->trk, msg, 5, &r, &err);
+  json_decref(msg);
+  a->next_check = kc_now() + a->o.check_s;
+  if (rc < 0 || !json_is_array(r)) {
+    json_decref(r);
+    drop_tracker(a, rc < 0 ? err.msg : "bad GET_PENDING_MATCHKEYS reply");
+    return;
+  }
+  bool found = false;
+  size_t i;
+  json_t *v;
+  json_array_foreach(r, i, v) if (json_is_string(v) && !strcmp(json_string_value(v), a->matchkey))
+      found = true;
+  json_decref(r);
+  if (found) {
+    a->missing_since = -1;
+    return;
+  }
+  /* Handed to a client that never came (TVM: ~8 s): take the device back. */
+  double now = kc_now();
+  if (a->missing_since < 0)
+    a->missing_since = now;
+  else if (now - a->missing_since >= a->o.reput_s) {
+    logf_(a, "matchkey %s was taken but not used; re-registering", a->matchkey);
+    new_matchkey(a);
+    if (do_put(a, &err) < 0)
+      drop_tracker(a, err.msg);
+  }
+}
+
+/* ---- sessions -------------------------------------------------------------------- */
+
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  remove(p);
+  return 0;
+}
+
+static void end_session(kc_agent *a) {
+  if (a->child <= 0)
+    return;
+  kill(-a->child, SIGKILL); /* anything the session left behind in its group */
+  kill(a->child, SIGKILL);
+  waitpid(a->child, NULL, 0);
+  if (a->child_pidfd >= 0)
+    close(a->child_pidfd);
+  a->child_pidfd = -1;
+  a->child = 0;
+  if (a->child_dir[0])
+    nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  a->child_dir[0] = '\0';
+  logf_(a, "session ended");
+  /* Back in the pool with a fresh matchkey. */
+  new_matchkey(a);
+  if (a->trk) {
+    kc_error err = {0};
+    if (do_put(a, &err) < 0)
+      drop_tracker(a, err.msg);
+  }
+}
+
+static void start_session(kc_agent *a, int fd, double timeout_s) {
+  char tmpl[] = "/tmp/kcage-session-XXXXXX";
+  const char *td = getenv("TMPDIR");
+  if (td && *td && strlen(td) < 200)
+    snprintf(a->child_dir, sizeof a->child_dir, "%s/kcage-session-XXXXXX", td);
+  else
+    snprintf(a->child_dir, sizeof a->child_dir, "%s", tmpl);
+  if (!mkdtemp(a->child_dir)) {
+    a->child_dir[0] = '\0';
+    close(fd);
+    return;
+  }
+  double deadline = timeout_s > 0 ? kc_now() + timeout_s : -1;
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid < 0) {
+    close(fd);
+    return;
+  }
+  if (pid == 0) {
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* an agent that dies takes its session along */
+    signal(SIGTERM, SIG_DFL);
+    signal(SIGINT, SIG_DFL);
+    if (a->lfd >= 0)
+      close(a->lfd);
+    if (a->trk)
+      close(kc_tracker_fd(a->trk));
+    kc_session_serve_opts so = {.device = a->device, .dir = a->child_dir, .workers = a->o.workers,
+                                .deadline = deadline, .timeout_s = timeout_s};
+    kc_error err = {0};
+    int rc = kc_session_serve(fd, &so, &err);
+    _exit(rc < 0 ? 1 : 0);
+  }
+  close(fd);
+  a->child = pid;
+  a->child_deadline = deadline;
+  a->child_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  /* The matchkey just used is spent: a second client with it gets MISMATCH. */
+  new_matchkey(a);
+  logf_(a, "session started (pid %d, timeout %g s)", pid, timeout_s);
+}
+
+/* TVM's server side of the handshake; a bad peer costs at most 2 s. */
+static void on_connection(kc_agent *a) {
+  kc_cleanup_close int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
+  if (fd < 0)
+    return;
+  double deadline = kc_deadline(2);
+  uint32_t magic, len;
+  kc_error err = {0};
+  if (kc_read_u32(fd, &magic, deadline, &err) < 0 || magic != KC_RPC_MAGIC)
+    return; /* TVM: silent close */
+  if (kc_read_u32(fd, &len, deadline, &err) < 0 || len > 4096)
+    return;
+  char key[4097];
+  if (kc_read_exact(fd, key, len, deadline, &err) < 0)
+    return;
+  key[len] = '\0';
+  char want[KC_TRACKER_MAX_MATCHKEY + 16];
+  snprintf(want, sizeof want, "client:%s", a->matchkey);
+  size_t tok = strcspn(key, " \t\n");
+  bool match = a->child <= 0 && !a->put_pending && tok == strlen(want) && !strncmp(key, want, tok);
+  if (!match) {
+    kc_write_u32(fd, KC_RPC_CODE_MISMATCH, deadline, &err);
+    logf_(a, "handshake mismatch");
+    return;
+  }
+  double timeout_s = 0;
+  const char *t = strstr(key + tok, "-timeout=");
+  if (t) {
+    char *end;
+    timeout_s = strtod(t + 9, &end);
+    if (!isfinite(timeout_s) || timeout_s < 0)
+      timeout_s = 0;
+  }
+  char sk[KC_TRACKER_MAX_KEY + 16];
+  int sl = snprintf(sk, sizeof sk, "server:%s", a->o.key);
+  char reply[sizeof sk + 8];
+  uint32_t c = htole32(KC_RPC_CODE_SUCCESS), l = htole32((uint32_t)sl);
+  memcpy(reply, &c, 4);
+  memcpy(reply + 4, &l, 4);
+  memcpy(reply + 8, sk, (size_t)sl);
+  if (kc_write_all(fd, reply, 8 + (size_t)sl, deadline, &err) < 0)
+    return;
+  start_session(a, kc_steal_fd(fd), timeout_s);
+}
+
+int kc_agent_run(kc_agent *a, kc_error *err) {
+  (void)err;
+  a->backoff = 0.05;
+  a->next_connect = 0;
+  for (;;) {
+    double now = kc_now();
+    if (!a->trk && now >= a->next_connect)
+      connect_tracker(a);
+    if (a->trk && a->child <= 0 && a->put_pending) {
+      kc_error e = {0};
+      if (do_put(a, &e) < 0)
+        drop_tracker(a, e.msg);
+    }
+    if (a->trk && a->child <= 0 && kc_now() >= a->next_check)
+      check_pending(a);
+    if (a->child > 0 && a->child_deadline >= 0 && kc_now() > a->child_deadline + 2) {
+      logf_(a, "session past its deadline; killing it");
+      end_session(a);
+    }
+
+    now = kc_now();
+    double wake = now + 3600;
+    if (!a->trk)
+      wake = fmin(wake, a->next_connect);
+    else if (a->child <= 0)
+      wake = fmin(wake, a->next_check);
+    if (a->child > 0 && a->child_deadline >= 0)
+      wake = fmin(wake, a->child_deadline + 2.01);
+    struct pollfd p[4] = {{.fd = a->stop_pipe[0], .events = POLLIN},
+                          {.fd = a->lfd, .events = POLLIN},
+                          {.fd = a->trk ? kc_tracker_fd(a->trk) : -1, .events = POLLIN},
+                          {.fd = a->child_pidfd, .events = POLLIN}};
+    int ms = wake <= now ? 0 : (int)fmin((wake - now) * 1000 + 1, 3600e3);
+    int n = poll(p, 4, ms);
+    if (n < 0 && errno != EINTR)
+      return kc_error_set(err, errno, "poll");
+    if (n <= 0)
+      continue;
+    if (p[0].revents)
+      break;
+    if (p[3].revents)
+      end_session(a);
+    if (p[2].revents && a->trk) {
+      /* The tracker never speaks first: readable means it closed or reset. */
+      char b[64];
+      ssize_t r = recv(kc_tracker_fd(a->trk), b, sizeof b, MSG_DONTWAIT);
+      if (r <= 0)
+        drop_tracker(a, "connection closed");
+    }
+    if (p[1].revents)
+      on_connection(a);
+  }
+  end_session(a);
+  return 0;
+}
+
+void kc_agent_free(kc_agent *a) {
+  if (!a)
+    return;
+  if (a->child > 0) {
+    kill(-a->child, SIGKILL);
+    kill(a->child, SIGKILL);
+    waitpid(a->child, NULL, 0);
+    if (a->child_dir[0])
+      nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  if (a->child_pidfd >= 0)
+    close(a->child_pidfd);
+  kc_tracker_close(a->trk);
+  if (a->lfd >= 0)
+    close(a->lfd);
+  if (a->stop_pipe[0] >= 0)
+    close(a->stop_pipe[0]);
+  if (a->stop_pipe[1] >= 0)
+    close(a->stop_pipe[1]);
+  free(a);
+}
