@@ -1,0 +1,147 @@
+/* The per-worker ring (DESIGN.md §2, reference/measurement.md §4): one sealed memfd,
+ * mapped only by the parent and its worker, holding one SPSC submission ring (parent
+ * -> worker) and one SPSC completion ring (worker -> parent) with fixed-size slots.
+ *
+ * Every record carries a sequence number and the generation of the worker it was
+ * meant for (the generation changes at every restart), so a stale or forged
+ * completion is recognised.  The parent trusts nothing the worker can write: it keeps
+ * its own copies of every index and size, copies a completion's header out before
+ * validating it, bounds every length, and never follows a worker-written offset.  The
+ * memfd's size is sealed, so a worker cannot SIGBUS the parent by truncating it.
+ *
+ * Wake-ups (eventcount pattern: the fast path makes no syscall):
+ *  - parent -> worker: the worker spins ~20 us, then sets sq_waiters and sleeps on the
+ *    futex word sq_epoch; the parent bumps sq_epoch after publishing and calls
+ *    FUTEX_WAKE only when sq_waiters is set.
+ *  - worker -> parent: the parent spins briefly, then sets cq_waiters and sleeps in
+ *    poll() on an eventfd together with the worker's pidfd and seccomp listener (it
+ *    must wake on death and violations too, and a pool waits on many workers at
+ *    once, which one futex cannot do); the worker writes the eventfd only when
+ *    cq_waiters is set. */
+#ifndef KCAGE_RING_H
+#define KCAGE_RING_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kcage/error.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KC_RING_MAGIC 0x6b63726eu /* "kcrn" */
+#define KC_RING_FN_MAX 255
+#define KC_RING_MSG_MAX 1023 /* exception message bytes carried back */
+
+/* Completion statuses written by the worker (the parent maps them to kc_call_status). */
+enum { KC_CQE_COMPLETE = 1, KC_CQE_EXCEPTION = 2 };
+
+/* Shared control page.  Fields on separate cache lines so the two sides do not
+ * false-share. */
+typedef struct kc_ring_ctl {
+  uint32_t magic;
+  uint32_t depth;          /* informational for the worker; the parent keeps its own */
+  uint64_t sq_slot_size, cq_slot_size, sq_off, cq_off;
+  uint32_t generation;
+  uint32_t max_arg, max_result;
+  _Alignas(64) _Atomic uint64_t sq_tail; /* parent writes */
+  _Alignas(64) _Atomic uint64_t sq_head; /* worker writes (informational) */
+  _Alignas(64) _Atomic uint32_t sq_epoch;   /* futex word the worker sleeps on */
+  _Atomic uint32_t sq_waiters;              /* worker sets while (about to be) asleep */
+  _Alignas(64) _Atomic uint64_t cq_tail; /* worker writes: untrusted */
+  _Alignas(64) _Atomic uint64_t cq_head; /* parent writes */
+  _Atomic uint32_t cq_waiters;           /* parent sets while asleep in poll() */
+  _Atomic uint32_t parent_gone;          /* parent sets at shutdown */
+  /* worker writes (untrusted, only ever printed): the syscall number its seal filter
+   * trapped, set by the worker's SIGSYS handler just before it dies. */
+  _Alignas(64) _Atomic uint32_t trapped_syscall;
+} kc_ring_ctl;
+
+typedef struct kc_sqe {
+  uint64_t seq;
+  uint32_t generation;
+  uint16_t fn_len;
+  uint16_t flags;
+  uint64_t arg_len;
+  uint64_t reserved;
+  /* fn[fn_len] then arg[arg_len] follow */
+} kc_sqe;
+
+typedef struct kc_cqe {
+  uint64_t seq;
+  uint32_t generation;
+  uint32_t status; /* KC_CQE_* */
+  uint64_t len;    /* payload bytes (value, or message without NUL) */
+  uint64_t reserved;
+  /* payload follows */
+} kc_cqe;
+
+typedef struct kc_ring_params {
+  uint32_t depth;      /* power of two */
+  uint32_t max_arg;    /* payload bytes per request */
+  uint32_t max_result; /* payload bytes per completion (>= KC_RING_MSG_MAX) */
+} kc_ring_params;
+
+/* One side's view.  For the parent every field is its own, trusted copy. */
+typedef struct kc_ring {
+  uint8_t *base;
+  size_t size;
+  kc_ring_ctl *ctl;
+  uint32_t depth, mask;
+  uint64_t sq_slot_size, cq_slot_size, sq_off, cq_off;
+  uint32_t max_arg, max_result;
+  uint32_t generation;
+  uint64_t sent;     /* parent: requests published */
+  uint64_t reaped;   /* parent: completions taken */
+  int memfd;
+} kc_ring;
+
+/* Layout for params (sizes rounded, offsets page-aligned). */
+size_t kc_ring_layout(const kc_ring_params *p, uint64_t *sq_off, uint64_t *sq_slot,
+                      uint64_t *cq_off, uint64_t *cq_slot);
+
+/* Parent: create the sealed memfd, map it, write the control page. */
+int kc_ring_create(kc_ring *r, const kc_ring_params *p, uint32_t generation, kc_error *err);
+/* Parent: reuse the memory for a new worker generation (indices reset). */
+void kc_ring_reset(kc_ring *r, uint32_t generation);
+void kc_ring_destroy(kc_ring *r);
+
+/* Worker: map a memfd received from the parent. */
+int kc_ring_attach(kc_ring *r, int memfd, kc_error *err);
+
+/* Parent: publish one request.  -1 (err) when full or too large. */
+int kc_ring_submit(kc_ring *r, const char *fn, size_t fn_len, const void *arg, size_t len,
+                   kc_error *err);
+/* Parent: wake the worker if it sleeps. */
+void kc_ring_wake_worker(kc_ring *r);
+uint64_t kc_ring_outstanding(const kc_ring *r);
+
+/* A completion copied out of shared memory and validated. */
+typedef struct kc_ring_completion {
+  uint64_t seq;
+  uint32_t status; /* KC_CQE_COMPLETE or KC_CQE_EXCEPTION */
+  void *payload;   /* malloc'd copy (NUL-terminated for messages), NULL when len 0 */
+  size_t len;
+} kc_ring_completion;
+
+/* Parent: take the next completion.  1 = *out filled; 0 = none yet; -1 = the worker
+ * broke the protocol (err says how): treat as a child error and kill the worker. */
+int kc_ring_reap(kc_ring *r, kc_ring_completion *out, kc_error *err);
+
+/* Validate one completion header against what the parent expects (pure function,
+ * the fuzzed decoder).  0 or -1 with err. */
+int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
+                      uint32_t max_result, kc_error *err);
+
+/* Spin up to spin_ns for cond-like readiness; helpers used by both sides. */
+uint64_t kc_ring_now_ns(void);
+int kc_futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
+int kc_futex_wake(_Atomic uint32_t *word, int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

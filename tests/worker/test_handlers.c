@@ -1,0 +1,115 @@
+/* Handlers for the worker tests, loaded inside real workers as "lib.so:symbol".  Built
+ * without sanitizers: they run inside the sandbox, and some are hostile on purpose. */
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kcage/ring.h"
+#include "kcage/worker.h"
+
+int raise_value_error(kc_call *c) {
+  snprintf(c->error, c->error_cap, "ValueError: bad input %.*s", (int)c->arg_len, (const char *)c->arg);
+  return 1;
+}
+
+int segfault(kc_call *c) {
+  (void)c;
+  volatile uintptr_t addr = 8; /* opaque to the compiler: a real fault */
+  *(volatile int *)addr = 1;
+  return 0;
+}
+
+int busy_loop(kc_call *c) {
+  (void)c;
+  for (volatile unsigned long i = 0;; i++)
+    ;
+  return 0;
+}
+
+int sleeper(kc_call *c) {
+  (void)c;
+  for (;;)
+    sleep(100);
+  return 0;
+}
+
+/* Touch memory until the cgroup's memory limit kills us. */
+int hog_memory(kc_call *c) {
+  (void)c;
+  for (;;) {
+    char *p = mmap(NULL, 16 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED)
+      continue;
+    memset(p, 1, 16 << 20);
+  }
+  return 0;
+}
+
+/* Seal, then try to map executable memory: the seal filter kills the worker. */
+int seal_then_exec_map(kc_call *c) {
+  (void)c;
+  if (kc_runtime_seal_exec() < 0) {
+    snprintf(c->error, c->error_cap, "seal failed");
+    return 1;
+  }
+  void *p = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  (void)p;
+  snprintf(c->error, c->error_cap, "mmap PROT_EXEC was allowed after seal");
+  return 1;
+}
+
+/* Hostile: find the ring's control page (magic at a page start below our result slot)
+ * and write garbage the parent must reject. */
+static kc_ring_ctl *find_ctl(kc_call *c) {
+  uintptr_t p = ((uintptr_t)c->out) & ~(uintptr_t)4095;
+  for (int i = 0; i < 1 << 16; i++, p -= 4096)
+    if (((kc_ring_ctl *)p)->magic == KC_RING_MAGIC)
+      return (kc_ring_ctl *)p;
+  return NULL;
+}
+
+int corrupt_tail(kc_call *c) {
+  kc_ring_ctl *ctl = find_ctl(c);
+  if (ctl)
+    atomic_store(&ctl->cq_tail, (uint64_t)1 << 40);
+  for (;;)
+    pause();
+  return 0;
+}
+
+int forge_completion(kc_call *c) {
+  kc_ring_ctl *ctl = find_ctl(c);
+  kc_cqe *h = (kc_cqe *)((char *)c->out - sizeof(kc_cqe));
+  h->seq = c->seq;
+  h->generation = c->generation ^ 0x5a5a;
+  h->status = KC_CQE_COMPLETE;
+  h->len = (uint64_t)1 << 50;
+  if (ctl)
+    atomic_store(&ctl->cq_tail, c->seq + 1);
+  for (;;)
+    pause();
+  return 0;
+}
+
+static int counter;
+int count_calls(kc_call *c) {
+  counter++;
+  memcpy(c->out, &counter, sizeof counter);
+  c->out_len = sizeof counter;
+  return 0;
+}
+
+/* initializer: sets the counter from initargs ("fail" makes it raise) */
+int init_counter(const void *a, size_t n, char *error, size_t cap) {
+  if (n == 4 && !memcmp(a, "fail", 4)) {
+    snprintf(error, cap, "RuntimeError: init refused");
+    return 1;
+  }
+  if (n == sizeof counter)
+    memcpy(&counter, a, sizeof counter);
+  return 0;
+}

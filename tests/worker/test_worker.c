@@ -1,0 +1,427 @@
+/* Real workers in real sandboxes (issue 3 "Must show"). */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <dirent.h>
+#include <poll.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kcage/pool.h"
+#include "kcage/worker.h"
+
+#define H(sym) KC_TEST_HANDLERS ":" sym
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static kc_worker *new_worker(kc_isolation iso, uint32_t max_uses) {
+  kc_worker_opts o;
+  kc_worker_opts_init(&o);
+  o.isolation = iso;
+  o.maximum_uses = max_uses;
+  o.limits.memory_bytes = 64u << 20;
+  kc_worker *w = NULL;
+  kc_error err = {0};
+  int rc = kc_worker_new(&o, &w, &err);
+  if (rc < 0)
+    fail_msg("kc_worker_new: %s", err.msg);
+  return w;
+}
+
+static void call(kc_worker *w, const char *fn, const void *arg, size_t len, double timeout,
+                 kc_call_result *res) {
+  kc_error err = {0};
+  if (kc_worker_send(w, fn, arg, len, timeout, &err) < 0)
+    fail_msg("send %s: %s", fn, err.msg);
+  if (kc_worker_recv(w, res, &err) < 0)
+    fail_msg("recv %s: %s", fn, err.msg);
+}
+
+static void test_echo_roundtrip(void **state) {
+  (void)state;
+  kc_isolation modes[] = {KC_ISOLATION_SANDBOX, KC_ISOLATION_NONE};
+  for (int m = 0; m < 2; m++) {
+    kc_worker *w = new_worker(modes[m], 0);
+    for (int i = 0; i < 100; i++) {
+      char buf[64];
+      int n = snprintf(buf, sizeof buf, "hello %d", i);
+      kc_call_result r;
+      call(w, "echo", buf, (size_t)n, 5, &r);
+      assert_int_equal(r.status, KC_CALL_COMPLETE);
+      assert_int_equal(r.value_len, n);
+      assert_memory_equal(r.value, buf, (size_t)n);
+      kc_call_result_clear(&r);
+    }
+    /* an empty argument and a large one */
+    kc_call_result r;
+    call(w, "echo", NULL, 0, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(r.value_len, 0);
+    kc_call_result_clear(&r);
+    size_t big = 512 * 1024;
+    char *b = malloc(big);
+    for (size_t i = 0; i < big; i++)
+      b[i] = (char)(i * 7);
+    call(w, "echo", b, big, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(r.value_len, big);
+    assert_memory_equal(r.value, b, big);
+    kc_call_result_clear(&r);
+    free(b);
+    assert_true(kc_worker_is_alive(w));
+    kc_worker_free(w);
+  }
+}
+
+static void test_pipelined_fifo(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_error err = {0};
+  for (int i = 0; i < 10; i++)
+    assert_int_equal(kc_worker_send(w, "echo", &i, sizeof i, 5, &err), 0);
+  for (int i = 0; i < 10; i++) {
+    kc_call_result r;
+    assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(*(int *)r.value, i);
+    kc_call_result_clear(&r);
+  }
+  kc_call_result r;
+  assert_int_equal(kc_worker_recv(w, &r, &err), -1); /* nothing outstanding */
+  kc_worker_free(w);
+}
+
+static void test_exception_message(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("raise_value_error"), "42", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_EXCEPTION);
+  assert_string_equal(r.message, "ValueError: bad input 42");
+  pid_t pid = r.pid;
+  /* the worker survives an exception */
+  call(w, "echo", "x", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  assert_int_equal(r.pid, pid);
+  kc_call_result_clear(&r);
+  call(w, "no_such_builtin", "x", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_EXCEPTION);
+  assert_non_null(strstr(r.message, "unknown handler"));
+  call(w, "/nonexistent/lib.so:sym", "x", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_EXCEPTION);
+  assert_non_null(strstr(r.message, "dlopen"));
+  kc_worker_free(w);
+}
+
+/* The three ways a call hangs: all must end on the parent's deadline (within 5 ms). */
+static double timeout_late(kc_worker *w, const char *fn, bool stop_first) {
+  double timeout = 0.1, best = 1e9;
+  for (int attempt = 0; attempt < 3; attempt++) {
+    kc_call_result r;
+    if (stop_first) {
+      call(w, "echo", "", 0, 5, &r); /* make sure a worker exists */
+      assert_int_equal(r.status, KC_CALL_COMPLETE);
+      kill(kc_worker_pid(w), SIGSTOP);
+    }
+    double t0 = now_s();
+    call(w, fn, "", 0, timeout, &r);
+    double late = now_s() - t0 - timeout;
+    assert_int_equal(r.status, KC_CALL_TIMEOUT);
+    assert_int_equal(r.verdict.status, KC_STATUS_TIMEOUT);
+    assert_true(late >= -0.0005);
+    assert_false(kc_worker_is_alive(w));
+    if (late < best)
+      best = late;
+    if (best < 0.005)
+      break;
+  }
+  /* the next call gets a fresh worker */
+  kc_call_result r;
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  return best;
+}
+
+static void test_timeouts(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  double a = timeout_late(w, H("busy_loop"), false);
+  double b = timeout_late(w, H("sleeper"), false);
+  double c = timeout_late(w, "echo", true);
+  print_message("timeout overshoot: busy %.2f ms, sleeper %.2f ms, SIGSTOP %.2f ms\n", a * 1e3,
+                b * 1e3, c * 1e3);
+  assert_true(a < 0.005);
+  assert_true(b < 0.005);
+  assert_true(c < 0.005);
+  kc_worker_free(w);
+}
+
+static void test_segfault(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("segfault"), "", 0, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  assert_int_equal(r.verdict.status, KC_STATUS_SIGNALED);
+  assert_int_equal(r.verdict.signal, SIGSEGV);
+  assert_non_null(strstr(r.message, "signal 11"));
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
+#include "kcage/cgroup.h"
+extern int kc_cgroup_create(const char *, const kc_cgroup_limits *, kc_cgroup **, kc_error *)
+    __attribute__((weak));
+/* OOM verdicts need the cgroup layer (issue 2) and a memory controller. */
+static bool have_memory_cgroup(void) {
+  return kc_cgroup_create && (access("/sys/fs/cgroup/memory", F_OK) == 0 ||
+                              access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0);
+}
+
+static void test_oom(void **state) {
+  (void)state;
+  if (!have_memory_cgroup())
+    skip();
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("hog_memory"), "", 0, 20, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  print_message("oom verdict: %s\n", r.message);
+  assert_int_equal(r.verdict.status, KC_STATUS_MEMORY);
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
+static void test_seccomp_seal(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("seal_then_exec_map"), "", 0, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  print_message("seal verdict: %s\n", r.message);
+  assert_int_equal(r.verdict.status, KC_STATUS_SYSCALL);
+  assert_non_null(strstr(r.verdict.syscall, "mmap"));
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
+static void test_maximum_uses(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 2);
+  pid_t p[6];
+  for (int i = 0; i < 6; i++) {
+    kc_call_result r;
+    call(w, "echo", "x", 1, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    kc_call_result_clear(&r);
+    p[i] = r.pid;
+  }
+  assert_int_equal(p[0], p[1]);
+  assert_int_equal(p[2], p[3]);
+  assert_int_equal(p[4], p[5]);
+  assert_int_not_equal(p[0], p[2]);
+  assert_int_not_equal(p[2], p[4]);
+  kc_worker_free(w);
+}
+
+static void test_corrupt_ring(void **state) {
+  (void)state;
+  const char *bad[] = {H("corrupt_tail"), H("forge_completion")};
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  for (int i = 0; i < 2; i++) {
+    kc_call_result r;
+    call(w, bad[i], "", 0, 5, &r);
+    assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+    print_message("corrupt verdict: %s\n", r.message);
+    assert_non_null(strstr(r.message, "corrupted its ring"));
+    call(w, "echo", "ok", 2, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_memory_equal(r.value, "ok", 2);
+    kc_call_result_clear(&r);
+  }
+  kc_worker_free(w);
+}
+
+static void test_initializer(void **state) {
+  (void)state;
+  kc_worker_opts o;
+  kc_worker_opts_init(&o);
+  o.initializer = H("init_counter");
+  int start = 41;
+  o.initargs = &start;
+  o.initargs_len = sizeof start;
+  o.maximum_uses = 2;
+  kc_worker *w;
+  kc_error err = {0};
+  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  int expect[] = {42, 43, 42, 43};
+  for (int i = 0; i < 4; i++) {
+    kc_call_result r;
+    call(w, H("count_calls"), "", 0, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(*(int *)r.value, expect[i]);
+    kc_call_result_clear(&r);
+  }
+  kc_worker_free(w);
+  o.initargs = "fail";
+  o.initargs_len = 4;
+  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  assert_int_equal(kc_worker_send(w, "echo", "", 0, 5, &err), -1);
+  assert_non_null(strstr(err.msg, "RuntimeError: init refused"));
+  kc_worker_free(w);
+}
+
+static int count_fds(void) {
+  int n = 0;
+  DIR *d = opendir("/proc/self/fd");
+  while (d && readdir(d))
+    n++;
+  if (d)
+    closedir(d);
+  return n;
+}
+
+static long rss_kb(void) {
+  long pages = 0, rss = 0;
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f && fscanf(f, "%ld %ld", &pages, &rss) != 2)
+    rss = 0;
+  if (f)
+    fclose(f);
+  return rss * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void test_many_calls_flat(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, "echo", "warm", 4, 5, &r);
+  kc_call_result_clear(&r);
+  for (int i = 0; i < 1000; i++) {
+    call(w, "echo", &i, sizeof i, 5, &r);
+    kc_call_result_clear(&r);
+  }
+  int fd0 = count_fds();
+  long rss0 = rss_kb();
+  for (int i = 0; i < 100000; i++) {
+    call(w, "echo", &i, sizeof i, 5, &r);
+    if (r.status != KC_CALL_COMPLETE || *(int *)r.value != i)
+      fail_msg("call %d: %s", i, r.message);
+    kc_call_result_clear(&r);
+    /* every 10 000 calls, recycle too: restarts must not leak either */
+    if (i % 10000 == 5000)
+      kc_worker_kill(w);
+  }
+  int fd1 = count_fds();
+  long rss1 = rss_kb();
+  print_message("fds %d -> %d, rss %ld -> %ld KiB\n", fd0, fd1, rss0, rss1);
+  assert_int_equal(fd0, fd1);
+  assert_true(rss1 - rss0 < 2048);
+  kc_worker_free(w);
+}
+
+/* SIGKILL a parent that holds a pool: every kcage process must die with it. */
+static bool pid_dead(pid_t p) {
+  char path[64], st = 0;
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)p);
+  FILE *f = fopen(path, "r");
+  if (!f)
+    return true;
+  int rc = fscanf(f, "%*d %*s %c", &st);
+  fclose(f);
+  return rc == 1 && (st == 'Z' || st == 'X');
+}
+
+static void test_parent_sigkill(void **state) {
+  (void)state;
+  /* orphans come to us, so they can be reaped and counted */
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  pid_t parent = fork();
+  assert_true(parent >= 0);
+  if (parent == 0) {
+    close(pfd[0]);
+    kc_pool_opts o;
+    kc_pool_opts_init(&o);
+    o.max_workers = 2;
+    kc_pool *p;
+    kc_error err = {0};
+    if (kc_pool_new(&o, &p, &err) < 0)
+      _exit(1);
+    kc_blob args[2] = {{"a", 1}, {"b", 1}};
+    kc_call_result res[2];
+    if (kc_pool_map_with_error_catching(p, "echo", args, 2, res, &err) < 0)
+      _exit(1);
+    pid_t pids[3] = {kc_pool_worker_pid(p, 0), kc_pool_worker_pid(p, 1), 0};
+    if (write(pfd[1], pids, sizeof pids) != sizeof pids)
+      _exit(1);
+    for (;;)
+      pause();
+  }
+  close(pfd[1]);
+  pid_t pids[3];
+  assert_int_equal(read(pfd[0], pids, sizeof pids), sizeof pids);
+  close(pfd[0]);
+  assert_true(pids[0] > 0 && pids[1] > 0);
+  /* the zygote is the parent's other child: find it */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)parent, (int)parent);
+  FILE *f = fopen(path, "r");
+  pid_t kids[16];
+  int nk = 0;
+  while (f && nk < 16 && fscanf(f, "%d", &kids[nk]) == 1)
+    nk++;
+  if (f)
+    fclose(f);
+  assert_true(nk >= 3); /* zygote + 2 workers (CLONE_PARENT) */
+  kill(parent, SIGKILL);
+  waitpid(parent, NULL, 0);
+  double t0 = now_s();
+  bool all = false;
+  while (!all && now_s() - t0 < 2) {
+    while (waitpid(-1, NULL, WNOHANG) > 0)
+      ;
+    all = true;
+    for (int i = 0; i < nk; i++)
+      all = all && pid_dead(kids[i]);
+    usleep(1000);
+  }
+  while (waitpid(-1, NULL, WNOHANG) > 0)
+    ;
+  assert_true(all);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_pipelined_fifo),
+      cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
+      cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
+      cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
+      cmocka_unit_test(test_many_calls_flat),   cmocka_unit_test(test_parent_sigkill),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}

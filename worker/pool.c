@@ -1,0 +1,288 @@
+/* kc_pool: PopenPoolExecutor without threads.  The pool spreads calls over its
+ * workers' rings (several in flight per worker) and makes progress whenever the caller
+ * waits: it spins on every ring briefly, then sleeps in one poll() over every worker's
+ * eventfd, pidfd and seccomp listener, bounded by the earliest call deadline. */
+#include <errno.h>
+#include <poll.h>
+#include <time.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kcage/pool.h"
+#include "worker_internal.h"
+
+#define KC_POOL_SPIN_NS 50000
+
+struct kc_future {
+  kc_pool *pool;
+  bool done, taken, abandoned;
+  kc_call_result res;
+};
+
+typedef struct slot {
+  kc_worker *w;
+  kc_future **q; /* FIFO of the futures in flight on this worker */
+  uint32_t head, count, cap;
+} slot;
+
+struct kc_pool {
+  kc_pool_opts o;
+  kc_zygote *zyg;
+  slot *slots;
+  unsigned n;
+};
+
+void kc_pool_opts_init(kc_pool_opts *o) {
+  memset(o, 0, sizeof *o);
+  kc_worker_opts_init(&o->worker);
+}
+
+int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
+  kc_pool *p = calloc(1, sizeof *p);
+  if (!p)
+    return kc_error_set(err, ENOMEM, "pool");
+  if (opts)
+    p->o = *opts;
+  else
+    kc_pool_opts_init(&p->o);
+  p->n = p->o.max_workers ? p->o.max_workers : (unsigned)sysconf(_SC_NPROCESSORS_ONLN);
+  if (!p->n)
+    p->n = 1;
+  p->slots = calloc(p->n, sizeof *p->slots);
+  if (!p->slots) {
+    free(p);
+    return kc_error_set(err, ENOMEM, "pool");
+  }
+  if (kc_zygote_start(&p->o.worker, &p->zyg, err) < 0) {
+    kc_pool_shutdown(p, false);
+    return kc_error_prefix(err, "pool");
+  }
+  for (unsigned i = 0; i < p->n; i++) {
+    slot *s = &p->slots[i];
+    if (kc_worker_new_shared(&p->o.worker, p->zyg, &s->w, err) < 0) {
+      kc_pool_shutdown(p, false);
+      return kc_error_prefix(err, "pool");
+    }
+    s->cap = kc_worker_depth(s->w);
+    s->q = calloc(s->cap, sizeof *s->q);
+    if (!s->q) {
+      kc_pool_shutdown(p, false);
+      return kc_error_set(err, ENOMEM, "pool");
+    }
+  }
+  *out = p;
+  return 0;
+}
+
+unsigned kc_pool_size(const kc_pool *p) { return p->n; }
+
+pid_t kc_pool_worker_pid(const kc_pool *p, unsigned i) {
+  return i < p->n ? kc_worker_pid(p->slots[i].w) : 0;
+}
+
+static void complete(slot *s, kc_call_result *res) {
+  kc_future *f = s->q[s->head];
+  s->head = (s->head + 1) % s->cap;
+  s->count--;
+  if (f->abandoned) {
+    kc_call_result_clear(res);
+    free(f);
+    return;
+  }
+  f->res = *res;
+  f->done = true;
+}
+
+/* Take whatever is ready without blocking.  Returns how many calls finished. */
+static int harvest(kc_pool *p) {
+  int got = 0;
+  for (unsigned i = 0; i < p->n; i++) {
+    slot *s = &p->slots[i];
+    while (s->count) {
+      kc_call_result r;
+      if (kc_worker_try(s->w, &r, NULL) != 1)
+        break;
+      complete(s, &r);
+      got++;
+    }
+  }
+  return got;
+}
+
+/* Make progress until at least one call finishes or until_ns passes. */
+static void drive(kc_pool *p, uint64_t until_ns) {
+  if (harvest(p))
+    return;
+  uint64_t t0 = kc_ring_now_ns();
+  while (kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns) {
+    for (int i = 0; i < 64; i++)
+      __builtin_ia32_pause();
+    if (harvest(p))
+      return;
+  }
+  for (;;) {
+    struct pollfd fds[3 * 64];
+    unsigned nf = 0;
+    uint64_t dl = until_ns;
+    bool any = false;
+    for (unsigned i = 0; i < p->n; i++) {
+      slot *s = &p->slots[i];
+      if (!s->count)
+        continue;
+      any = true;
+      uint64_t d = kc_worker_deadline(s->w);
+      if (d < dl)
+        dl = d;
+      int f[3];
+      if (kc_worker_pollfds(s->w, f) && nf + 3 <= sizeof fds / sizeof fds[0]) {
+        kc_worker_set_waiting(s->w, true);
+        for (int k = 0; k < 3; k++)
+          if (f[k] >= 0)
+            fds[nf++] = (struct pollfd){.fd = f[k], .events = POLLIN};
+      }
+    }
+    if (!any)
+      return;
+    /* re-check after announcing we sleep (eventcount) */
+    if (harvest(p)) {
+      for (unsigned i = 0; i < p->n; i++)
+        kc_worker_set_waiting(p->slots[i].w, false);
+      return;
+    }
+    uint64_t now = kc_ring_now_ns();
+    if (now >= until_ns)
+      break;
+    uint64_t left = dl == UINT64_MAX ? 1000000000u : (dl > now ? dl - now : 0);
+    if (left > 1000000000u)
+      left = 1000000000u;
+    struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+    int r = ppoll(fds, nf, &ts, NULL);
+    for (unsigned i = 0; i < p->n; i++)
+      kc_worker_set_waiting(p->slots[i].w, false);
+    for (unsigned k = 0; r > 0 && k < nf; k++)
+      if (fds[k].revents & POLLIN) {
+        uint64_t v; /* drain eventfds; a pidfd/listener read fails harmlessly */
+        ssize_t rd = read(fds[k].fd, &v, sizeof v);
+        (void)rd;
+      }
+    if (harvest(p))
+      return;
+  }
+}
+
+kc_future *kc_pool_submit(kc_pool *p, const char *fn, const void *arg, size_t len, kc_error *err) {
+  kc_future *f = calloc(1, sizeof *f);
+  if (!f) {
+    kc_error_set(err, ENOMEM, "submit");
+    return NULL;
+  }
+  f->pool = p;
+  for (;;) {
+    unsigned best = p->n;
+    for (unsigned i = 0; i < p->n; i++) {
+      slot *s = &p->slots[i];
+      if (s->count < s->cap && (best == p->n || s->count < p->slots[best].count))
+        best = i;
+    }
+    if (best == p->n) {
+      drive(p, UINT64_MAX);
+      continue;
+    }
+    slot *s = &p->slots[best];
+    if (kc_worker_send(s->w, fn, arg, len, p->o.timeout_s, err) < 0) {
+      free(f);
+      return NULL;
+    }
+    s->q[(s->head + s->count) % s->cap] = f;
+    s->count++;
+    return f;
+  }
+}
+
+bool kc_future_done(kc_future *f) {
+  if (!f->done && f->pool)
+    harvest(f->pool);
+  return f->done;
+}
+
+int kc_future_wait(kc_future *f, double timeout_s, kc_call_result *res) {
+  uint64_t until = timeout_s < 0 ? UINT64_MAX : kc_ring_now_ns() + (uint64_t)(timeout_s * 1e9);
+  while (!f->done && f->pool && kc_ring_now_ns() < until)
+    drive(f->pool, until);
+  if (!f->done || f->taken)
+    return 0;
+  *res = f->res;
+  f->taken = true;
+  memset(&f->res, 0, sizeof f->res);
+  return 1;
+}
+
+void kc_future_free(kc_future *f) {
+  if (!f)
+    return;
+  if (!f->done && f->pool) {
+    f->abandoned = true; /* freed when its result arrives or at shutdown */
+    return;
+  }
+  kc_call_result_clear(&f->res);
+  free(f);
+}
+
+int kc_pool_map_with_error_catching(kc_pool *p, const char *fn, const kc_blob *args, size_t n,
+                                    kc_call_result *results, kc_error *err) {
+  kc_future **fs = calloc(n ? n : 1, sizeof *fs);
+  if (!fs)
+    return kc_error_set(err, ENOMEM, "map");
+  int rc = 0;
+  size_t i;
+  for (i = 0; i < n; i++) {
+    fs[i] = kc_pool_submit(p, fn, args[i].data, args[i].len, err);
+    if (!fs[i]) {
+      rc = -1;
+      break;
+    }
+  }
+  for (size_t k = 0; k < i; k++) {
+    if (rc == 0)
+      kc_future_wait(fs[k], -1, &results[k]);
+    kc_future_free(fs[k]);
+  }
+  free(fs);
+  return rc;
+}
+
+void kc_pool_shutdown(kc_pool *p, bool wait) {
+  if (!p)
+    return;
+  if (wait) {
+    for (;;) {
+      bool busy = false;
+      for (unsigned i = 0; i < p->n; i++)
+        busy = busy || (p->slots && p->slots[i].count);
+      if (!busy)
+        break;
+      drive(p, UINT64_MAX);
+    }
+  }
+  for (unsigned i = 0; p->slots && i < p->n; i++) {
+    slot *s = &p->slots[i];
+    while (s->count) {
+      kc_call_result r;
+      kc_call_result_init(&r);
+      r.status = KC_CALL_CHILD_ERROR;
+      r.verdict.status = KC_STATUS_SIGNALED;
+      strcpy(r.message, "pool shut down");
+      strcpy(r.verdict.message, "pool shut down");
+      kc_future *f = s->q[s->head];
+      if (!f->abandoned)
+        f->pool = NULL; /* before complete(), which frees an abandoned one */
+      complete(s, &r);
+    }
+    kc_worker_free(s->w);
+    free(s->q);
+  }
+  free(p->slots);
+  kc_zygote_stop(p->zyg);
+  free(p);
+}

@@ -1,0 +1,242 @@
+/* Inside a worker: lockdown, then serve requests from the submission ring until the
+ * parent kills us.  Nothing here trusts the handler: it runs on our stack, but its
+ * result goes straight into the completion slot with a length we bound. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "kcage/policy.h"
+#include "worker_internal.h"
+
+/* The policy layer may not be linked in yet (or ever, in a minimal build): take its
+ * entry points weakly and fall back to caps + no_new_privs + the seal filter. */
+extern int kc_policy_load(const char *, kc_policy **, kc_error *) __attribute__((weak));
+extern const kc_policy_spec *kc_policy_get_spec(const kc_policy *) __attribute__((weak));
+extern int kc_policy_install_seccomp(const kc_policy *, int *, kc_error *) __attribute__((weak));
+
+static kc_ring g_ring;
+static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
+
+static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
+  (void)uc;
+  if (g_ring.ctl)
+    atomic_store(&g_ring.ctl->trapped_syscall, (uint32_t)si->si_syscall);
+  signal(sig, SIG_DFL);
+  /* We may be pid 1 of our namespace, where a self-sent signal is ignored: SIGKILL from
+   * the kernel via exit_group is the reliable end.  Exit code 159 = 128+SIGSYS marks it. */
+  syscall(SYS_exit_group, 128 + SIGSYS);
+}
+
+int kc_runtime_seal_exec(void) {
+  struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSYS, &sa, NULL) < 0)
+    return -1;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return -1;
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) {
+    errno = ENOMEM;
+    return -1;
+  }
+  int rc = 0;
+  const int plain[] = {SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork), SCMP_SYS(vfork),
+                       SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(ptrace),
+                       SCMP_SYS(process_vm_writev)};
+  for (size_t i = 0; i < sizeof plain / sizeof plain[0] && !rc; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, plain[i], 0);
+  const int prot[] = {SCMP_SYS(mmap), SCMP_SYS(mprotect), SCMP_SYS(pkey_mprotect)};
+  for (size_t i = 0; i < 3 && !rc; i++)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, prot[i], 1,
+                          SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+  if (!rc)
+    rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc) {
+    errno = -rc;
+    return -1;
+  }
+  return 0;
+}
+
+static int drop_caps(void) {
+  for (int c = 0; c <= CAP_LAST_CAP; c++)
+    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+      return -1;
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct d[2];
+  memset(d, 0, sizeof d);
+  return (int)syscall(SYS_capset, &h, d);
+}
+
+static void send_ready(int sock, int status, const char *msg, int listener) {
+  kc_worker_ready r = {.magic = KC_ZYGOTE_MAGIC, .status = status};
+  snprintf(r.msg, sizeof r.msg, "%s", msg ? msg : "");
+  kc_send_fds(sock, &r, sizeof r, &listener, listener >= 0 ? 1 : 0);
+}
+
+static int lockdown(const kc_worker_boot *b, int *listener, kc_error *err) {
+  *listener = -1;
+  kc_policy *pol = NULL;
+  if (b->policy && b->policy[0] && kc_policy_load) {
+    if (kc_policy_load(b->policy, &pol, err) < 0)
+      return -1;
+    const kc_policy_spec *s = kc_policy_get_spec ? kc_policy_get_spec(pol) : NULL;
+    for (size_t i = 0; s && i < s->n_rlimits; i++) {
+      struct rlimit rl = {s->rlimits[i].soft, s->rlimits[i].hard};
+      if (setrlimit(s->rlimits[i].resource, &rl) < 0)
+        return kc_error_set(err, errno, "setrlimit %d", s->rlimits[i].resource);
+    }
+  }
+  if (drop_caps() < 0)
+    return kc_error_set(err, errno, "drop capabilities");
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return kc_error_set(err, errno, "no_new_privs");
+  if (pol && kc_policy_install_seccomp) {
+    if (kc_policy_install_seccomp(pol, listener, err) < 0)
+      return -1;
+  }
+  /* pol is deliberately not freed: the process is short-lived and the policy code may
+   * not be linked (no kc_policy_free reference needed). */
+  return 0;
+}
+
+static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
+  if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
+    return;
+  uint64_t t0 = kc_ring_now_ns();
+  unsigned n = 0;
+  while (kc_ring_now_ns() - t0 < g_spin_ns) {
+    for (int i = 0; i < 64; i++) {
+      if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
+        return;
+      __builtin_ia32_pause();
+    }
+    /* On 2 vCPUs the parent may need this CPU to publish the request. */
+    if (++n % 16 == 0)
+      sched_yield();
+  }
+  for (;;) {
+    atomic_store_explicit(&c->sq_waiters, 1, memory_order_seq_cst);
+    uint32_t key = atomic_load_explicit(&c->sq_epoch, memory_order_seq_cst);
+    if (atomic_load_explicit(&c->sq_tail, memory_order_seq_cst) > head)
+      break;
+    kc_futex_wait(&c->sq_epoch, key, -1);
+    if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
+      break;
+  }
+  atomic_store_explicit(&c->sq_waiters, 0, memory_order_relaxed);
+}
+
+static void post_completion(kc_ring *r, int evfd, uint64_t seq, uint32_t status, size_t len) {
+  uint8_t *slot = r->base + r->cq_off + (seq & r->mask) * r->cq_slot_size;
+  kc_cqe h = {.seq = seq, .generation = r->generation, .status = status, .len = len};
+  memcpy(slot, &h, sizeof h);
+  atomic_store_explicit(&r->ctl->cq_tail, seq + 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&r->ctl->cq_waiters, memory_order_seq_cst)) {
+    uint64_t one = 1;
+    ssize_t w = write(evfd, &one, sizeof one);
+    (void)w;
+  }
+}
+
+/* Small cache so a hot handler name costs one memcmp. */
+typedef struct handler_cache {
+  char name[KC_RING_FN_MAX + 1];
+  size_t len;
+  kc_handler_fn fn;
+} handler_cache;
+
+__attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
+  kc_error err = {0};
+  int listener = -1;
+  if (kc_ring_attach(&g_ring, b->memfd, &err) < 0 || lockdown(b, &listener, &err) < 0) {
+    send_ready(b->sock, err.code ? err.code : EINVAL, err.msg, -1);
+    _exit(125);
+  }
+  send_ready(b->sock, 0, "ready", listener);
+  if (listener >= 0)
+    close(listener);
+  close(b->sock);
+
+  kc_ring *r = &g_ring;
+  char *arg = malloc(r->max_arg ? r->max_arg : 1);
+  char error[KC_RING_MSG_MAX + 1];
+  handler_cache cache[16];
+  size_t ncache = 0;
+  uint64_t head = 0;
+  uint32_t uses = 0;
+  if (!arg)
+    _exit(125);
+  for (;;) {
+    wait_for_request(r->ctl, head);
+    uint8_t *slot = r->base + r->sq_off + (head & r->mask) * r->sq_slot_size;
+    kc_sqe h;
+    memcpy(&h, slot, sizeof h);
+    if (h.seq != head || h.fn_len > KC_RING_FN_MAX || h.arg_len > r->max_arg)
+      _exit(125); /* the parent is trusted: a broken request means memory corruption */
+    const char *fn = (const char *)slot + sizeof h;
+    memcpy(arg, slot + sizeof h + h.fn_len, h.arg_len);
+    atomic_store_explicit(&r->ctl->sq_head, head + 1, memory_order_relaxed);
+
+    kc_handler_fn f = NULL;
+    error[0] = 0;
+    for (size_t i = 0; i < ncache; i++)
+      if (cache[i].len == h.fn_len && !memcmp(cache[i].name, fn, h.fn_len)) {
+        f = cache[i].fn;
+        break;
+      }
+    if (!f) {
+      f = kc_handlers_resolve(fn, h.fn_len, error, sizeof error);
+      if (f) {
+        handler_cache *e = &cache[ncache < 16 ? ncache++ : 15];
+        memcpy(e->name, fn, h.fn_len);
+        e->len = h.fn_len;
+        e->fn = f;
+      }
+    }
+    uint8_t *out = r->base + r->cq_off + (head & r->mask) * r->cq_slot_size + sizeof(kc_cqe);
+    if (!f) {
+      size_t n = strnlen(error, KC_RING_MSG_MAX);
+      memcpy(out, error, n);
+      post_completion(r, b->evfd, head, KC_CQE_EXCEPTION, n);
+      head++;
+      continue;
+    }
+    kc_call call = {.arg = arg, .arg_len = h.arg_len, .out = out, .out_cap = r->max_result,
+                    .error = error, .error_cap = sizeof error, .seq = head,
+                    .generation = r->generation, .uses = uses};
+    int rc = f(&call);
+    uses++;
+    if (rc == 0 && call.out_len <= r->max_result) {
+      post_completion(r, b->evfd, head, KC_CQE_COMPLETE, call.out_len);
+    } else {
+      error[sizeof error - 1] = 0;
+      if (rc == 0)
+        snprintf(error, sizeof error, "handler result of %zu bytes over the limit of %u",
+                 call.out_len, r->max_result);
+      else if (!error[0])
+        snprintf(error, sizeof error, "handler returned %d", rc);
+      size_t n = strnlen(error, KC_RING_MSG_MAX);
+      memmove(out, error, n);
+      post_completion(r, b->evfd, head, KC_CQE_EXCEPTION, n);
+    }
+    head++;
+  }
+}

@@ -1,0 +1,786 @@
+/* kc_worker: TVM's PopenWorker with the watchdog in the parent.  Every wait here has a
+ * deadline; death arrives through a pidfd, violations through the seccomp listener,
+ * completions through the ring (spin, then poll() on an eventfd). */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/seccomp.h>
+#include <poll.h>
+#include <time.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <seccomp.h>
+
+#include "kcage/cgroup.h"
+#include "kcage/policy.h"
+#include "worker_internal.h"
+
+/* Other components' entry points, taken weakly so the worker also builds and runs
+ * (with less isolation, said in the verdicts) while they are being written. */
+extern int kc_cgroup_create(const char *, const kc_cgroup_limits *, kc_cgroup **, kc_error *)
+    __attribute__((weak));
+extern int kc_cgroup_v2_fd(const kc_cgroup *) __attribute__((weak));
+extern int kc_cgroup_attach(kc_cgroup *, pid_t, kc_error *) __attribute__((weak));
+extern int kc_cgroup_kill(kc_cgroup *, kc_error *) __attribute__((weak));
+extern int kc_cgroup_read(const kc_cgroup *, kc_cgroup_counters *, kc_error *) __attribute__((weak));
+extern void kc_cgroup_destroy(kc_cgroup *) __attribute__((weak));
+extern const char *kc_syscall_name(int, char *, size_t) __attribute__((weak));
+
+/* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
+static void scopy(char *d, size_t cap, const char *s) {
+  size_t i = 0;
+  for (; s && s[i] && i + 1 < cap; i++)
+    d[i] = s[i];
+  d[i] = 0;
+}
+
+static const char *syscall_name(int nr, char *buf, size_t cap) {
+  const char *n = kc_syscall_name ? kc_syscall_name(nr, buf, cap) : NULL;
+  if (n && *n)
+    return n;
+  char *s = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
+  if (s)
+    scopy(buf, cap, s);
+  else
+    snprintf(buf, cap, "syscall %d", nr);
+  free(s);
+  return buf;
+}
+
+#define KC_DEFAULT_DEPTH 16
+#define KC_PARENT_SPIN_NS 50000
+
+/* Killed workers not reaped yet: a timeout is reported as soon as SIGKILL is sent,
+ * and the zombie (our own child, so its pid cannot be reused) is collected later. */
+#define KC_GRAVE_MAX 8
+
+typedef struct pending {
+  uint64_t sent_ns;
+  double timeout_s;
+} pending;
+
+struct kc_worker {
+  kc_worker_opts o;
+  char *initializer, *policy, *worker_path;
+  void *initargs;
+  kc_zygote *zyg;
+  bool own_zyg;
+  kc_cgroup *cg;
+  bool cg_tried;
+  int64_t oom_base, pids_base;
+  /* the live process (pid 0 when none) */
+  pid_t pid;
+  int pidfd, evfd, listener;
+  kc_ring ring;
+  uint32_t gen;
+  uint32_t uses_left;
+  bool recycle_due;
+  pending *q;
+  uint64_t head_start_ns; /* when the oldest outstanding call could start */
+  char violation[48];     /* syscall name from the seccomp listener */
+  /* calls lost with a killed worker, still owed to recv (FIFO before new ones) */
+  uint64_t orphans;
+  char orphan_msg[128];
+  uint32_t orphan_gen;
+  pid_t orphan_pid;
+  int graves[KC_GRAVE_MAX];
+  unsigned ngraves;
+};
+
+static uint32_t g_gen_counter;
+
+
+void kc_worker_opts_init(kc_worker_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->stdout_.fd = -1;
+  o->stderr_.fd = -1;
+}
+
+void kc_call_result_init(kc_call_result *r) {
+  memset(r, 0, sizeof *r);
+  kc_result_init(&r->verdict);
+}
+
+void kc_call_result_clear(kc_call_result *r) {
+  free(r->value);
+  r->value = NULL;
+  r->value_len = 0;
+}
+
+const char *kc_call_status_name(kc_call_status s) {
+  switch (s) {
+  case KC_CALL_COMPLETE:
+    return "complete";
+  case KC_CALL_EXCEPTION:
+    return "exception";
+  case KC_CALL_TIMEOUT:
+    return "timeout";
+  case KC_CALL_CHILD_ERROR:
+    return "child_error";
+  }
+  return "unknown";
+}
+
+/* kc_result_init/kc_status_name live in the sandbox layer; weak fallbacks keep the
+ * worker usable before it lands. */
+__attribute__((weak)) void kc_result_init(kc_result *r) {
+  memset(r, 0, sizeof *r);
+  r->exit_code = -1;
+  r->cpu_s = r->wall_s = -1;
+  r->peak_memory_bytes = -1;
+}
+
+static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+
+/* The supervising thread asks for a short scheduler slice (EEVDF custom slice, Linux
+ * >= 6.12; ignored elsewhere).  Without it, a worker spinning on the parent's CPU keeps
+ * it for its whole slice after the parent's deadline timer fires: timeouts overshoot
+ * by ~3 ms on this machine.  With it, the woken parent preempts at once. */
+void kc_sched_short_slice(void) {
+  static __thread bool done;
+  if (done)
+    return;
+  done = true;
+  struct {
+    uint32_t size, policy;
+    uint64_t flags;
+    int32_t nice;
+    uint32_t prio;
+    uint64_t runtime, deadline, period;
+  } a;
+  memset(&a, 0, sizeof a);
+  if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) < 0 || a.policy != SCHED_OTHER)
+    return;
+  a.size = sizeof a;
+  a.runtime = 100000; /* 0.1 ms */
+  syscall(SYS_sched_setattr, 0, &a, 0);
+}
+
+int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
+                         kc_error *err) {
+  kc_sched_short_slice();
+  kc_worker *w = calloc(1, sizeof *w);
+  if (!w)
+    return kc_error_set(err, ENOMEM, "worker");
+  if (opts)
+    w->o = *opts;
+  else
+    kc_worker_opts_init(&w->o);
+  w->initializer = dupstr(w->o.initializer);
+  w->policy = dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
+  w->worker_path = dupstr(w->o.worker_path);
+  if (w->o.initargs_len) {
+    w->initargs = malloc(w->o.initargs_len);
+    if (w->initargs)
+      memcpy(w->initargs, w->o.initargs, w->o.initargs_len);
+  }
+  w->o.initializer = w->initializer;
+  w->o.policy = w->policy;
+  w->o.worker_path = w->worker_path;
+  w->o.initargs = w->initargs;
+  if (!w->o.max_arg_bytes)
+    w->o.max_arg_bytes = 1u << 20;
+  if (!w->o.max_result_bytes)
+    w->o.max_result_bytes = 1u << 20;
+  if (w->o.max_result_bytes < KC_RING_MSG_MAX)
+    w->o.max_result_bytes = KC_RING_MSG_MAX;
+  if (w->o.max_arg_bytes > (1u << 30) || w->o.max_result_bytes > (1u << 30)) {
+    kc_worker_free(w);
+    return kc_error_set(err, EINVAL, "worker: payload limits over 1 GiB");
+  }
+  w->q = calloc(KC_DEFAULT_DEPTH, sizeof *w->q);
+  w->pidfd = w->evfd = w->listener = -1;
+  w->ring.memfd = -1;
+  w->zyg = zyg;
+  if (!w->q || (w->o.initargs_len && !w->initargs)) {
+    kc_worker_free(w);
+    return kc_error_set(err, ENOMEM, "worker");
+  }
+  *out = w;
+  return 0;
+}
+
+int kc_worker_new(const kc_worker_opts *opts, kc_worker **out, kc_error *err) {
+  if (kc_worker_new_shared(opts, NULL, out, err) < 0)
+    return -1;
+  (*out)->own_zyg = true;
+  return 0;
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+static void reap_graves(kc_worker *w, bool block) {
+  unsigned k = 0;
+  for (unsigned i = 0; i < w->ngraves; i++) {
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    int rc;
+    do
+      rc = waitid(P_PIDFD, (id_t)w->graves[i], &si, WEXITED | (block ? 0 : WNOHANG));
+    while (rc < 0 && errno == EINTR);
+    if (rc == 0 && !si.si_pid && !block) {
+      w->graves[k++] = w->graves[i]; /* still dying */
+      continue;
+    }
+    close(w->graves[i]);
+  }
+  w->ngraves = k;
+}
+
+/* SIGKILL the tree without waiting for it to be gone; the pidfd moves to the graves. */
+static void kill_async(kc_worker *w) {
+  if (!w->pid)
+    return;
+  if (w->cg && kc_cgroup_kill)
+    kc_cgroup_kill(w->cg, NULL);
+  syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, NULL, 0);
+  if (w->ngraves == KC_GRAVE_MAX)
+    reap_graves(w, true);
+  w->graves[w->ngraves++] = w->pidfd;
+  w->pidfd = -1;
+}
+
+/* Kill the whole tree and reap the worker.  *si gets its end. */
+static void kill_and_reap(kc_worker *w, siginfo_t *si) {
+  memset(si, 0, sizeof *si);
+  if (!w->pid)
+    return;
+  if (w->cg && kc_cgroup_kill)
+    kc_cgroup_kill(w->cg, NULL);
+  /* SIGKILL works on a stopped process too; as pid 1 of its namespace its death takes
+   * every other process of the namespace with it. */
+  if (w->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, NULL, 0);
+  else
+    kill(w->pid, SIGKILL);
+  int rc;
+  do
+    rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, si, WEXITED) : waitid(P_PID, (id_t)w->pid, si, WEXITED);
+  while (rc < 0 && errno == EINTR);
+}
+
+static void drop_process(kc_worker *w) {
+  close_fd(&w->pidfd);
+  close_fd(&w->evfd);
+  close_fd(&w->listener);
+  kc_ring_destroy(&w->ring);
+  w->pid = 0;
+}
+
+/* Calls still queued behind a failure are owed a CHILD_ERROR each. */
+static void orphan_rest(kc_worker *w, uint64_t skip, const char *why) {
+  uint64_t left = kc_ring_outstanding(&w->ring);
+  if (left > skip) {
+    w->orphans += left - skip;
+    scopy(w->orphan_msg, sizeof w->orphan_msg, why);
+    w->orphan_gen = w->gen;
+    w->orphan_pid = w->pid;
+  }
+}
+
+static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v, char *msg,
+                                 size_t cap) {
+  kc_result_init(v);
+  kc_cgroup_counters c = {-1, -1, -1, -1};
+  if (w->cg && kc_cgroup_read)
+    kc_cgroup_read(w->cg, &c, NULL);
+  uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
+  char nb[48] = "";
+  if (w->violation[0]) {
+    v->status = KC_STATUS_SYSCALL;
+    scopy(v->syscall, sizeof v->syscall, w->violation);
+    snprintf(msg, cap, "worker made a forbidden system call: %s", w->violation);
+  } else if (si->si_code == CLD_EXITED && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
+    /* the seal filter's trap: the number is the worker's word, so only ever printed */
+    v->status = KC_STATUS_SYSCALL;
+    const char *name = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
+    scopy(v->syscall, sizeof v->syscall, name);
+    snprintf(msg, cap, "worker made a forbidden system call after sealing: %s", v->syscall);
+  } else if (c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base) {
+    v->status = KC_STATUS_MEMORY;
+    v->signal = SIGKILL;
+    snprintf(msg, cap, "worker killed by the out-of-memory killer (memory limit)");
+  } else if (c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base &&
+             si->si_code != CLD_EXITED) {
+    v->status = KC_STATUS_PIDS;
+    snprintf(msg, cap, "worker hit its process limit");
+  } else if (si->si_code == CLD_EXITED) {
+    v->status = si->si_status ? KC_STATUS_EXITED : KC_STATUS_OK;
+    v->exit_code = si->si_status;
+    snprintf(msg, cap, "worker exited with status %d", si->si_status);
+  } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
+    v->status = si->si_status == SIGSYS ? KC_STATUS_SYSCALL : KC_STATUS_SIGNALED;
+    v->signal = si->si_status;
+    snprintf(msg, cap, "worker killed by signal %d (%s)", si->si_status, strsignal(si->si_status));
+  } else {
+    v->status = KC_STATUS_SETUP_ERROR;
+    snprintf(msg, cap, "worker ended");
+  }
+  if (c.peak_memory >= 0)
+    v->peak_memory_bytes = c.peak_memory;
+  scopy(v->message, sizeof v->message, msg);
+}
+
+static void fill_common(kc_worker *w, kc_call_result *res, uint64_t now) {
+  res->pid = w->pid;
+  res->generation = w->gen;
+  res->elapsed_s = (double)(now - w->head_start_ns) / 1e9;
+}
+
+/* The worker failed while res's call was the oldest: kill, verdict, orphan the rest. */
+static void fail_worker(kc_worker *w, kc_call_result *res, kc_call_status st, const char *why) {
+  uint64_t now = kc_ring_now_ns();
+  fill_common(w, res, now);
+  res->status = st;
+  siginfo_t si;
+  memset(&si, 0, sizeof si);
+  if (st == KC_CALL_TIMEOUT)
+    kill_async(w);
+  else
+    kill_and_reap(w, &si);
+  if (st == KC_CALL_TIMEOUT) {
+    kc_result_init(&res->verdict);
+    res->verdict.status = KC_STATUS_TIMEOUT;
+    res->verdict.limit = "wall";
+    scopy(res->message, sizeof res->message, why);
+    scopy(res->verdict.message, sizeof res->verdict.message, why);
+  } else if (why) {
+    kc_result_init(&res->verdict);
+    res->verdict.status = KC_STATUS_SETUP_ERROR;
+    scopy(res->message, sizeof res->message, why);
+    scopy(res->verdict.message, sizeof res->verdict.message, why);
+  } else {
+    verdict_from_siginfo(w, &si, &res->verdict, res->message, sizeof res->message);
+  }
+  orphan_rest(w, 1, "worker replaced after an earlier call failed");
+  drop_process(w);
+}
+
+static int read_violation(kc_worker *w) {
+  struct seccomp_notif n;
+  memset(&n, 0, sizeof n);
+  if (ioctl(w->listener, SECCOMP_IOCTL_NOTIF_RECV, &n) < 0)
+    return 0;
+  char nb[48] = "";
+  const char *name = kc_syscall_name ? kc_syscall_name(n.data.nr, nb, sizeof nb) : NULL;
+  if (name && *name)
+    scopy(w->violation, sizeof w->violation, name);
+  else
+    snprintf(w->violation, sizeof w->violation, "syscall %d", n.data.nr);
+  return 1;
+}
+
+int kc_worker_pollfds(kc_worker *w, int fds[3]) {
+  fds[0] = w->evfd;
+  fds[1] = w->pidfd;
+  fds[2] = w->listener;
+  return w->pid ? 3 : 0;
+}
+
+void kc_worker_set_waiting(kc_worker *w, bool on) {
+  if (w->ring.ctl)
+    atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
+}
+
+uint64_t kc_worker_outstanding(kc_worker *w) {
+  return w->orphans + (w->pid ? kc_ring_outstanding(&w->ring) : 0);
+}
+
+uint32_t kc_worker_depth(kc_worker *w) { (void)w; return KC_DEFAULT_DEPTH; }
+
+uint64_t kc_worker_deadline(kc_worker *w) {
+  if (w->orphans || !w->pid)
+    return w->orphans ? 0 : UINT64_MAX;
+  if (!kc_ring_outstanding(&w->ring))
+    return UINT64_MAX;
+  pending *p = &w->q[w->ring.reaped % KC_DEFAULT_DEPTH];
+  if (p->timeout_s <= 0)
+    return UINT64_MAX;
+  return w->head_start_ns + (uint64_t)(p->timeout_s * 1e9);
+}
+
+static bool pidfd_dead(int pidfd) {
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  return poll(&p, 1, 0) > 0;
+}
+
+int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
+  (void)err;
+  if (w->orphans) {
+    kc_call_result_init(res);
+    res->status = KC_CALL_CHILD_ERROR;
+    res->pid = w->orphan_pid;
+    res->generation = w->orphan_gen;
+    res->verdict.status = KC_STATUS_SIGNALED;
+    res->verdict.signal = SIGKILL;
+    scopy(res->message, sizeof res->message, w->orphan_msg);
+    scopy(res->verdict.message, sizeof res->verdict.message, w->orphan_msg);
+    w->orphans--;
+    return 1;
+  }
+  if (!w->pid || !kc_ring_outstanding(&w->ring))
+    return -1;
+  kc_ring_completion c;
+  kc_error rerr = {0};
+  int r = kc_ring_reap(&w->ring, &c, &rerr);
+  if (r == 1) {
+    uint64_t now = kc_ring_now_ns();
+    kc_call_result_init(res);
+    fill_common(w, res, now);
+    if (c.status == KC_CQE_COMPLETE) {
+      res->status = KC_CALL_COMPLETE;
+      res->value = c.payload;
+      res->value_len = c.len;
+    } else {
+      res->status = KC_CALL_EXCEPTION;
+      scopy(res->message, sizeof res->message, c.payload ? (char *)c.payload : "");
+      free(c.payload);
+    }
+    /* the next call starts now, or when it was sent if that is later */
+    if (kc_ring_outstanding(&w->ring)) {
+      uint64_t s = w->q[w->ring.reaped % KC_DEFAULT_DEPTH].sent_ns;
+      w->head_start_ns = s > now ? s : now;
+    }
+    return 1;
+  }
+  kc_call_result_init(res);
+  if (r < 0) {
+    char why[sizeof rerr.msg + 32];
+    snprintf(why, sizeof why, "worker corrupted its ring: %s", rerr.msg);
+    fail_worker(w, res, KC_CALL_CHILD_ERROR, why);
+    return 1;
+  }
+  if (w->listener >= 0) {
+    struct pollfd p = {.fd = w->listener, .events = POLLIN};
+    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w)) {
+      fail_worker(w, res, KC_CALL_CHILD_ERROR, NULL);
+      return 1;
+    }
+  }
+  if (pidfd_dead(w->pidfd)) {
+    /* a completion may have landed just before death: take it first */
+    if (kc_ring_reap(&w->ring, &c, &rerr) == 1) {
+      free(c.payload);
+      /* unreachable in practice; fall through to report the death for the next */
+    }
+    fail_worker(w, res, KC_CALL_CHILD_ERROR, NULL);
+    return 1;
+  }
+  uint64_t dl = kc_worker_deadline(w);
+  if (dl != UINT64_MAX && kc_ring_now_ns() >= dl) {
+    char why[96];
+    snprintf(why, sizeof why, "call timed out after %.3f s",
+             w->q[w->ring.reaped % KC_DEFAULT_DEPTH].timeout_s);
+    fail_worker(w, res, KC_CALL_TIMEOUT, why);
+    return 1;
+  }
+  return 0;
+}
+
+/* Spin, then sleep in poll() until something happens or until_ns. 1 = res filled. */
+static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
+  uint64_t t0 = kc_ring_now_ns();
+  /* spin on the ring alone: no syscalls on the fast path */
+  while (w->pid && kc_ring_outstanding(&w->ring) && !w->orphans) {
+    uint64_t tail = atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_acquire);
+    if (tail != w->ring.reaped)
+      break;
+    uint64_t now = kc_ring_now_ns();
+    if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
+      break;
+    for (int i = 0; i < 32; i++)
+      __builtin_ia32_pause();
+  }
+  for (;;) {
+    int r = kc_worker_try(w, res, err);
+    if (r != 0)
+      return r;
+    uint64_t now = kc_ring_now_ns();
+    uint64_t dl = kc_worker_deadline(w);
+    uint64_t until = dl < until_ns ? dl : until_ns;
+    if (now >= until_ns)
+      return 0;
+    kc_worker_set_waiting(w, true);
+    if (atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_seq_cst) != w->ring.reaped) {
+      kc_worker_set_waiting(w, false);
+      continue;
+    }
+    struct pollfd p[3] = {{.fd = w->evfd, .events = POLLIN},
+                          {.fd = w->pidfd, .events = POLLIN},
+                          {.fd = w->listener, .events = POLLIN}};
+    /* ppoll, not poll: a deadline rounded up to whole ms would overshoot by up to 1 ms */
+    uint64_t left = until == UINT64_MAX ? 1000000000u : until - now;
+    if (left > 1000000000u)
+      left = 1000000000u;
+    struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
+    int pr = ppoll(p, w->listener >= 0 ? 3 : 2, &ts, NULL);
+    kc_worker_set_waiting(w, false);
+    if (pr > 0 && (p[0].revents & POLLIN)) {
+      uint64_t v;
+      ssize_t rd = read(w->evfd, &v, sizeof v);
+      (void)rd;
+    }
+  }
+}
+
+static int respawn(kc_worker *w, kc_error *err);
+
+int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
+  if (!kc_worker_outstanding(w))
+    return kc_error_set(err, EINVAL, "recv: no call outstanding");
+  for (;;) {
+    int r = wait_one(w, res, UINT64_MAX, err);
+    if (r != 0)
+      return r == 1 ? 0 : -1;
+  }
+}
+
+int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err) {
+  return kc_worker_try(w, res, err);
+}
+
+/* wait for the worker's ready message: lockdown done, listener fd attached */
+static int wait_ready(kc_worker *w, int sock, kc_error *err) {
+  struct pollfd p[2] = {{.fd = sock, .events = POLLIN}, {.fd = w->pidfd, .events = POLLIN}};
+  int n;
+  do
+    n = poll(p, 2, 5000);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    return kc_error_set(err, ETIMEDOUT, "worker did not start");
+  if (!(p[0].revents & POLLIN))
+    return kc_error_set(err, ECHILD, "worker died while starting");
+  kc_worker_ready rd;
+  int fd = -1, nfd = 1;
+  ssize_t r = kc_recv_fds(sock, &rd, sizeof rd, &fd, &nfd);
+  if (r != (ssize_t)sizeof rd || rd.magic != KC_ZYGOTE_MAGIC) {
+    if (nfd)
+      close(fd);
+    return kc_error_set(err, EPROTO, "worker: bad ready message");
+  }
+  rd.msg[sizeof rd.msg - 1] = 0;
+  if (rd.status) {
+    if (nfd)
+      close(fd);
+    return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
+  }
+  w->listener = nfd ? fd : -1;
+  return 0;
+}
+
+static void ensure_cgroup(kc_worker *w) {
+  if (w->cg_tried || !kc_cgroup_create || w->o.isolation == KC_ISOLATION_NONE)
+    return;
+  w->cg_tried = true;
+  static _Atomic unsigned slot;
+  char name[64];
+  snprintf(name, sizeof name, "worker-%d-%u", (int)getpid(), atomic_fetch_add(&slot, 1));
+  kc_cgroup_limits lim = {.memory_bytes = w->o.limits.memory_bytes, .pids = w->o.limits.pids,
+                          .cpus = w->o.limits.cpus};
+  kc_error e = {0};
+  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0)
+    w->cg = NULL; /* no cgroups here: kill by pid namespace, no memory verdicts */
+}
+
+static int respawn(kc_worker *w, kc_error *err) {
+  if (!w->zyg) {
+    if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
+      return kc_error_prefix(err, "worker");
+  }
+  ensure_cgroup(w);
+  uint32_t gen = atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
+  kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
+                       (uint32_t)w->o.max_result_bytes};
+  if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
+    return kc_error_prefix(err, "worker");
+  w->gen = gen;
+  int sv[2] = {-1, -1};
+  int outfd = -1, errfd = -1, devnull = -1;
+  w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (w->evfd < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    kc_error_set(err, errno, "worker: eventfd/socketpair");
+    drop_process(w);
+    return -1;
+  }
+  devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  outfd = w->o.stdout_.mode == KC_STDIO_FD ? w->o.stdout_.fd
+          : w->o.stdout_.mode == KC_STDIO_DISCARD ? devnull : 1;
+  errfd = w->o.stderr_.mode == KC_STDIO_FD ? w->o.stderr_.fd
+          : w->o.stderr_.mode == KC_STDIO_DISCARD ? devnull : 2;
+  int fds[6] = {w->ring.memfd, w->evfd, sv[1], outfd, errfd, -1};
+  int nfds = 5;
+  uint32_t flags = 0;
+  if (w->o.isolation == KC_ISOLATION_SANDBOX)
+    flags |= KC_ZF_NEWPID | KC_ZF_LOCKDOWN;
+  int cgfd = w->cg && kc_cgroup_v2_fd ? kc_cgroup_v2_fd(w->cg) : -1;
+  if (cgfd >= 0) {
+    fds[5] = cgfd;
+    nfds = 6;
+    flags |= KC_ZF_CGROUP_FD;
+  }
+  pid_t pid = 0;
+  int rc = kc_zygote_spawn(w->zyg, flags, w->policy, gen, fds, nfds, &pid, err);
+  close(sv[1]);
+  if (devnull >= 0)
+    close(devnull);
+  if (rc < 0) {
+    close(sv[0]);
+    drop_process(w);
+    if (w->own_zyg) { /* a dead zygote is replaced at the next try */
+      kc_zygote_stop(w->zyg);
+      w->zyg = NULL;
+    }
+    return kc_error_prefix(err, "worker");
+  }
+  w->pid = pid;
+  w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  w->violation[0] = 0;
+  if (w->cg && kc_cgroup_attach)
+    kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
+  kc_cgroup_counters c = {-1, -1, -1, -1};
+  if (w->cg && kc_cgroup_read)
+    kc_cgroup_read(w->cg, &c, NULL);
+  w->oom_base = c.oom_kills;
+  w->pids_base = c.pids_max_hits;
+  rc = w->pidfd < 0 ? kc_error_set(err, errno, "pidfd_open") : wait_ready(w, sv[0], err);
+  close(sv[0]);
+  if (rc < 0) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+    return kc_error_prefix(err, "worker");
+  }
+  w->uses_left = w->o.maximum_uses;
+  w->head_start_ns = kc_ring_now_ns();
+  if (w->initializer) {
+    size_t sl = strlen(w->initializer);
+    size_t n = sl + 1 + w->o.initargs_len;
+    char *buf = malloc(n);
+    if (!buf)
+      return kc_error_set(err, ENOMEM, "initializer");
+    memcpy(buf, w->initializer, sl + 1);
+    if (w->o.initargs_len)
+      memcpy(buf + sl + 1, w->initargs, w->o.initargs_len);
+    rc = kc_ring_submit(&w->ring, "@init", 5, buf, n, err);
+    free(buf);
+    if (rc < 0)
+      return kc_error_prefix(err, "initializer");
+    w->q[0] = (pending){kc_ring_now_ns(), 0};
+    kc_ring_wake_worker(&w->ring);
+    kc_call_result res;
+    kc_worker_recv(w, &res, err);
+    kc_call_result_clear(&res);
+    if (res.status != KC_CALL_COMPLETE) {
+      if (w->pid) {
+        siginfo_t si;
+        kill_and_reap(w, &si);
+        drop_process(w);
+      }
+      return kc_error_set(err, 0, "initializer %s: %s", kc_call_status_name(res.status),
+                          res.message);
+    }
+  }
+  return 0;
+}
+
+int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, double timeout_s,
+                   kc_error *err) {
+  if (!fn)
+    return kc_error_set(err, EINVAL, "send: no handler name");
+  size_t fl = strlen(fn);
+  if (fl > KC_RING_FN_MAX || !fl)
+    return kc_error_set(err, EINVAL, "send: bad handler name");
+  if (len > w->o.max_arg_bytes)
+    return kc_error_set(err, E2BIG, "send: argument of %zu bytes over the limit of %zu", len,
+                        w->o.max_arg_bytes);
+  /* TVM step 1: recycle when the uses are spent (only between calls) */
+  if (w->pid && w->o.maximum_uses && w->uses_left == 0 && !kc_ring_outstanding(&w->ring)) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+  }
+  if (w->pid && pidfd_dead(w->pidfd) && !kc_ring_outstanding(&w->ring)) {
+    /* died between calls: reap and replace silently (nothing was lost) */
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+  }
+  if (w->ngraves)
+    reap_graves(w, false);
+  if (!w->pid && respawn(w, err) < 0)
+    return -1;
+  if (kc_ring_outstanding(&w->ring) >= KC_DEFAULT_DEPTH)
+    return kc_error_set(err, EAGAIN, "send: %d calls already outstanding", KC_DEFAULT_DEPTH);
+  uint64_t now = kc_ring_now_ns();
+  if (!kc_ring_outstanding(&w->ring))
+    w->head_start_ns = now;
+  w->q[w->ring.sent % KC_DEFAULT_DEPTH] = (pending){now, timeout_s};
+  if (kc_ring_submit(&w->ring, fn, fl, arg, len, err) < 0)
+    return -1;
+  kc_ring_wake_worker(&w->ring);
+  if (w->uses_left)
+    w->uses_left--;
+  return 0;
+}
+
+void kc_worker_kill(kc_worker *w) {
+  if (!w || !w->pid)
+    return;
+  orphan_rest(w, 0, "worker killed");
+  siginfo_t si;
+  kill_and_reap(w, &si);
+  drop_process(w);
+}
+
+int kc_worker_join(kc_worker *w, double timeout_s) {
+  if (!w->pid)
+    return 0;
+  struct pollfd p = {.fd = w->pidfd, .events = POLLIN};
+  int ms = timeout_s < 0 ? -1 : (int)(timeout_s * 1000);
+  int n;
+  do
+    n = poll(&p, 1, ms);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0)
+    return -1;
+  return 0;
+}
+
+bool kc_worker_is_alive(kc_worker *w) { return w->pid && !pidfd_dead(w->pidfd); }
+
+pid_t kc_worker_pid(const kc_worker *w) { return w->pid; }
+
+void kc_worker_free(kc_worker *w) {
+  if (!w)
+    return;
+  if (w->pid) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+  }
+  reap_graves(w, true);
+  if (w->own_zyg)
+    kc_zygote_stop(w->zyg);
+  if (w->cg && kc_cgroup_destroy)
+    kc_cgroup_destroy(w->cg);
+  free(w->initializer);
+  free(w->policy);
+  free(w->worker_path);
+  free(w->initargs);
+  free(w->q);
+  free(w);
+}

@@ -1,0 +1,102 @@
+/* Private to worker/: the zygote protocol and the in-worker runtime. */
+#ifndef KCAGE_WORKER_INTERNAL_H
+#define KCAGE_WORKER_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kcage/error.h"
+#include "kcage/ring.h"
+#include "kcage/sandbox.h"
+#include "kcage/worker.h"
+
+#define KC_ZYGOTE_MAGIC 0x6b637a67u /* "kczg" */
+
+enum { KC_ZOP_SPAWN = 1, KC_ZOP_EXIT = 2 };
+
+/* Zygote policy flags. */
+enum {
+  KC_ZF_NEWPID = 1u << 0,   /* worker in its own pid namespace */
+  KC_ZF_CGROUP_FD = 1u << 1, /* a v2 cgroup fd follows: CLONE_INTO_CGROUP */
+  KC_ZF_LOCKDOWN = 1u << 2, /* caps drop + no_new_privs + policy seccomp + rlimits */
+};
+
+/* parent -> zygote, with SCM_RIGHTS fds: ring memfd, eventfd, worker socket, stdout,
+ * stderr, [v2 cgroup dir]. */
+typedef struct kc_zygote_req {
+  uint32_t magic, op, flags, generation;
+  char policy[512]; /* policy name/path ("" = none) */
+  uint64_t rlimit_as; /* reserved */
+} kc_zygote_req;
+
+/* zygote -> parent */
+typedef struct kc_zygote_rep {
+  uint32_t magic;
+  int32_t pid; /* > 0, or -errno */
+  char msg[256];
+} kc_zygote_rep;
+
+/* worker -> parent over its own socket once locked down (with the seccomp listener fd
+ * attached when the policy has one). */
+typedef struct kc_worker_ready {
+  uint32_t magic;
+  int32_t status; /* 0 = ready, else errno of the failed step */
+  char msg[256];
+} kc_worker_ready;
+
+/* fd numbers the worker finds after the zygote's fork */
+typedef struct kc_worker_boot {
+  int memfd, evfd, sock;
+  int parent_pidfd; /* closed after the PDEATHSIG race check */
+  uint32_t flags;
+  const char *policy;
+} kc_worker_boot;
+
+/* kcage-worker entry points */
+int kc_zygote_main(int ctl_fd);
+/* The worker process after fork: lockdown, ready, serve.  Never returns. */
+__attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
+
+/* handlers.c */
+kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, size_t cap);
+
+/* fd passing */
+int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);
+/* Receives up to *nfds fds (set to the number received; extra ones are closed). */
+ssize_t kc_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds);
+
+/* The seal filter's trap writes the syscall number here for the parent to read. */
+#define KC_SEAL_TRAP_UNSET 0xffffffffu
+
+#endif
+
+/* Parent side of the zygote (zygote_client.c). */
+typedef struct kc_zygote {
+  pid_t pid;
+  int pidfd;
+  int ctl;
+  bool sandboxed;
+} kc_zygote;
+
+int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err);
+/* fds: memfd, evfd, worker sock, stdout, stderr [, v2 cgroup dir] */
+int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
+                    const int *fds, int nfds, pid_t *pid, kc_error *err);
+void kc_zygote_stop(kc_zygote *z);
+const char *kc_worker_binary(const kc_worker_opts *o);
+
+/* worker.c: used by the pool, which shares one zygote between its workers */
+int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
+                         kc_error *err);
+/* fds the parent must poll for this worker: eventfd, pidfd, listener (-1 when none) */
+int kc_worker_pollfds(kc_worker *w, int fds[3]);
+/* Parent's cq_waiters flag: set before sleeping, cleared after */
+void kc_worker_set_waiting(kc_worker *w, bool on);
+/* Reap a completion or a death without blocking (1 = res filled). */
+int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err);
+/* Deadline of the oldest call (ns, CLOCK_MONOTONIC), UINT64_MAX when none. */
+uint64_t kc_worker_deadline(kc_worker *w);
+uint64_t kc_worker_outstanding(kc_worker *w);
+uint32_t kc_worker_depth(kc_worker *w);
+void kc_sched_short_slice(void);

@@ -1,0 +1,118 @@
+/* The zygote: one exec'd kcage-worker per pool that forks workers on request.  A fork
+ * from it costs one clone, not a new sandbox (DESIGN.md §2).
+ *
+ * Workers are cloned with CLONE_PARENT, so they are children of the kcage parent, not
+ * of the zygote: the parent reaps them itself (waitid on a pidfd gives the exact exit
+ * status or signal), their PDEATHSIG fires when the parent dies, and the zygote never
+ * has to report deaths. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "worker_internal.h"
+
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
+
+static void close_from(int lo) { syscall(SYS_close_range, (unsigned)lo, ~0U, 0); }
+
+/* In the new worker: become the worker (never returns). */
+__attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_zygote_req *q,
+                                                    int fds[6]) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  /* PDEATHSIG is armed only now: if the parent died between clone and here, nobody
+   * would kill us.  Its pidfd answers that without a race (getppid() is 0 in a new pid
+   * namespace). */
+  struct pollfd p = {.fd = parent_pidfd, .events = POLLIN};
+  if (poll(&p, 1, 0) != 0)
+    _exit(1);
+  /* fds: memfd, evfd, sock, out, err [, cgroup] -> 3,4,5 and stdout/stderr */
+  if (dup2(fds[3], 1) < 0 || dup2(fds[4], 2) < 0)
+    _exit(125);
+  int want[3] = {fds[0], fds[1], fds[2]};
+  for (int i = 0; i < 3; i++) {
+    /* move into a high range first so the dup2 below cannot clobber a source */
+    int t = fcntl(want[i], F_DUPFD_CLOEXEC, 100);
+    if (t < 0)
+      _exit(125);
+    want[i] = t;
+  }
+  for (int i = 0; i < 3; i++)
+    if (dup3(want[i], 3 + i, 0) < 0)
+      _exit(125);
+  close_from(6);
+  int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (devnull >= 0 && devnull != 0) {
+    dup2(devnull, 0);
+    close(devnull);
+  }
+  signal(SIGPIPE, SIG_IGN);
+  kc_worker_boot b = {.memfd = 3, .evfd = 4, .sock = 5, .parent_pidfd = -1, .flags = q->flags,
+                      .policy = q->policy};
+  kc_runtime_run(&b);
+}
+
+static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, int *fds, int nfds) {
+  struct clone_args a;
+  memset(&a, 0, sizeof a);
+  a.flags = CLONE_PARENT;
+  if (q->flags & KC_ZF_NEWPID)
+    a.flags |= CLONE_NEWPID;
+  if ((q->flags & KC_ZF_CGROUP_FD) && nfds > 5) {
+    a.flags |= CLONE_INTO_CGROUP;
+    a.cgroup = (uint64_t)fds[5];
+  }
+  /* exit_signal must be 0 with CLONE_PARENT: the zygote's own (SIGCHLD) is used. */
+  long pid = syscall(SYS_clone3, &a, sizeof a);
+  if (pid == 0)
+    become_worker(parent_pidfd, q, fds);
+  return pid < 0 ? -errno : (pid_t)pid;
+}
+
+int kc_zygote_main(int ctl) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  if (parent_pidfd < 0 || getppid() == 1)
+    return 1;
+  struct pollfd p = {.fd = parent_pidfd, .events = POLLIN};
+  if (poll(&p, 1, 0) != 0)
+    return 1;
+  signal(SIGPIPE, SIG_IGN);
+  for (;;) {
+    kc_zygote_req q;
+    int fds[6] = {-1, -1, -1, -1, -1, -1}, nfds = 6;
+    ssize_t n = kc_recv_fds(ctl, &q, sizeof q, fds, &nfds);
+    if (n <= 0)
+      return 0; /* the parent closed the pool */
+    kc_zygote_rep rep = {.magic = KC_ZYGOTE_MAGIC};
+    if (n != (ssize_t)sizeof q || q.magic != KC_ZYGOTE_MAGIC || q.op != KC_ZOP_SPAWN ||
+        nfds < 5) {
+      if (n == (ssize_t)sizeof q && q.op == KC_ZOP_EXIT)
+        return 0;
+      rep.pid = -EINVAL;
+      snprintf(rep.msg, sizeof rep.msg, "zygote: malformed request");
+    } else {
+      q.policy[sizeof q.policy - 1] = 0;
+      rep.pid = spawn_one(parent_pidfd, &q, fds, nfds);
+      if (rep.pid < 0)
+        snprintf(rep.msg, sizeof rep.msg, "zygote: clone3: %s", strerror(-rep.pid));
+    }
+    for (int i = 0; i < nfds; i++)
+      close(fds[i]);
+    if (kc_send_fds(ctl, &rep, sizeof rep, NULL, 0) < 0)
+      return 0;
+  }
+}

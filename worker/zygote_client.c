@@ -1,0 +1,121 @@
+/* Parent side of the zygote: start it (exec kcage-worker), ask it for workers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "worker_internal.h"
+
+const char *kc_worker_binary(const kc_worker_opts *o) {
+  if (o && o->worker_path)
+    return o->worker_path;
+  const char *e = getenv("KCAGE_WORKER");
+  if (e && *e)
+    return e;
+  static const char *cands[] = {KC_BUILD_DIR "/kcage-worker", KC_INSTALL_LIBEXECDIR "/kcage-worker"};
+  for (size_t i = 0; i < 2; i++)
+    if (access(cands[i], X_OK) == 0)
+      return cands[i];
+  return cands[0];
+}
+
+int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+  const char *bin = kc_worker_binary(o);
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return kc_error_set(err, errno, "zygote: socketpair");
+  bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  pid_t pid = fork();
+  if (pid < 0) {
+    int e = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return kc_error_set(err, e, "zygote: fork");
+  }
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (sandboxed) {
+      /* The pool's namespaces: one netns (empty, shared by every worker of the pool),
+       * private mounts, ipc and uts.  Each worker adds its own pid namespace. */
+      if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0)
+        _exit(125);
+      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    }
+    if (dup3(sv[1], 3, 0) < 0)
+      _exit(125);
+    syscall(SYS_close_range, 4u, ~0U, 0);
+    execl(bin, "kcage-worker", "zygote", "3", (char *)NULL);
+    _exit(127);
+  }
+  close(sv[1]);
+  kc_zygote *z = calloc(1, sizeof *z);
+  if (!z) {
+    close(sv[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return kc_error_set(err, ENOMEM, "zygote");
+  }
+  z->pid = pid;
+  z->ctl = sv[0];
+  z->sandboxed = sandboxed;
+  z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  *out = z;
+  return 0;
+}
+
+int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
+                    const int *fds, int nfds, pid_t *pid, kc_error *err) {
+  kc_zygote_req q;
+  memset(&q, 0, sizeof q);
+  q.magic = KC_ZYGOTE_MAGIC;
+  q.op = KC_ZOP_SPAWN;
+  q.flags = flags;
+  q.generation = generation;
+  snprintf(q.policy, sizeof q.policy, "%s", policy ? policy : "");
+  if (kc_send_fds(z->ctl, &q, sizeof q, fds, nfds) < 0)
+    return kc_error_set(err, errno, "zygote: send");
+  /* The zygote is our own code, but it is inside the sandbox: bound the wait. */
+  struct pollfd p[2] = {{.fd = z->ctl, .events = POLLIN}, {.fd = z->pidfd, .events = POLLIN}};
+  int n;
+  do
+    n = poll(p, z->pidfd >= 0 ? 2 : 1, 2000);
+  while (n < 0 && errno == EINTR);
+  if (n <= 0 || !(p[0].revents & POLLIN))
+    return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
+  kc_zygote_rep rep;
+  ssize_t r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
+  if (r != (ssize_t)sizeof rep || rep.magic != KC_ZYGOTE_MAGIC)
+    return kc_error_set(err, EPROTO, "zygote: bad answer");
+  if (rep.pid <= 0) {
+    rep.msg[sizeof rep.msg - 1] = 0;
+    return kc_error_set(err, -rep.pid, "%s", rep.msg);
+  }
+  *pid = rep.pid;
+  return 0;
+}
+
+void kc_zygote_stop(kc_zygote *z) {
+  if (!z)
+    return;
+  if (z->ctl >= 0)
+    close(z->ctl);
+  if (z->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, z->pidfd, SIGKILL, NULL, 0);
+  else
+    kill(z->pid, SIGKILL);
+  waitpid(z->pid, NULL, 0);
+  if (z->pidfd >= 0)
+    close(z->pidfd);
+  free(z);
+}
