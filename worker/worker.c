@@ -25,15 +25,8 @@
 #include "kcage/policy.h"
 #include "worker_internal.h"
 
-/* Other components' entry points, taken weakly so the worker also builds and runs
- * (with less isolation, said in the verdicts) while they are being written. */
-extern int kc_cgroup_create(const char *, const kc_cgroup_limits *, kc_cgroup **, kc_error *)
-    __attribute__((weak));
-extern int kc_cgroup_v2_fd(const kc_cgroup *) __attribute__((weak));
-extern int kc_cgroup_attach(kc_cgroup *, pid_t, kc_error *) __attribute__((weak));
-extern int kc_cgroup_kill(kc_cgroup *, kc_error *) __attribute__((weak));
-extern int kc_cgroup_read(const kc_cgroup *, kc_cgroup_counters *, kc_error *) __attribute__((weak));
-extern void kc_cgroup_destroy(kc_cgroup *) __attribute__((weak));
+/* The policy layer's name table, taken weakly until it lands (libseccomp's own
+ * table is the fallback). */
 extern const char *kc_syscall_name(int, char *, size_t) __attribute__((weak));
 
 /* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
@@ -245,9 +238,12 @@ static void reap_graves(kc_worker *w, bool block) {
 static void kill_async(kc_worker *w) {
   if (!w->pid)
     return;
-  if (w->cg && kc_cgroup_kill)
-    kc_cgroup_kill(w->cg, NULL);
   syscall(SYS_pidfd_send_signal, w->pidfd, SIGKILL, NULL, 0);
+  /* A sandboxed worker is pid 1 of its own pid namespace: its death makes the kernel
+   * SIGKILL every process in that namespace, stopped or not, so the cgroup kill (which
+   * waits until the cgroup is empty) is only needed without one. */
+  if (w->cg && w->o.isolation != KC_ISOLATION_SANDBOX)
+    kc_cgroup_kill(w->cg, NULL);
   if (w->ngraves == KC_GRAVE_MAX)
     reap_graves(w, true);
   w->graves[w->ngraves++] = w->pidfd;
@@ -259,7 +255,7 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
   memset(si, 0, sizeof *si);
   if (!w->pid)
     return;
-  if (w->cg && kc_cgroup_kill)
+  if (w->cg)
     kc_cgroup_kill(w->cg, NULL);
   /* SIGKILL works on a stopped process too; as pid 1 of its namespace its death takes
    * every other process of the namespace with it. */
@@ -296,7 +292,7 @@ static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v
                                  size_t cap) {
   kc_result_init(v);
   kc_cgroup_counters c = {-1, -1, -1, -1};
-  if (w->cg && kc_cgroup_read)
+  if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);
   uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
   char nb[48] = "";
@@ -583,7 +579,7 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
 }
 
 static void ensure_cgroup(kc_worker *w) {
-  if (w->cg_tried || !kc_cgroup_create || w->o.isolation == KC_ISOLATION_NONE)
+  if (w->cg_tried || w->o.isolation == KC_ISOLATION_NONE)
     return;
   w->cg_tried = true;
   static _Atomic unsigned slot;
@@ -626,7 +622,12 @@ static int respawn(kc_worker *w, kc_error *err) {
   uint32_t flags = 0;
   if (w->o.isolation == KC_ISOLATION_SANDBOX)
     flags |= KC_ZF_NEWPID | KC_ZF_LOCKDOWN;
-  int cgfd = w->cg && kc_cgroup_v2_fd ? kc_cgroup_v2_fd(w->cg) : -1;
+  /* Not CLONE_INTO_CGROUP: on this kernel (6.18) a child cloned into a v2 cgroup that
+   * was ever cgroup.kill'ed is SIGKILLed at birth (the fork path compares the kill
+   * sequence of the wrong cgroup), and slots are long-lived and killed on every
+   * timeout.  The parent attaches by pid instead (every hierarchy), before the worker
+   * is sent anything: until then it runs only our own lockdown code. */
+  int cgfd = -1;
   if (cgfd >= 0) {
     fds[5] = cgfd;
     nfds = 6;
@@ -649,10 +650,10 @@ static int respawn(kc_worker *w, kc_error *err) {
   w->pid = pid;
   w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   w->violation[0] = 0;
-  if (w->cg && kc_cgroup_attach)
+  if (w->cg)
     kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
   kc_cgroup_counters c = {-1, -1, -1, -1};
-  if (w->cg && kc_cgroup_read)
+  if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);
   w->oom_base = c.oom_kills;
   w->pids_base = c.pids_max_hits;
@@ -775,7 +776,7 @@ void kc_worker_free(kc_worker *w) {
   reap_graves(w, true);
   if (w->own_zyg)
     kc_zygote_stop(w->zyg);
-  if (w->cg && kc_cgroup_destroy)
+  if (w->cg)
     kc_cgroup_destroy(w->cg);
   free(w->initializer);
   free(w->policy);

@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kcage/cgroup.h"
 #include "worker_internal.h"
 
 const char *kc_worker_binary(const kc_worker_opts *o) {
@@ -31,6 +33,10 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
 }
 
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+  /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
+  static _Atomic int reaped;
+  if (!atomic_exchange(&reaped, 1))
+    kc_cgroup_reap_stale(NULL);
   const char *bin = kc_worker_binary(o);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
