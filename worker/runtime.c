@@ -21,13 +21,8 @@
 #include <unistd.h>
 
 #include "kcage/policy.h"
+#include "../sandbox/seccomp_notify.h"
 #include "worker_internal.h"
-
-/* The policy layer may not be linked in yet (or ever, in a minimal build): take its
- * entry points weakly and fall back to caps + no_new_privs + the seal filter. */
-extern int kc_policy_load(const char *, kc_policy **, kc_error *) __attribute__((weak));
-extern const kc_policy_spec *kc_policy_get_spec(const kc_policy *) __attribute__((weak));
-extern int kc_policy_install_seccomp(const kc_policy *, int *, kc_error *) __attribute__((weak));
 
 static kc_ring g_ring;
 static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
@@ -47,14 +42,14 @@ int kc_runtime_seal_exec(void) {
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGSYS, &sa, NULL) < 0)
     return -1;
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-    return -1;
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx) {
     errno = ENOMEM;
     return -1;
   }
-  int rc = 0;
+  /* no_new_privs is already set by the worker's lockdown, and `measure` forbids the
+   * prctl that libseccomp would make to set it again */
+  int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
   const int plain[] = {SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork), SCMP_SYS(vfork),
                        SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(ptrace),
                        SCMP_SYS(process_vm_writev)};
@@ -85,35 +80,24 @@ static int drop_caps(void) {
   return (int)syscall(SYS_capset, &h, d);
 }
 
-static void send_ready(int sock, int status, const char *msg, int listener) {
+static void send_ready(int sock, int status, const char *msg) {
   kc_worker_ready r = {.magic = KC_ZYGOTE_MAGIC, .status = status};
   snprintf(r.msg, sizeof r.msg, "%s", msg ? msg : "");
-  kc_send_fds(sock, &r, sizeof r, &listener, listener >= 0 ? 1 : 0);
+  kc_send_fds(sock, &r, sizeof r, NULL, 0);
 }
 
-static int lockdown(const kc_worker_boot *b, int *listener, kc_error *err) {
-  *listener = -1;
-  kc_policy *pol = NULL;
-  if (b->policy && b->policy[0] && kc_policy_load) {
-    if (kc_policy_load(b->policy, &pol, err) < 0)
-      return -1;
-    const kc_policy_spec *s = kc_policy_get_spec ? kc_policy_get_spec(pol) : NULL;
-    for (size_t i = 0; s && i < s->n_rlimits; i++) {
-      struct rlimit rl = {s->rlimits[i].soft, s->rlimits[i].hard};
-      if (setrlimit(s->rlimits[i].resource, &rl) < 0)
-        return kc_error_set(err, errno, "setrlimit %d", s->rlimits[i].resource);
-    }
+/* Everything before the filter: rlimits, capabilities, no_new_privs. */
+static int lockdown(const kc_worker_boot *b, kc_error *err) {
+  const kc_policy_spec *s = b->pol ? kc_policy_get_spec(b->pol) : NULL;
+  for (size_t i = 0; s && i < s->n_rlimits; i++) {
+    struct rlimit rl = {s->rlimits[i].soft, s->rlimits[i].hard};
+    if (setrlimit(s->rlimits[i].resource, &rl) < 0)
+      return kc_error_set(err, errno, "setrlimit %d", s->rlimits[i].resource);
   }
   if (drop_caps() < 0)
     return kc_error_set(err, errno, "drop capabilities");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     return kc_error_set(err, errno, "no_new_privs");
-  if (pol && kc_policy_install_seccomp) {
-    if (kc_policy_install_seccomp(pol, listener, err) < 0)
-      return -1;
-  }
-  /* pol is deliberately not freed: the process is short-lived and the policy code may
-   * not be linked (no kc_policy_free reference needed). */
   return 0;
 }
 
@@ -165,14 +149,15 @@ typedef struct handler_cache {
 
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
   kc_error err = {0};
-  int listener = -1;
-  if (kc_ring_attach(&g_ring, b->memfd, &err) < 0 || lockdown(b, &listener, &err) < 0) {
-    send_ready(b->sock, err.code ? err.code : EINVAL, err.msg, -1);
+  if (kc_ring_attach(&g_ring, b->memfd, &err) < 0 || lockdown(b, &err) < 0) {
+    send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
     _exit(125);
   }
-  send_ready(b->sock, 0, "ready", listener);
-  if (listener >= 0)
-    close(listener);
+  send_ready(b->sock, 0, "ready");
+  /* The filter last; the listener goes to the parent in the one message the policy
+   * layer always sends, and we keep no copy.  Nothing user-controlled has run yet. */
+  if (b->pol && kc_seccomp_install_and_send(b->pol, b->sock, &err) < 0)
+    _exit(125);
   close(b->sock);
 
   kc_ring *r = &g_ring;

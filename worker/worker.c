@@ -23,11 +23,8 @@
 
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
+#include "../sandbox/seccomp_notify.h"
 #include "worker_internal.h"
-
-/* The policy layer's name table, taken weakly until it lands (libseccomp's own
- * table is the fallback). */
-extern const char *kc_syscall_name(int, char *, size_t) __attribute__((weak));
 
 /* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
 static void scopy(char *d, size_t cap, const char *s) {
@@ -38,7 +35,7 @@ static void scopy(char *d, size_t cap, const char *s) {
 }
 
 static const char *syscall_name(int nr, char *buf, size_t cap) {
-  const char *n = kc_syscall_name ? kc_syscall_name(nr, buf, cap) : NULL;
+  const char *n = kc_syscall_name(nr, buf, cap);
   if (n && *n)
     return n;
   char *s = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
@@ -139,11 +136,7 @@ static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
  * >= 6.12; ignored elsewhere).  Without it, a worker spinning on the parent's CPU keeps
  * it for its whole slice after the parent's deadline timer fires: timeouts overshoot
  * by ~3 ms on this machine.  With it, the woken parent preempts at once. */
-void kc_sched_short_slice(void) {
-  static __thread bool done;
-  if (done)
-    return;
-  done = true;
+void kc_sched_slice(uint64_t ns) {
   struct {
     uint32_t size, policy;
     uint64_t flags;
@@ -155,8 +148,16 @@ void kc_sched_short_slice(void) {
   if (syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) < 0 || a.policy != SCHED_OTHER)
     return;
   a.size = sizeof a;
-  a.runtime = 100000; /* 0.1 ms */
+  a.runtime = ns; /* 0 = the default slice */
   syscall(SYS_sched_setattr, 0, &a, 0);
+}
+
+void kc_sched_short_slice(void) {
+  static __thread bool done;
+  if (done)
+    return;
+  done = true;
+  kc_sched_slice(100000); /* 0.1 ms */
 }
 
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
@@ -367,16 +368,13 @@ static void fail_worker(kc_worker *w, kc_call_result *res, kc_call_status st, co
 }
 
 static int read_violation(kc_worker *w) {
-  struct seccomp_notif n;
-  memset(&n, 0, sizeof n);
-  if (ioctl(w->listener, SECCOMP_IOCTL_NOTIF_RECV, &n) < 0)
-    return 0;
-  char nb[48] = "";
-  const char *name = kc_syscall_name ? kc_syscall_name(n.data.nr, nb, sizeof nb) : NULL;
-  if (name && *name)
-    scopy(w->violation, sizeof w->violation, name);
-  else
-    snprintf(w->violation, sizeof w->violation, "syscall %d", n.data.nr);
+  kc_seccomp_event ev;
+  kc_error e = {0};
+  if (kc_seccomp_notify_receive(w->listener, &ev, &e) < 0)
+    return 0; /* ENOENT: the task died meanwhile; its death is reported instead */
+  /* A pool worker was exec'd before its filter: every notification, the policy's
+   * "notify" rules (execve) included, is a violation. */
+  scopy(w->violation, sizeof w->violation, ev.name[0] ? ev.name : "unknown");
   return 1;
 }
 
@@ -569,12 +567,12 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
     return kc_error_set(err, EPROTO, "worker: bad ready message");
   }
   rd.msg[sizeof rd.msg - 1] = 0;
-  if (rd.status) {
-    if (nfd)
-      close(fd);
+  if (nfd)
+    close(fd);
+  if (rd.status)
     return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
-  }
-  w->listener = nfd ? fd : -1;
+  if (w->policy && kc_seccomp_recv_listener(sock, 5000, &w->listener, err) < 0)
+    return kc_error_prefix(err, "worker seccomp");
   return 0;
 }
 

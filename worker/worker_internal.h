@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "kcage/error.h"
+#include "kcage/policy.h"
 #include "kcage/ring.h"
 #include "kcage/sandbox.h"
 #include "kcage/worker.h"
@@ -50,7 +51,7 @@ typedef struct kc_worker_boot {
   int memfd, evfd, sock;
   int parent_pidfd; /* closed after the PDEATHSIG race check */
   uint32_t flags;
-  const char *policy;
+  const kc_policy *pol; /* parsed once by the zygote; NULL = no filter */
 } kc_worker_boot;
 
 /* kcage-worker entry points */
@@ -100,3 +101,4 @@ uint64_t kc_worker_deadline(kc_worker *w);
 uint64_t kc_worker_outstanding(kc_worker *w);
 uint32_t kc_worker_depth(kc_worker *w);
 void kc_sched_short_slice(void);
+void kc_sched_slice(uint64_t ns);

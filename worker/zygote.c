@@ -31,7 +31,7 @@ static void close_from(int lo) { syscall(SYS_close_range, (unsigned)lo, ~0U, 0);
 
 /* In the new worker: become the worker (never returns). */
 __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_zygote_req *q,
-                                                    int fds[6]) {
+                                                    const kc_policy *pol, int fds[6]) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* PDEATHSIG is armed only now: if the parent died between clone and here, nobody
    * would kill us.  Its pidfd answers that without a race (getppid() is 0 in a new pid
@@ -61,11 +61,39 @@ __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_z
   }
   signal(SIGPIPE, SIG_IGN);
   kc_worker_boot b = {.memfd = 3, .evfd = 4, .sock = 5, .parent_pidfd = -1, .flags = q->flags,
-                      .policy = q->policy};
+                      .pol = pol};
   kc_runtime_run(&b);
 }
 
-static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, int *fds, int nfds) {
+/* Policies parsed once per zygote: a fork inherits the parsed form. */
+static struct {
+  char name[512];
+  kc_policy *pol;
+} g_pols[8];
+
+static int policy_for(const char *name, kc_policy **out, kc_error *err) {
+  *out = NULL;
+  if (!name[0])
+    return 0;
+  size_t i;
+  for (i = 0; i < 8 && g_pols[i].pol; i++)
+    if (!strcmp(g_pols[i].name, name)) {
+      *out = g_pols[i].pol;
+      return 0;
+    }
+  kc_policy *p;
+  if (kc_policy_load(name, &p, err) < 0)
+    return -1;
+  if (i < 8) {
+    snprintf(g_pols[i].name, sizeof g_pols[i].name, "%s", name);
+    g_pols[i].pol = p;
+  }
+  *out = p;
+  return 0;
+}
+
+static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const kc_policy *pol, int *fds,
+                       int nfds) {
   struct clone_args a;
   memset(&a, 0, sizeof a);
   a.flags = CLONE_PARENT;
@@ -78,7 +106,7 @@ static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, int *fds, int n
   /* exit_signal must be 0 with CLONE_PARENT: the zygote's own (SIGCHLD) is used. */
   long pid = syscall(SYS_clone3, &a, sizeof a);
   if (pid == 0)
-    become_worker(parent_pidfd, q, fds);
+    become_worker(parent_pidfd, q, pol, fds);
   return pid < 0 ? -errno : (pid_t)pid;
 }
 
@@ -106,9 +134,16 @@ int kc_zygote_main(int ctl) {
       snprintf(rep.msg, sizeof rep.msg, "zygote: malformed request");
     } else {
       q.policy[sizeof q.policy - 1] = 0;
-      rep.pid = spawn_one(parent_pidfd, &q, fds, nfds);
-      if (rep.pid < 0)
-        snprintf(rep.msg, sizeof rep.msg, "zygote: clone3: %s", strerror(-rep.pid));
+      kc_policy *pol = NULL;
+      kc_error err = {0};
+      if (policy_for(q.policy, &pol, &err) < 0) {
+        rep.pid = -(err.code ? err.code : EINVAL);
+        snprintf(rep.msg, sizeof rep.msg, "zygote: policy: %.200s", err.msg);
+      } else {
+        rep.pid = spawn_one(parent_pidfd, &q, pol, fds, nfds);
+        if (rep.pid < 0)
+          snprintf(rep.msg, sizeof rep.msg, "zygote: clone3: %s", strerror(-rep.pid));
+      }
     }
     for (int i = 0; i < nfds; i++)
       close(fds[i]);

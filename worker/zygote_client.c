@@ -51,6 +51,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   }
   if (pid == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
+    kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
     if (sandboxed) {
       /* The pool's namespaces: one netns (empty, shared by every worker of the pool),
        * private mounts, ipc and uts.  Each worker adds its own pid namespace. */
