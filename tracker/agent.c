@@ -9,7 +9,9 @@
 #include <errno.h>
 #include <stdarg.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -42,7 +44,8 @@ struct kc_agent {
   pid_t child;
   int child_pidfd;
   double child_deadline;
-  char child_dir[256];
+  char child_dir[512];
+  char base_dir[300]; /* $TMPDIR/kcage-agent-<pid>: every session's scratch lives here */
   char device[KC_TRACKER_MAX_KEY + 300];
 };
 
@@ -110,6 +113,35 @@ static int bind_listen(kc_agent *a, kc_error *err) {
   return kc_error_set(err, last, "cannot bind %s to any port in [%u, %u)", host, first, end);
 }
 
+static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb, (void)flag, (void)ftw;
+  remove(p);
+  return 0;
+}
+
+/* An agent that was SIGKILLed cannot clean up after its sessions: the next agent to
+ * start removes the scratch trees of agents that no longer exist. */
+static void sweep_stale(const char *tmp) {
+  DIR *d = opendir(tmp);
+  if (!d)
+    return;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    long pid;
+    char tail;
+    if (sscanf(e->d_name, "kcage-agent-%ld%c", &pid, &tail) != 1 || pid <= 0)
+      continue;
+    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+      continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid())
+      nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+  }
+  closedir(d);
+}
+
 int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   if (!o->key || !*o->key || strlen(o->key) > KC_TRACKER_MAX_KEY || strchr(o->key, ':') ||
       strchr(o->key, ' '))
@@ -140,6 +172,16 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   char hn[256] = "localhost";
   gethostname(hn, sizeof hn - 1);
   snprintf(a->device, sizeof a->device, "%s@%s", o->key, o->custom_addr ? o->custom_addr : hn);
+  const char *td = getenv("TMPDIR");
+  if (!td || !*td || strlen(td) > 200)
+    td = "/tmp";
+  sweep_stale(td);
+  snprintf(a->base_dir, sizeof a->base_dir, "%s/kcage-agent-%ld", td, (long)getpid());
+  if (mkdir(a->base_dir, 0700) < 0 && errno != EEXIST) {
+    kc_error_set(err, errno, "mkdir %s", a->base_dir);
+    kc_agent_free(a);
+    return -1;
+  }
   new_matchkey(a);
   *out = a;
   return 0;
@@ -252,12 +294,6 @@ static void check_pending(kc_agent *a) {
 
 /* ---- sessions -------------------------------------------------------------------- */
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb, (void)flag, (void)ftw;
-  remove(p);
-  return 0;
-}
-
 static void end_session(kc_agent *a) {
   if (a->child <= 0)
     return;
@@ -282,12 +318,7 @@ static void end_session(kc_agent *a) {
 }
 
 static void start_session(kc_agent *a, int fd, double timeout_s) {
-  char tmpl[] = "/tmp/kcage-session-XXXXXX";
-  const char *td = getenv("TMPDIR");
-  if (td && *td && strlen(td) < 200)
-    snprintf(a->child_dir, sizeof a->child_dir, "%s/kcage-session-XXXXXX", td);
-  else
-    snprintf(a->child_dir, sizeof a->child_dir, "%s", tmpl);
+  snprintf(a->child_dir, sizeof a->child_dir, "%s/session-XXXXXX", a->base_dir);
   if (!mkdtemp(a->child_dir)) {
     a->child_dir[0] = '\0';
     close(fd);
@@ -437,6 +468,8 @@ void kc_agent_free(kc_agent *a) {
   }
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
+  if (a->base_dir[0])
+    rmdir(a->base_dir);
   kc_tracker_close(a->trk);
   if (a->lfd >= 0)
     close(a->lfd);

@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 uint16_t proc_start(pid_t *pid, const char *const *argv) {
@@ -63,4 +64,41 @@ uint16_t free_port(void) {
   getsockname(fd, (struct sockaddr *)&a, &l);
   close(fd);
   return ntohs(a.sin_port);
+}
+
+void proc_stop(pid_t *pid) {
+  if (*pid <= 0)
+    return;
+  kill(*pid, SIGTERM);
+  for (int i = 0; i < 200; i++) {
+    if (waitpid(*pid, NULL, WNOHANG) == *pid) {
+      *pid = 0;
+      return;
+    }
+    usleep(10000);
+  }
+  proc_kill(pid);
+}
+
+int proc_run(const char *const *argv, double timeout_s) {
+  pid_t c = fork();
+  if (c == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    const char *av[64] = {KCAGE_BIN};
+    for (int i = 0; argv[i] && i < 62; i++)
+      av[i + 1] = argv[i];
+    execv(KCAGE_BIN, (char *const *)av);
+    _exit(127);
+  }
+  for (int i = 0; i < (int)(timeout_s * 100); i++) {
+    int st;
+    if (waitpid(c, &st, WNOHANG) == c)
+      return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(10000);
+  }
+  kill(c, SIGKILL);
+  waitpid(c, NULL, 0);
+  return -1;
 }

@@ -8,5 +8,8 @@
  * stdout line "... listening on HOST:PORT" and return the port (0 on failure). */
 uint16_t proc_start(pid_t *pid, const char *const *argv);
 void proc_kill(pid_t *pid); /* SIGKILL + reap; safe when *pid == 0 */
+void proc_stop(pid_t *pid); /* SIGTERM, then SIGKILL after 2 s; reap */
 uint16_t free_port(void);
+/* Run KCAGE_BIN argv to completion (stdout to /dev/null); its exit status, -1 on timeout. */
+int proc_run(const char *const *argv, double timeout_s);
 #endif

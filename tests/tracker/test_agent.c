@@ -42,7 +42,7 @@ static int setup(void **state) {
 
 static int teardown(void **state) {
   fixture *f = *state;
-  proc_kill(&f->agent);
+  proc_stop(&f->agent);
   trk_stop(&f->t);
   free(f);
   return 0;
@@ -189,8 +189,82 @@ static void test_tracker_restart(void **state) {
   assert_int_equal(summary_servers(port), 3);
   printf("# all 3 agents re-registered %.3f s after the restart\n", now_s() - t0);
   for (int i = 0; i < 3; i++)
-    proc_kill(&ag[i]);
-  proc_kill(&trk);
+    proc_stop(&ag[i]);
+  proc_stop(&trk);
+}
+
+static json_t *load_jsonl(const char *path) {
+  json_t *a = json_array();
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  char line[65536];
+  while (fgets(line, sizeof line, f)) {
+    json_t *v = json_loads(line, 0, NULL);
+    if (v)
+      json_array_append_new(a, v);
+  }
+  fclose(f);
+  unlink(path);
+  return a;
+}
+
+/* `kcage bench --tracker` gives the same verdicts as a local run, plus `device`. */
+static void test_remote_bench_same_records(void **state) {
+  fixture *f = *state;
+  char local[] = "/tmp/kc-trk-local-XXXXXX", remote[] = "/tmp/kc-trk-remote-XXXXXX";
+  close(mkstemp(local));
+  close(mkstemp(remote));
+  const char *ks[] = {KC_EXAMPLES "/naive.c", KC_EXAMPLES "/wrong_result.c", KC_EXAMPLES "/segfault.c"};
+  char args[256] = "";
+  FILE *af = fopen(KC_EXAMPLES "/ARGS", "r");
+  assert_non_null(af);
+  assert_non_null(fgets(args, sizeof args, af));
+  fclose(af);
+  args[strcspn(args, "\n")] = '\0';
+  const char *common[] = {"bench", "--reference", KC_EXAMPLES "/reference.c", "--args", args,
+                          "--atol", "1e-4", "--timeout", "2", "--memory", "256M", "--repeat", "2"};
+  const char *argv[32];
+  size_t n = 0;
+  for (size_t i = 0; i < sizeof common / sizeof *common; i++)
+    argv[n++] = common[i];
+  size_t base = n;
+  argv[n++] = "--json";
+  argv[n++] = local;
+  for (int i = 0; i < 3; i++)
+    argv[n++] = ks[i];
+  argv[n] = NULL;
+  assert_int_equal(proc_run(argv, 60), 0);
+  n = base;
+  argv[n++] = "--json";
+  argv[n++] = remote;
+  argv[n++] = "--tracker";
+  argv[n++] = f->tracker;
+  argv[n++] = "--key";
+  argv[n++] = "cpu";
+  argv[n++] = "--session-timeout";
+  argv[n++] = "60";
+  for (int i = 0; i < 3; i++)
+    argv[n++] = ks[i];
+  argv[n] = NULL;
+  assert_int_equal(proc_run(argv, 60), 0);
+  json_t *l = load_jsonl(local), *r = load_jsonl(remote);
+  assert_int_equal(json_array_size(l), 3);
+  assert_int_equal(json_array_size(r), 3);
+  for (size_t i = 0; i < 3; i++) {
+    json_t *a = json_array_get(l, i), *b = json_array_get(r, i);
+    assert_string_equal(json_string_value(json_object_get(a, "kernel")), ks[i]);
+    assert_string_equal(json_string_value(json_object_get(b, "kernel")), ks[i]);
+    assert_string_equal(json_string_value(json_object_get(a, "status")),
+                        json_string_value(json_object_get(b, "status")));
+    assert_non_null(strstr(json_string_value(json_object_get(b, "device")), "cpu@"));
+    const char *k;
+    json_t *v;
+    json_object_foreach(a, k, v) assert_non_null(json_object_get(b, k)); /* same fields */
+  }
+  assert_string_equal(json_string_value(json_object_get(json_array_get(r, 0), "status")), "ok");
+  json_decref(l);
+  json_decref(r);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
 }
 
 int main(void) {
@@ -202,6 +276,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_taken_unused_matchkey_reput, setup, teardown),
       cmocka_unit_test_setup_teardown(test_handshake_codes, setup, teardown),
       cmocka_unit_test(test_tracker_restart),
+      cmocka_unit_test_setup_teardown(test_remote_bench_same_records, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
