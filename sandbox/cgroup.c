@@ -119,7 +119,11 @@ int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **
   return 0;
 }
 
-int kc_cgroup_v2_fd(const kc_cgroup *cg) { return cg ? cg->v2_fd : -1; }
+/* Once cgroup.kill was written, the kernel (seen on 6.18) SIGKILLs every child born
+ * into this cgroup by CLONE_INTO_CGROUP: it compares the kill sequence number of the
+ * parent's cgroup with the target's.  Attaching by pid is not affected, so a killed
+ * cgroup reports no placement fd and callers fall back to kc_cgroup_attach. */
+int kc_cgroup_v2_fd(const kc_cgroup *cg) { return cg && !cg->v2_killed ? cg->v2_fd : -1; }
 
 const char *kc_cgroup_dir_name(const kc_cgroup *cg) { return cg->name; }
 
@@ -217,6 +221,8 @@ int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
   long long deadline = now_ns() + KC_KILL_TIMEOUT_NS;
   int fz = kc_cg_dirfd(cg, KC_CG_FREEZER);
   bool have_kill = cg->v2_fd >= 0 && kc_cg_write(cg->v2_fd, "cgroup.kill", "1", NULL) == 0;
+  if (have_kill)
+    cg->v2_killed = true;
   if (!have_kill && fz >= 0)
     freeze_kill_thaw(fz);
   for (long us = 20, round = 0;; round++) {

@@ -49,6 +49,7 @@ struct kc_cgroup {
   unsigned ctrl;    /* union: which controllers this cgroup can use */
   int peak_fd;      /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
   bool peak_unknown; /* a reset was asked for and the host cannot do it */
+  bool v2_killed;    /* cgroup.kill was used: no more CLONE_INTO_CGROUP (see v2_fd) */
   int npids;         /* none mode */
   pid_t pids[KC_CG_NONE_PIDS];
 };

@@ -70,7 +70,10 @@ int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *e
 /* An O_DIRECTORY fd of the v2 cgroup for clone3(CLONE_INTO_CGROUP); -1 when none.
  * On a hybrid host this is the controller-less unified cgroup: the limits live in v1,
  * so the child must still be kc_cgroup_attach()ed (v1 by pid) before it runs
- * untrusted code (e.g. it waits on a pipe until the parent has attached it). */
+ * untrusted code (e.g. it waits on a pipe until the parent has attached it).
+ * -1 also once the cgroup has been kc_cgroup_kill()ed: the kernel (6.18 here) SIGKILLs
+ * a CLONE_INTO_CGROUP child of a cgroup that was ever cgroup.kill'ed; attach by pid
+ * still works, so a reused slot falls back to kc_cgroup_attach. */
 int kc_cgroup_v2_fd(const kc_cgroup *cg);
 /* The leaf directory name (<pid>.<starttime>.<seq>.<name>). */
 const char *kc_cgroup_dir_name(const kc_cgroup *cg);

@@ -499,10 +499,56 @@ int kc_cgt_no_leftovers(char *msg, size_t n) {
   return 0;
 }
 
+static void exit7(void *arg, int fd) {
+  (void)arg;
+  (void)fd;
+  usleep(20000);
+  _exit(7);
+}
+
+/* A slot reused after a kill: the next process (placed by clone3 when the layer still
+ * offers the fd, else attached by pid) runs normally. */
+static int case_reuse_after_kill(char *msg, size_t n) {
+  kc_error err = {0};
+  kc_cgroup *cg = NULL;
+  int rc = -1;
+  CHECK(kc_cgroup_create("t-reuse", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  for (int round = 0; round < 3; round++) {
+    int st = 0;
+    pid_t pid;
+    int fd = kc_cgroup_v2_fd(cg);
+    if (fd >= 0) {
+      struct clone_args ca = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
+      pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
+      if (pid == 0)
+        exit7(NULL, -1);
+      CHECK(pid > 0, "clone3: %s", strerror(errno));
+      CHECK(kc_cgroup_attach(cg, pid, &err) == 0, "attach: %s", err.msg);
+    } else {
+      pid = spawn_in(cg, exit7, NULL, NULL, &err);
+      CHECK(pid > 0, "spawn: %s", err.msg);
+    }
+    waitpid(pid, &st, 0);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 7, "round %d (%s): status 0x%x", round,
+          fd >= 0 ? "clone3" : "attach", st);
+    /* kill an (idle) tree between rounds, as a pool does after a timeout */
+    double forever = 1e9;
+    pid = spawn_in(cg, spin, &forever, NULL, &err);
+    CHECK(pid > 0, "spawn: %s", err.msg);
+    CHECK(kc_cgroup_kill(cg, &err) == 0, "kill: %s", err.msg);
+    waitpid(pid, &st, 0);
+  }
+  rc = 0;
+out:
+  kc_cgroup_destroy(cg);
+  return rc;
+}
+
 const kc_cgt_case kc_cgt_cases[] = {
     {"memory_oom", case_memory_oom},   {"slot_rewrite", case_slot_rewrite},
     {"pids", case_pids},               {"cpu_throttle", case_cpu_throttle},
     {"kill_tree", case_kill_tree},     {"destroy_live", case_destroy_live},
     {"reap_stale", case_reap_stale},   {"clone_into", case_clone_into},
+    {"reuse_after_kill", case_reuse_after_kill},
     {NULL, NULL},
 };
