@@ -120,7 +120,9 @@ static int add_expanded(scmp_filter_ctx ctx, uint32_t act, const kc_sc_rule *r, 
 }
 
 /* Build the libseccomp context; *out = NULL when the policy filters nothing.
- * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send). */
+ * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
+ * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
+ * sends the listener on a socket we do not know). */
 static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error *err) {
   *out = NULL;
   if (!has_filter(p))
@@ -165,7 +167,7 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
                           p->files[r->file], r->line, r->name);
     }
   }
-  if (handoff >= 0 && kc_policy_needs_listener(p) && def != SCMP_ACT_ALLOW) {
+  if (handoff != KC_HANDOFF_NONE && kc_policy_needs_listener(p) && def != SCMP_ACT_ALLOW) {
     /* The hand-off (kc_seccomp_install_and_send) runs under the filter: it sends on
      * `handoff` and then closes the listener and may close the socket. */
     const int nrs[] = {SCMP_SYS(sendmsg), SCMP_SYS(close)};
@@ -184,7 +186,9 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
                               p->files[r->file], r->line, r->name);
         }
       }
-      if (k == 0)
+      if (k == 0 && handoff == KC_HANDOFF_ANY)
+        rc = ruled ? 0 : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
+      else if (k == 0)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 1,
                               (struct scmp_arg_cmp){.arg = 0,
                                                     .op = SCMP_CMP_EQ,
@@ -206,7 +210,7 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
 
 int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err) {
   scmp_filter_ctx ctx;
-  if (build(p, -1, &ctx, err) < 0)
+  if (build(p, KC_HANDOFF_NONE, &ctx, err) < 0)
     return -1;
   if (!ctx)
     return 0;
@@ -261,7 +265,7 @@ int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_err
 }
 
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err) {
-  return kc_seccomp_install(p, -1, listener_fd, err);
+  return kc_seccomp_install(p, KC_HANDOFF_ANY, listener_fd, err);
 }
 
 /* ---- precompiled programs ------------------------------------------------------

@@ -83,7 +83,11 @@ size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
 int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);
 int kc_seccomp_prog_load_and_send(const kc_seccomp_prog *prog, int sock);
 
-/* kc_policy_install_seccomp() with the hand-off rule for fd `handoff` (-1: none). */
+/* kc_policy_install_seccomp() with the hand-off rule for fd `handoff`
+ * (KC_HANDOFF_NONE: no extra rule; KC_HANDOFF_ANY: sendmsg on any fd, which is what
+ * kc_policy_install_seccomp() uses). */
+#define KC_HANDOFF_NONE (-1)
+#define KC_HANDOFF_ANY (-2)
 int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_error *err);
 
 typedef struct kc_seccomp_event {

@@ -80,7 +80,13 @@ int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
  * supervisor instead of killing silently, so the verdict can name the syscall: the
  * listener fd is returned in *listener_fd (-1 when the policy kills nothing); the
  * caller must hand it to its supervisor and close its own copy before running
- * untrusted code.  See sandbox/seccomp_*.c for the full reasoning. */
+ * untrusted code.  See sandbox/seccomp_*.c for the full reasoning.
+ * The hand-off itself runs under the filter: under a policy whose default is kill
+ * (measure), sendmsg and close would be violations that wait for a supervisor who does
+ * not hold the listener yet.  So this call also allows sendmsg and close when the
+ * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only) and
+ * cheaper in a forked child: kc_seccomp_install_and_send() / kc_seccomp_prog_compile()
+ * + kc_seccomp_prog_load_and_send() in sandbox/seccomp_notify.h. */
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
 /* Compile the filter without loading it: catches what libseccomp rejects (the
  * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's

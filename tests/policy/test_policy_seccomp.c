@@ -57,6 +57,30 @@ typedef int (*child_fn)(int report_fd, void *arg);
 /* When set, the child loads this precompiled program (sent on fd HANDOFF_FD) instead
  * of compiling the policy itself. */
 static const kc_seccomp_prog *g_prog;
+/* When set, the child uses kc_policy_install_seccomp() and its own sendmsg (the way
+ * a caller that does not use the hand-off helpers does it). */
+static bool g_plain;
+
+static int plain_send(int sock, int fd) {
+  char byte = fd >= 0 ? 'L' : 'N';
+  struct iovec iov = {&byte, 1};
+  union {
+    struct cmsghdr h;
+    char buf[CMSG_SPACE(sizeof(int))];
+  } u;
+  memset(&u, 0, sizeof u);
+  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+  if (fd >= 0) {
+    msg.msg_control = u.buf;
+    msg.msg_controllen = sizeof u.buf;
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+  }
+  return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
+}
 #define HANDOFF_FD 100
 
 static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, outcome *o) {
@@ -71,7 +95,13 @@ static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, o
     close(rep[0]);
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     kc_error err = {0};
-    if (g_prog) {
+    if (g_plain) {
+      int l = -1;
+      if (kc_policy_install_seccomp(p, &l, &err) < 0 || plain_send(sv[1], l) < 0)
+        _exit(123);
+      if (l >= 0)
+        close(l);
+    } else if (g_prog) {
       if (dup2(sv[1], HANDOFF_FD) < 0 || kc_seccomp_prog_load_and_send(g_prog, HANDOFF_FD) < 0) {
         dprintf(2, "child: load: %s\n", strerror(errno));
         _exit(122);
@@ -306,6 +336,17 @@ static void test_precompiled(void **state) {
   kc_policy_free(p);
 }
 
+static void test_plain_install_under_measure(void **state) {
+  (void)state;
+  g_plain = true;
+  outcome o;
+  measure("ok", &o);
+  assert_string_equal(o.violation, "");
+  assert_true(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+  expect_violation("socket", "socket", 1);
+  g_plain = false;
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_errno_rules_and_conditions),
@@ -315,6 +356,7 @@ int main(void) {
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
       cmocka_unit_test(test_precompiled),
+      cmocka_unit_test(test_plain_install_under_measure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
