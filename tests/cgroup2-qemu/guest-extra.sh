@@ -32,6 +32,7 @@ case_() {
   fi
 }
 
+mounts0=$(wc -l < /proc/self/mountinfo)
 case_ ok ok - -- /payload hostile ok
 case_ memory memory - --memory 32M -- /payload hostile memory
 case_ cpu timeout cpu --time 0.5 -- /payload hostile spin
@@ -48,5 +49,9 @@ left=$(ps -o args 2>/dev/null | grep -c '^/payload hostile')
 [ "$left" = 0 ] && ok "no process left" || bad "$left hostile processes left: $(ps -o pid,args | grep ' /payload hostile' | head -3 | tr '\n' ' ')"
 leaves=$(find /sys/fs/cgroup/kcage -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l)
 [ "$leaves" = 0 ] && ok "no cgroup left" || bad "cgroups left: $(ls /sys/fs/cgroup/kcage | head -3 | tr '\n' ' ')"
+mounts1=$(wc -l < /proc/self/mountinfo)
+[ "$mounts0" = "$mounts1" ] && ok "no mount left" || bad "mounts: $mounts0 before, $mounts1 after"
+tmpleft=$(ls /tmp | grep -v '^r.json$\|^out$\|^err$' | wc -l)
+[ "$tmpleft" = 0 ] && ok "no file left in /tmp" || bad "files left in /tmp: $(ls /tmp | head -5 | tr '\n' ' ')"
 echo "KC2 DONE pass=$pass fail=$fail"
 [ $fail = 0 ]

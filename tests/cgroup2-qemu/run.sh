@@ -117,6 +117,19 @@ cat > "$root/init" <<'EOF'
 #!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /tmp /sbin /usr/bin /usr/sbin
 /bin/busybox --install -s
+# pivot_root (what kcage's sandbox does) refuses the initramfs rootfs as the old root:
+# move everything onto a tmpfs first and switch_root there.
+if [ ! -e /.stage2 ]; then
+  mkdir -p /newroot
+  mount -t tmpfs -o size=400m tmpfs /newroot
+  for f in /*; do
+    case $f in /newroot|/proc|/sys|/dev) ;; *) cp -a "$f" /newroot/ ;; esac
+  done
+  mkdir -p /newroot/proc /newroot/sys /newroot/dev
+  mknod -m 600 /newroot/dev/console c 5 1
+  touch /newroot/.stage2
+  exec switch_root /newroot /init
+fi
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev 2>/dev/null
