@@ -1,0 +1,344 @@
+/* Worker benchmarks (issue 3, DESIGN.md §4), each beside its baseline measured in the
+ * same run: warm round trip vs a raw spin+futex ring and a pipe ping-pong; spawn to
+ * first completed call (full sandbox) vs bwrap /bin/true; timeout to replacement
+ * ready; pool throughput with 2 workers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "bench_common.h"
+#include "kcage/pool.h"
+#include "kcage/worker.h"
+
+#define SEC "worker"
+
+static int quick; /* KC_BENCH_QUICK=1: fewer iterations (smoke runs) */
+
+static void die(const char *what, const kc_error *e) {
+  fprintf(stderr, "bench_worker: %s: %s\n", what, e ? e->msg : strerror(errno));
+  exit(1);
+}
+
+static void stats(double *v, size_t n, double *med, double *p99) {
+  *p99 = kc_bench_quantile(v, n, 0.99);
+  *med = kc_bench_quantile(v, n, 0.5);
+}
+
+/* ---- kcage worker round trip ---------------------------------------------------- */
+static void bench_roundtrip(size_t n, double *med, double *p99) {
+  kc_worker_opts o;
+  kc_worker_opts_init(&o);
+  kc_worker *w;
+  kc_error e = {0};
+  if (kc_worker_new(&o, &w, &e) < 0)
+    die("worker", &e);
+  double *v = malloc(n * sizeof *v);
+  kc_call_result r;
+  for (size_t i = 0; i < n + 1000; i++) {
+    double t0 = kc_bench_now();
+    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+      die("call", &e);
+    double t1 = kc_bench_now();
+    if (r.status != KC_CALL_COMPLETE)
+      die("call not complete", NULL);
+    if (i >= 1000)
+      v[i - 1000] = t1 - t0;
+  }
+  stats(v, n, med, p99);
+  free(v);
+  kc_worker_free(w);
+}
+
+/* ---- raw spin+futex ping-pong: the floor for any shared-memory design ------------- */
+struct pingpong {
+  _Alignas(64) _Atomic uint32_t req;
+  _Atomic uint32_t req_waiting;
+  _Alignas(64) _Atomic uint32_t rep;
+  _Atomic uint32_t rep_waiting;
+};
+
+static void futex_wait(_Atomic uint32_t *w, uint32_t v) {
+  syscall(SYS_futex, w, FUTEX_WAIT, v, NULL, NULL, 0);
+}
+static void futex_wake(_Atomic uint32_t *w) { syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0); }
+
+/* wait until *w != old: spin ~20 us, then sleep (eventcount with a waiter flag) */
+static uint32_t await_change(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t old) {
+  double t0 = kc_bench_now();
+  uint32_t v;
+  while ((v = atomic_load(w)) == old) {
+    if (kc_bench_now() - t0 > 20e-6) {
+      atomic_store(waiting, 1);
+      if ((v = atomic_load(w)) != old)
+        break;
+      futex_wait(w, old);
+    } else {
+      __builtin_ia32_pause();
+    }
+  }
+  atomic_store(waiting, 0);
+  return v;
+}
+
+static void post(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t v) {
+  atomic_store(w, v);
+  if (atomic_load(waiting))
+    futex_wake(w);
+}
+
+static void bench_raw_ring(size_t n, double *med, double *p99) {
+  struct pingpong *pp = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  memset(pp, 0, sizeof *pp);
+  pid_t c = fork();
+  if (c == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    uint32_t seen = 0;
+    for (;;) {
+      seen = await_change(&pp->req, &pp->req_waiting, seen);
+      post(&pp->rep, &pp->rep_waiting, seen);
+    }
+  }
+  double *v = malloc(n * sizeof *v);
+  for (uint32_t i = 1; i <= n + 1000; i++) {
+    double t0 = kc_bench_now();
+    post(&pp->req, &pp->req_waiting, i);
+    await_change(&pp->rep, &pp->rep_waiting, i - 1);
+    double t1 = kc_bench_now();
+    if (i > 1000)
+      v[i - 1001] = t1 - t0;
+  }
+  kill(c, SIGKILL);
+  waitpid(c, NULL, 0);
+  stats(v, n, med, p99);
+  free(v);
+  munmap(pp, 4096);
+}
+
+static void bench_pipe(size_t n, double *med, double *p99) {
+  int a[2], b[2];
+  if (pipe(a) < 0 || pipe(b) < 0)
+    die("pipe", NULL);
+  pid_t c = fork();
+  if (c == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    char x;
+    while (read(a[0], &x, 1) == 1)
+      if (write(b[1], &x, 1) != 1)
+        _exit(0);
+    _exit(0);
+  }
+  double *v = malloc(n * sizeof *v);
+  char x = 'x';
+  for (size_t i = 0; i < n + 1000; i++) {
+    double t0 = kc_bench_now();
+    if (write(a[1], &x, 1) != 1 || read(b[0], &x, 1) != 1)
+      die("pipe ping-pong", NULL);
+    double t1 = kc_bench_now();
+    if (i >= 1000)
+      v[i - 1000] = t1 - t0;
+  }
+  close(a[1]);
+  kill(c, SIGKILL);
+  waitpid(c, NULL, 0);
+  close(a[0]);
+  close(b[0]);
+  close(b[1]);
+  stats(v, n, med, p99);
+  free(v);
+}
+
+/* ---- spawn to first completed call, full sandbox ---------------------------------- */
+static void bench_spawn(size_t n, double *med, double *p99) {
+  kc_worker_opts o;
+  kc_worker_opts_init(&o);
+  o.limits.memory_bytes = 256u << 20;
+  kc_worker *w;
+  kc_error e = {0};
+  if (kc_worker_new(&o, &w, &e) < 0)
+    die("worker", &e);
+  double *v = malloc(n * sizeof *v);
+  kc_call_result r;
+  for (size_t i = 0; i < n + 3; i++) {
+    kc_worker_kill(w);
+    double t0 = kc_bench_now();
+    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+      die("spawn", &e);
+    double t1 = kc_bench_now();
+    if (r.status != KC_CALL_COMPLETE)
+      die("first call not complete", NULL);
+    if (i >= 3) /* the first spawns also start the zygote and the cgroup */
+      v[i - 3] = t1 - t0;
+  }
+  stats(v, n, med, p99);
+  free(v);
+  kc_worker_free(w);
+}
+
+static int bench_bwrap(size_t n, double *med) {
+  if (access("/usr/bin/bwrap", X_OK) != 0)
+    return -1;
+  double *v = malloc(n * sizeof *v);
+  for (size_t i = 0; i < n; i++) {
+    double t0 = kc_bench_now();
+    pid_t c = fork();
+    if (c == 0) {
+      int fd = open("/dev/null", 1);
+      dup2(fd, 1);
+      dup2(fd, 2);
+      execl("/usr/bin/bwrap", "bwrap", "--ro-bind", "/usr", "/usr", "--symlink", "usr/bin", "/bin",
+            "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64", "--proc", "/proc",
+            "--dev", "/dev", "--unshare-all", "--die-with-parent", "/bin/true", (char *)NULL);
+      _exit(127);
+    }
+    int st;
+    waitpid(c, &st, 0);
+    v[i] = kc_bench_now() - t0;
+    if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+      free(v);
+      return -1;
+    }
+  }
+  double p99;
+  stats(v, n, med, &p99);
+  free(v);
+  return 0;
+}
+
+/* ---- timeout to replacement ready ------------------------------------------------- */
+/* A SIGSTOPped worker (the case TVM hangs on forever) gets a call with a 20 ms timeout;
+ * measured: from the deadline until a call on the replacement worker has completed. */
+static void bench_timeout(size_t n, double *med, double *p99, double *late_med) {
+  kc_worker_opts o;
+  kc_worker_opts_init(&o);
+  kc_worker *w;
+  kc_error e = {0};
+  if (kc_worker_new(&o, &w, &e) < 0)
+    die("worker", &e);
+  double *v = malloc(n * sizeof *v), *late = malloc(n * sizeof *late);
+  kc_call_result r;
+  const double timeout = 0.02;
+  for (size_t i = 0; i < n; i++) {
+    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+      die("warm", &e);
+    kill(kc_worker_pid(w), SIGSTOP);
+    double t0 = kc_bench_now();
+    if (kc_worker_send(w, "echo", NULL, 0, timeout, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+      die("timeout call", &e);
+    double t1 = kc_bench_now();
+    if (r.status != KC_CALL_TIMEOUT)
+      die("expected a timeout", NULL);
+    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+      die("replacement", &e);
+    double t2 = kc_bench_now();
+    if (r.status != KC_CALL_COMPLETE)
+      die("replacement call not complete", NULL);
+    late[i] = t1 - t0 - timeout;
+    v[i] = t2 - t0 - timeout;
+  }
+  stats(v, n, med, p99);
+  double lp99;
+  stats(late, n, late_med, &lp99);
+  free(v);
+  free(late);
+  kc_worker_free(w);
+}
+
+/* ---- pool throughput --------------------------------------------------------------- */
+static double bench_pool(size_t n, unsigned workers) {
+  kc_pool_opts o;
+  kc_pool_opts_init(&o);
+  o.max_workers = workers;
+  o.timeout_s = 10;
+  kc_pool *p;
+  kc_error e = {0};
+  if (kc_pool_new(&o, &p, &e) < 0)
+    die("pool", &e);
+  enum { WINDOW = 24 };
+  kc_future *win[WINDOW] = {0};
+  kc_call_result r;
+  size_t ok = 0;
+  double t0 = 0;
+  for (size_t i = 0; i < n + WINDOW + 2000; i++) {
+    if (i == 2000)
+      t0 = kc_bench_now(); /* workers started and warm */
+    kc_future **slot = &win[i % WINDOW];
+    if (*slot) {
+      kc_future_wait(*slot, -1, &r);
+      if (r.status == KC_CALL_COMPLETE && i >= 2000 + WINDOW)
+        ok++;
+      kc_call_result_clear(&r);
+      kc_future_free(*slot);
+      *slot = NULL;
+    }
+    if (i < n + 2000 && !(*slot = kc_pool_submit(p, "echo", NULL, 0, &e)))
+      die("submit", &e);
+  }
+  double t = kc_bench_now() - t0;
+  kc_pool_shutdown(p, true);
+  if (ok + 1000 < n)
+    die("pool calls failed", NULL);
+  return (double)n / t;
+}
+
+int main(void) {
+  quick = getenv("KC_BENCH_QUICK") != NULL;
+  size_t n_rt = quick ? 2000 : 50000, n_sp = quick ? 20 : 300, n_to = quick ? 10 : 100;
+  size_t n_pool = quick ? 20000 : 400000;
+  double rt_med, rt_p99, raw_med, raw_p99, pipe_med, pipe_p99, sp_med, sp_p99, bw_med = -1;
+  double to_med, to_p99, to_late, tput;
+
+  bench_roundtrip(n_rt, &rt_med, &rt_p99);
+  bench_raw_ring(n_rt, &raw_med, &raw_p99);
+  bench_pipe(n_rt, &pipe_med, &pipe_p99);
+  bench_spawn(n_sp, &sp_med, &sp_p99);
+  int have_bw = bench_bwrap(quick ? 5 : 30, &bw_med) == 0;
+  bench_timeout(n_to, &to_med, &to_p99, &to_late);
+  tput = bench_pool(n_pool, 2);
+
+  printf("%-52s %12s %12s %10s\n", "worker (issue 3)", "median", "p99", "target");
+  printf("%-52s %9.2f us %9.2f us %10s\n", "warm empty call round trip, kcage worker (sandboxed)",
+         rt_med * 1e6, rt_p99 * 1e6, "<=2/<=10us");
+  printf("%-52s %9.2f us %9.2f us\n", "  raw spin(20us)+futex shared-memory ping-pong", raw_med * 1e6,
+         raw_p99 * 1e6);
+  printf("%-52s %9.2f us %9.2f us\n", "  pipe ping-pong", pipe_med * 1e6, pipe_p99 * 1e6);
+  printf("%-52s %9.2fx\n", "  kcage / raw ring (median)", rt_med / raw_med);
+  printf("%-52s %9.2fx\n", "  pipe / kcage (median)", pipe_med / rt_med);
+  printf("%-52s %9.3f ms %9.3f ms %10s\n", "spawn to first completed call, full sandbox",
+         sp_med * 1e3, sp_p99 * 1e3, "<=1ms");
+  if (have_bw) {
+    printf("%-52s %9.3f ms\n", "  bwrap --unshare-all /bin/true", bw_med * 1e3);
+    printf("%-52s %9.2fx\n", "  bwrap / kcage spawn (median)", bw_med / sp_med);
+  }
+  printf("%-52s %9.3f ms %9.3f ms %10s\n", "timeout (SIGSTOPped worker) to replacement ready",
+         to_med * 1e3, to_p99 * 1e3, "<=2ms");
+  printf("%-52s %9.3f ms\n", "  of which: deadline to TIMEOUT returned", to_late * 1e3);
+  printf("%-52s %9.0f /s %12s %10s\n", "pool of 2 workers, empty calls", tput, "", ">=200000/s");
+  printf("%-52s %9.0fx\n", "  vs TVM PopenWorker round trip (103 us, tvm.md)", tput * 103e-6);
+
+  kc_bench_set(SEC, "roundtrip_empty_call_median_us", rt_med * 1e6);
+  kc_bench_set(SEC, "roundtrip_empty_call_p99_us", rt_p99 * 1e6);
+  kc_bench_set(SEC, "raw_spin_futex_ring_roundtrip_median_us", raw_med * 1e6);
+  kc_bench_set(SEC, "raw_spin_futex_ring_roundtrip_p99_us", raw_p99 * 1e6);
+  kc_bench_set(SEC, "pipe_pingpong_roundtrip_median_us", pipe_med * 1e6);
+  kc_bench_set(SEC, "pipe_pingpong_roundtrip_p99_us", pipe_p99 * 1e6);
+  kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_median_ms", sp_med * 1e3);
+  kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_p99_ms", sp_p99 * 1e3);
+  if (have_bw)
+    kc_bench_set(SEC, "bwrap_true_median_ms", bw_med * 1e3);
+  kc_bench_set(SEC, "timeout_deadline_to_replacement_ready_median_ms", to_med * 1e3);
+  kc_bench_set(SEC, "timeout_deadline_to_replacement_ready_p99_ms", to_p99 * 1e3);
+  kc_bench_set(SEC, "timeout_deadline_to_timeout_returned_median_ms", to_late * 1e3);
+  kc_bench_set(SEC, "pool2_empty_calls_per_s", tput);
+  return kc_bench_write() < 0;
+}
