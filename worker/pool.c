@@ -116,10 +116,11 @@ static void drive(kc_pool *p, uint64_t until_ns) {
     return;
   uint64_t t0 = kc_ring_now_ns();
   while (kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns) {
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < 16; i++) {
       __builtin_ia32_pause();
-    if (harvest(p))
-      return;
+      if (harvest(p))
+        return;
+    }
   }
   for (;;) {
     struct pollfd fds[3 * 64];

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <seccomp.h>
@@ -153,11 +154,24 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
     send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
     _exit(125);
   }
-  send_ready(b->sock, 0, "ready");
-  /* The filter last; the listener goes to the parent in the one message the policy
-   * layer always sends, and we keep no copy.  Nothing user-controlled has run yet. */
-  if (b->pol && kc_seccomp_install_and_send(b->pol, b->sock, &err) < 0)
-    _exit(125);
+  /* The filter last; success is the one message the policy layer's hand-off sends
+   * ('L' + listener, or 'N'), so a spawn costs the parent one wake-up; we keep no copy
+   * of the listener.  Nothing user-controlled has run yet. */
+  if (b->prog) {
+    if (kc_seccomp_prog_load_and_send(b->prog, b->sock) < 0) {
+      send_ready(b->sock, errno ? errno : EINVAL, "seccomp: load the zygote's filter");
+      _exit(125);
+    }
+  } else if (b->pol) {
+    if (kc_seccomp_install_and_send(b->pol, b->sock, &err) < 0) {
+      send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
+      _exit(125);
+    }
+  } else {
+    char byte = 'N';
+    if (write(b->sock, &byte, 1) != 1)
+      _exit(125);
+  }
   close(b->sock);
 
   kc_ring *r = &g_ring;

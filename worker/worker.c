@@ -489,15 +489,16 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
 static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
   uint64_t t0 = kc_ring_now_ns();
   /* spin on the ring alone: no syscalls on the fast path */
-  while (w->pid && kc_ring_outstanding(&w->ring) && !w->orphans) {
+  for (unsigned i = 1; w->pid && kc_ring_outstanding(&w->ring) && !w->orphans; i++) {
     uint64_t tail = atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_acquire);
     if (tail != w->ring.reaped)
       break;
-    uint64_t now = kc_ring_now_ns();
-    if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
-      break;
-    for (int i = 0; i < 32; i++)
-      __builtin_ia32_pause();
+    __builtin_ia32_pause(); /* ~40 ns here: check the ring after every one */
+    if (i % 64 == 0) {
+      uint64_t now = kc_ring_now_ns();
+      if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
+        break;
+    }
   }
   for (;;) {
     int r = kc_worker_try(w, res, err);
@@ -558,22 +559,27 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
     return kc_error_set(err, ETIMEDOUT, "worker did not start");
   if (!(p[0].revents & POLLIN))
     return kc_error_set(err, ECHILD, "worker died while starting");
+  /* One message: a kc_worker_ready on failure, else the policy layer's hand-off
+   * byte ('L' with the listener attached, 'N' without). */
   kc_worker_ready rd;
   int fd = -1, nfd = 1;
   ssize_t r = kc_recv_fds(sock, &rd, sizeof rd, &fd, &nfd);
-  if (r != (ssize_t)sizeof rd || rd.magic != KC_ZYGOTE_MAGIC) {
-    if (nfd)
-      close(fd);
-    return kc_error_set(err, EPROTO, "worker: bad ready message");
+  if (r == 1) {
+    char byte = ((char *)&rd)[0];
+    if ((byte == 'L') != (nfd == 1) || (byte != 'L' && byte != 'N')) {
+      if (nfd)
+        close(fd);
+      return kc_error_set(err, EPROTO, "worker: bad hand-off message");
+    }
+    w->listener = nfd ? fd : -1;
+    return 0;
   }
-  rd.msg[sizeof rd.msg - 1] = 0;
   if (nfd)
     close(fd);
-  if (rd.status)
-    return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
-  if (w->policy && kc_seccomp_recv_listener(sock, 5000, &w->listener, err) < 0)
-    return kc_error_prefix(err, "worker seccomp");
-  return 0;
+  if (r != (ssize_t)sizeof rd || rd.magic != KC_ZYGOTE_MAGIC)
+    return kc_error_set(err, EPROTO, "worker: bad ready message");
+  rd.msg[sizeof rd.msg - 1] = 0;
+  return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
 }
 
 static void ensure_cgroup(kc_worker *w) {
@@ -712,12 +718,9 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
     kill_and_reap(w, &si);
     drop_process(w);
   }
-  if (w->pid && pidfd_dead(w->pidfd) && !kc_ring_outstanding(&w->ring)) {
-    /* died between calls: reap and replace silently (nothing was lost) */
-    siginfo_t si;
-    kill_and_reap(w, &si);
-    drop_process(w);
-  }
+  /* A worker that died between calls is not looked for here (that would be a syscall
+   * on every send): the call comes back as CHILD_ERROR with the death's verdict, as
+   * in TVM, and the send after it starts a new worker. */
   if (w->ngraves)
     reap_graves(w, false);
   if (!w->pid && respawn(w, err) < 0)

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct kc_seccomp_prog;
+
 #include "kcage/error.h"
 #include "kcage/policy.h"
 #include "kcage/ring.h"
@@ -52,6 +54,7 @@ typedef struct kc_worker_boot {
   int parent_pidfd; /* closed after the PDEATHSIG race check */
   uint32_t flags;
   const kc_policy *pol; /* parsed once by the zygote; NULL = no filter */
+  const struct kc_seccomp_prog *prog; /* its filter, compiled once by the zygote */
 } kc_worker_boot;
 
 /* kcage-worker entry points */

@@ -21,6 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../sandbox/seccomp_notify.h"
 #include "worker_internal.h"
 
 #ifndef CLONE_INTO_CGROUP
@@ -29,9 +30,49 @@
 
 static void close_from(int lo) { syscall(SYS_close_range, (unsigned)lo, ~0U, 0); }
 
+/* Policies parsed once per zygote: a fork inherits the parsed form. */
+typedef struct zpolicy {
+  char name[512];
+  kc_policy *pol;
+  kc_seccomp_prog *prog; /* compiled once: ~0.5 ms of libseccomp saved per worker */
+} zpolicy;
+
+static zpolicy g_pols[8];
+
+static int policy_for(const char *name, zpolicy **out, kc_error *err) {
+  *out = NULL;
+  if (!name[0])
+    return 0;
+  size_t i;
+  for (i = 0; i < 8 && g_pols[i].pol; i++)
+    if (!strcmp(g_pols[i].name, name)) {
+      *out = &g_pols[i];
+      return 0;
+    }
+  if (i == 8) { /* full: drop the oldest */
+    kc_policy_free(g_pols[0].pol);
+    kc_seccomp_prog_free(g_pols[0].prog);
+    memmove(&g_pols[0], &g_pols[1], sizeof g_pols[0] * 7);
+    i = 7;
+  }
+  zpolicy *z = &g_pols[i];
+  memset(z, 0, sizeof *z);
+  if (kc_policy_load(name, &z->pol, err) < 0)
+    return -1;
+  /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
+  if (kc_seccomp_prog_compile(z->pol, 5, &z->prog, err) < 0) {
+    kc_policy_free(z->pol);
+    z->pol = NULL;
+    return -1;
+  }
+  snprintf(z->name, sizeof z->name, "%s", name);
+  *out = z;
+  return 0;
+}
+
 /* In the new worker: become the worker (never returns). */
 __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_zygote_req *q,
-                                                    const kc_policy *pol, int fds[6]) {
+                                                    const zpolicy *zp, int fds[6]) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   /* PDEATHSIG is armed only now: if the parent died between clone and here, nobody
    * would kill us.  Its pidfd answers that without a race (getppid() is 0 in a new pid
@@ -61,38 +102,11 @@ __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_z
   }
   signal(SIGPIPE, SIG_IGN);
   kc_worker_boot b = {.memfd = 3, .evfd = 4, .sock = 5, .parent_pidfd = -1, .flags = q->flags,
-                      .pol = pol};
+                      .pol = zp ? zp->pol : NULL, .prog = zp ? zp->prog : NULL};
   kc_runtime_run(&b);
 }
 
-/* Policies parsed once per zygote: a fork inherits the parsed form. */
-static struct {
-  char name[512];
-  kc_policy *pol;
-} g_pols[8];
-
-static int policy_for(const char *name, kc_policy **out, kc_error *err) {
-  *out = NULL;
-  if (!name[0])
-    return 0;
-  size_t i;
-  for (i = 0; i < 8 && g_pols[i].pol; i++)
-    if (!strcmp(g_pols[i].name, name)) {
-      *out = g_pols[i].pol;
-      return 0;
-    }
-  kc_policy *p;
-  if (kc_policy_load(name, &p, err) < 0)
-    return -1;
-  if (i < 8) {
-    snprintf(g_pols[i].name, sizeof g_pols[i].name, "%s", name);
-    g_pols[i].pol = p;
-  }
-  *out = p;
-  return 0;
-}
-
-static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const kc_policy *pol, int *fds,
+static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const zpolicy *pol, int *fds,
                        int nfds) {
   struct clone_args a;
   memset(&a, 0, sizeof a);
@@ -134,7 +148,7 @@ int kc_zygote_main(int ctl) {
       snprintf(rep.msg, sizeof rep.msg, "zygote: malformed request");
     } else {
       q.policy[sizeof q.policy - 1] = 0;
-      kc_policy *pol = NULL;
+      zpolicy *pol = NULL;
       kc_error err = {0};
       if (policy_for(q.policy, &pol, &err) < 0) {
         rep.pid = -(err.code ? err.code : EINVAL);
