@@ -1,5 +1,5 @@
 /* A kcage cgroup: one leaf directory per hierarchy, placement, whole-tree kill and
- * removal.  The leaf name records the owner (<pid>.<starttime>.<seq>.<name>) so a later
+ * removal.  The leaf name records the owner (<pidns>.<pid>.<starttime>.<seq>.<name>) so a later
  * kcage can reap what a SIGKILLed one left behind (cgroup_reap.c). */
 #include "cgroup_internal.h"
 
@@ -106,8 +106,8 @@ int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **
   if (!name || !*name || strchr(name, '/') || strlen(name) > 200 || name[0] == '.')
     return kc_error_set(err, EINVAL, "cgroup name '%s'", name ? name : "(null)");
   char leaf[NAME_MAX + 1];
-  snprintf(leaf, sizeof leaf, "%d.%llu.%u.%s", (int)getpid(), kc_cg_starttime(getpid()),
-           atomic_fetch_add(&seq, 1), name);
+  snprintf(leaf, sizeof leaf, "%lu.%d.%llu.%u.%s", kc_cg_pidns(), (int)getpid(),
+           kc_cg_starttime(getpid()), atomic_fetch_add(&seq, 1), name);
   kc_cgroup *cg = NULL;
   if (cg_open(leaf, true, &cg, err) < 0)
     return kc_error_prefix(err, "create cgroup %s", name);

@@ -390,6 +390,11 @@ out:
   return rc;
 }
 
+unsigned long kc_cg_pidns(void) {
+  struct stat st;
+  return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
 unsigned long long kc_cg_starttime(pid_t pid) {
   char p[64], buf[1024];
   snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);

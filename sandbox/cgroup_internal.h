@@ -41,7 +41,7 @@ typedef struct kc_cg_host {
 
 struct kc_cgroup {
   kc_cgroup_mode mode;
-  char name[NAME_MAX + 1]; /* leaf directory name: <pid>.<starttime>.<seq>.<name> */
+  char name[NAME_MAX + 1]; /* leaf directory name: <pidns>.<pid>.<starttime>.<seq>.<name> */
   int v2_fd;               /* O_DIRECTORY fd of the v2 leaf, -1 when none */
   int nv1;
   int v1_fd[KC_CG_V1_MAX];
@@ -60,6 +60,8 @@ const kc_cg_host *kc_cg_host_get(void);
 int kc_cg_bases_ready(kc_error *err);
 /* The start time (clock ticks since boot, /proc/PID/stat field 22) of pid; 0 if gone. */
 unsigned long long kc_cg_starttime(pid_t pid);
+/* Inode number of our pid namespace: pids in leaf names only mean something there. */
+unsigned long kc_cg_pidns(void);
 
 /* cgroup_file.c: small helpers relative to a directory fd. */
 int kc_cg_write(int dirfd, const char *file, const char *val, kc_error *err);

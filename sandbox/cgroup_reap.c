@@ -1,6 +1,6 @@
 /* Remove the cgroups of kcage processes that are gone (SIGKILLed, crashed): kill what
  * is left in them and rmdir them in every hierarchy.  Ownership is in the leaf name,
- * <pid>.<starttime>.<seq>.<name>: the start time tells a reused pid from the owner. */
+ * <pidns>.<pid>.<starttime>.<seq>.<name>: the start time tells a reused pid from the owner. */
 #include "cgroup_internal.h"
 
 #include <dirent.h>
@@ -13,23 +13,28 @@
 
 #include "kcage/cleanup.h"
 
-static bool owner_gone(const char *leaf) {
+/* Only judge owners in our own pid namespace: a kcage in another container sharing
+ * this cgroupfs has pids we cannot see, and its sandboxes are not ours to kill. */
+static bool owner_gone(const char *leaf, unsigned long ns) {
+  unsigned long lns;
   int pid;
   unsigned long long st;
   unsigned s;
   int used = 0;
-  if (sscanf(leaf, "%d.%llu.%u.%n", &pid, &st, &s, &used) != 3 || used == 0 || pid <= 0)
+  if (sscanf(leaf, "%lu.%d.%llu.%u.%n", &lns, &pid, &st, &s, &used) != 4 || used == 0 ||
+      pid <= 0)
     return false; /* not a name we made: leave it alone */
-  return kc_cg_starttime(pid) != st;
+  return lns == ns && kc_cg_starttime(pid) != st;
 }
 
 static int reap_base(const char *base, int *reaped, kc_error *err) {
+  unsigned long ns = kc_cg_pidns();
   kc_cleanup_closedir DIR *d = opendir(base);
   if (!d)
     return errno == ENOENT ? 0 : kc_error_set(err, errno, "open %s", base);
   struct dirent *e;
   while ((e = readdir(d))) {
-    if (e->d_type != DT_DIR || e->d_name[0] == '.' || !owner_gone(e->d_name))
+    if (e->d_type != DT_DIR || e->d_name[0] == '.' || !owner_gone(e->d_name, ns))
       continue;
     kc_cgroup *cg = NULL;
     if (kc_cg_open_existing(e->d_name, &cg, err) < 0)

@@ -55,9 +55,10 @@ typedef struct kc_cgroup_counters {
 
 typedef struct kc_cgroup kc_cgroup;
 
-/* Create kcage/<pid>.<starttime>.<seq>.<name> in every hierarchy (name: no '/', at
- * most 200 bytes), owned by this process: the pid and its start time in the directory
- * name let a later kcage reap it when this process is gone.  Limits as in
+/* Create kcage/<pidns>.<pid>.<starttime>.<seq>.<name> in every hierarchy (name: no '/', at
+ * most 200 bytes), owned by this process: the pid, its start time and its pid
+ * namespace in the directory name let a later kcage (in the same pid namespace) reap
+ * it when this process is gone.  Limits as in
  * kc_cgroup_set_limits.  In mode NONE this succeeds only without limits (ENOTSUP). */
 int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out,
                      kc_error *err);
@@ -75,7 +76,7 @@ int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *e
  * a CLONE_INTO_CGROUP child of a cgroup that was ever cgroup.kill'ed; attach by pid
  * still works, so a reused slot falls back to kc_cgroup_attach. */
 int kc_cgroup_v2_fd(const kc_cgroup *cg);
-/* The leaf directory name (<pid>.<starttime>.<seq>.<name>). */
+/* The leaf directory name (<pidns>.<pid>.<starttime>.<seq>.<name>). */
 const char *kc_cgroup_dir_name(const kc_cgroup *cg);
 kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg);
 /* Move a process into every hierarchy (v1 by pid, then v2; rewriting v2 after a
