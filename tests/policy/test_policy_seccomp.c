@@ -260,13 +260,17 @@ static void test_no_listener_without_kill(void **state) {
 
 /* ---- the shipped measure profile, around a real exec'd program ------------- */
 
-static void measure(const char *mode, outcome *o) {
+static void under(const char *policy, const char *mode, outcome *o) {
   kc_policy *p = NULL;
   kc_error err = {0};
-  assert_int_equal(kc_policy_load("measure", &p, &err), 0);
+  assert_int_equal(kc_policy_load(policy, &p, &err), 0);
   char *argv[] = {(char *)KC_POLICY_PROBE, (char *)mode, NULL};
   run(p, NULL, NULL, argv, o);
   kc_policy_free(p);
+}
+
+static void measure(const char *mode, outcome *o) {
+  under("measure", mode, o);
 }
 
 static void expect_violation(const char *mode, const char *name, int asks) {
@@ -302,6 +306,26 @@ static void test_measure_violations(void **state) {
   expect_violation("fork", "clone", 1);
   expect_violation("ptrace", "ptrace", 1);
   expect_violation("exec-again", "execve", 2); /* only the first exec is let through */
+}
+
+static void test_exec_and_build_profiles(void **state) {
+  (void)state;
+  outcome o;
+  under("exec", "exec-denials", &o);
+  assert_string_equal(o.violation, "");
+  if (!WIFEXITED(o.status) || WEXITSTATUS(o.status) != 0)
+    fail_msg("exec-denials: status 0x%x", o.status);
+  under("exec", "mount", &o);
+  assert_string_equal(o.violation, "mount");
+  assert_true(WIFSIGNALED(o.status));
+  under("build", "build-net", &o);
+  assert_string_equal(o.violation, "");
+  assert_true(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+  under("build", "exec-denials", &o); /* build forks and execs like exec */
+  assert_true(WIFEXITED(o.status) && WEXITSTATUS(o.status) == 0);
+  /* measure: no threads (glibc's pthread_create tries clone3 first) */
+  measure("thread", &o);
+  assert_string_equal(o.violation, "clone3");
 }
 
 static void test_precompiled(void **state) {
@@ -355,6 +379,7 @@ int main(void) {
       cmocka_unit_test(test_no_listener_without_kill),
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
+      cmocka_unit_test(test_exec_and_build_profiles),
       cmocka_unit_test(test_precompiled),
       cmocka_unit_test(test_plain_install_under_measure),
   };
