@@ -537,8 +537,6 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     conn_kill(s, c);
     return;
   }
-  int one = 1;
-  setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
   kc_error err;
   if (kc_frame_reader_push(&c->rd, buf, (size_t)n, &err) < 0) {
     conn_kill(s, c);
@@ -564,8 +562,15 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     const char *p;
     size_t len;
     int rc = kc_frame_reader_next(&c->rd, &p, &len, &err);
-    if (rc == 0)
+    if (rc == 0) {
+      /* Half a frame (TVM's Python writes the length and the JSON separately): ACK now,
+       * or the peer's Nagle holds the rest until our delayed ACK fires (~40 ms). */
+      if (c->rd.len > c->rd.off) {
+        int one = 1;
+        setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+      }
       return;
+    }
     kc_trk_msg m;
     if (rc < 0 || kc_trk_msg_parse(p, len, &m, &err) < 0) {
       if (s->o.verbose)
