@@ -147,8 +147,12 @@ static void print_table(json_t *recs, json_t *ref) {
       if (strlen(note) > 100)
         strcpy(note + 97, "...");
     }
-    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw,
-           kl > kw ? k + kl - kw : k, json_string_value(json_object_get(r, "status")), med, mn, cv, sp,
+    char kshow[64];
+    if (kl > kw)
+      snprintf(kshow, sizeof kshow, "...%s", k + kl - kw + 3);
+    else
+      snprintf(kshow, sizeof kshow, "%s", k);
+    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kshow, json_string_value(json_object_get(r, "status")), med, mn, cv, sp,
            note);
   }
 }

@@ -495,7 +495,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     int r = reference_outputs(cfg, &s, runner, ri->staged, &ref_out, err);
     kc_mrunner_reset(runner);
     if (r < 0) {
-      kc_error_prefix(err, "--reference %s (with --args '%s')", cfg->reference, cfg->args);
+      kc_error_prefix(err, "--reference %s (with --args '%s', %u tensors)", cfg->reference,
+                      cfg->args, s.spec.n);
       goto out;
     }
   }

@@ -43,6 +43,7 @@ struct kc_mstate {
  * is not around to report violations). */
 bool kc_mhandler_plain;
 int kc_mhandler_report_fd = -1;
+uint64_t kc_mhandler_as_limit;
 
 static void errf(char *buf, size_t cap, const char *fmt, ...) {
   if (!buf || !cap)
@@ -59,6 +60,21 @@ static volatile sig_atomic_t fault_armed;
 static unsigned char *fault_lo, *fault_hi;
 static volatile uintptr_t fault_addr;
 
+static uint64_t as_base; /* address space in use once the kernel was loaded */
+
+/* Async-signal-safe: plain syscalls and digits. */
+static uint64_t vm_size(void) {
+  char buf[64];
+  int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+  ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+  if (fd >= 0)
+    close(fd);
+  uint64_t pages = 0;
+  for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+    pages = pages * 10 + (uint64_t)(buf[i] - '0');
+  return pages * 4096u;
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   (void)uc;
   unsigned char *a = si->si_addr;
@@ -66,6 +82,18 @@ static void on_fault(int sig, siginfo_t *si, void *uc) {
     fault_armed = 0;
     fault_addr = (uintptr_t)a;
     siglongjmp(fault_env, 1);
+  }
+  /* Plain runner only (no cgroup to name an OOM): a fault with the address space
+   * more than half used is taken as a kernel that ran out of memory (a large malloc
+   * returned NULL and was used).  A heuristic: the pool's workers get the cgroup's word. */
+  if (kc_mhandler_plain && kc_mhandler_report_fd >= 0 && kc_mhandler_as_limit) {
+    uint64_t used = vm_size();
+    if (used > as_base && used - as_base > (kc_mhandler_as_limit - as_base) / 2) {
+      uint32_t frame[3] = {8, 3, 0};
+      ssize_t w = write(kc_mhandler_report_fd, frame, sizeof frame);
+      (void)w;
+      _exit(128 + sig);
+    }
   }
   signal(sig, SIG_DFL); /* anything else: die of it, the parent names the signal */
 }
@@ -241,6 +269,9 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
          entry);
     goto fail;
   }
+  as_base = vm_size();
+  if (as_base > kc_mhandler_as_limit)
+    as_base = kc_mhandler_as_limit;
   if (seal) {
     int rc = kc_mhandler_plain || !kc_runtime_seal_exec ? seal_plain(true) : kc_runtime_seal_exec();
     if (rc < 0) {

@@ -24,6 +24,7 @@
 
 extern bool kc_mhandler_plain;
 extern int kc_mhandler_report_fd;
+extern uint64_t kc_mhandler_as_limit;
 
 double kc_now_s(void) {
   struct timespec ts;
@@ -161,11 +162,20 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
     if (nul > 3)
       close(nul);
   }
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) && !defined(__SANITIZE_ADDRESS__)
+#define __SANITIZE_ADDRESS__ 1
+#endif
+#endif
+#if !defined(__SANITIZE_ADDRESS__)
   if (o->memory_bytes) {
-    /* No cgroup here: bound the address space (inputs, outputs and libraries count). */
+    /* No cgroup here: bound the address space (inputs, outputs and libraries count).
+     * Not under ASan, whose shadow reservation alone exceeds any sensible limit. */
     struct rlimit rl = {o->memory_bytes, o->memory_bytes};
-    setrlimit(RLIMIT_AS, &rl);
+    if (setrlimit(RLIMIT_AS, &rl) == 0)
+      kc_mhandler_as_limit = o->memory_bytes;
   }
+#endif
   struct rlimit core = {0, 0};
   setrlimit(RLIMIT_CORE, &core);
   kc_mhandler_plain = true;
@@ -301,6 +311,12 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   }
   if (rr < 0) {
     plain_died(r, res, -1);
+    return 0;
+  }
+  if (hdr[1] == 3 && hdr[0] == 8) { /* out of address space, from the fault handler */
+    plain_died(r, res, -1);
+    res->verdict.status = KC_STATUS_MEMORY;
+    snprintf(res->verdict.message, sizeof res->verdict.message, "out of memory");
     return 0;
   }
   if (hdr[1] == 2 && hdr[0] == 8) { /* SIGSYS report from the child's handler */

@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# One `kcage bench` command-line case (see CMakeLists.txt).  Bad input must give exit
+# status 2 and exactly one line on stderr that names the problem.
+set -uo pipefail
+kcage=$1 ex=$2 cache=$3 case=$4
+export XDG_CACHE_HOME=$cache
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+small='f32[8,8] f32[8,8] f32[8,8]:out'
+
+bad() { # bad EXPECTED-REGEX ARGS...
+  local want=$1
+  shift
+  "$kcage" bench "$@" >"$tmp/out" 2>"$tmp/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$tmp/err")
+  echo "exit $rc; stderr:"
+  cat "$tmp/err"
+  [[ $rc == 2 ]] || { echo "FAIL: want exit 2"; exit 1; }
+  [[ $lines == 1 ]] || { echo "FAIL: want one line on stderr, got $lines"; exit 1; }
+  grep -Eq "^kcage: bench: .*$want" "$tmp/err" || { echo "FAIL: stderr does not match /$want/"; exit 1; }
+}
+
+case $case in
+help)
+  "$kcage" bench --help | grep -q '^usage: kcage bench' && "$kcage" bench --help | grep -q -- '--min-repeat-ms'
+  ;;
+missing_file)
+  bad 'no-such-kernel.c: No such file or directory' --args "$small" "$tmp/no-such-kernel.c" ;;
+bad_args)
+  bad "--args: expected '\]'" --args 'f32[8,8 f32[8]:out' "$ex/naive.c" ;;
+unknown_dtype)
+  bad "--args: unknown dtype 'f33'" --args 'f33[8] f32[8]:out' "$ex/naive.c" ;;
+no_output)
+  bad '--args: no output tensor' --args 'f32[8,8] f32[8,8]' "$ex/naive.c" ;;
+wrong_tensor_count)
+  # The reference refuses two tensors: the batch cannot have a truth.
+  bad 'reference.*returned -1' --reference "$ex/reference.c" --args 'f32[8,8] f32[8,8]:out' "$ex/naive.c" ;;
+reference_no_entry)
+  bad "reference.*no symbol 'kernel'" --reference "$ex/no_entry.c" --args "$small" "$ex/naive.c" ;;
+no_entry_record)
+  # A candidate without the entry point is a record (status error), not a failed batch.
+  "$kcage" bench --args "$small" --json "$tmp/r.jsonl" "$ex/no_entry.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/out" "$tmp/err"
+  [[ $rc == 0 ]] && grep -q '"status": *"error"' "$tmp/r.jsonl" && grep -q "no symbol 'kernel'" "$tmp/r.jsonl"
+  ;;
+bad_option)
+  bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
+json_lines)
+  # Exactly the record fields of DESIGN.md §3.3, one object per line, input order.
+  "$kcage" bench --args "$small" --reference "$ex/reference.c" --repeat 2 --min-repeat-ms 1 \
+    --json "$tmp/r.jsonl" "$ex/naive.c" "$ex/wrong_result.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  cat "$tmp/out"
+  [[ $(wc -l <"$tmp/r.jsonl") == 2 ]] || exit 1
+  head -1 "$tmp/r.jsonl" | grep -q '"kernel": *"[^"]*naive.c"' || exit 1
+  for f in kernel status message run_secs median_s min_s cv number repeat max_abs_err build_s device; do
+    [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
+  done
+  keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
+  [[ $keys == '"build_s":"cv":"device":"kernel":"max_abs_err":"median_s":"message":"min_s":"number":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
+  grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
+  ;;
+*) echo "unknown case $case"; exit 1 ;;
+esac

@@ -1,0 +1,181 @@
+/* The --args language, deterministic data, poison, comparison and SHA-256. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kcage/measure.h"
+
+static void test_parse_matmul(void **state) {
+  (void)state;
+  kc_args_spec a;
+  kc_error err;
+  assert_int_equal(kc_args_parse("f32[512,512] f32[512,512] f32[512,512]:out", &a, &err), 0);
+  assert_int_equal(a.n, 3);
+  assert_false(a.t[0].out);
+  assert_true(a.t[2].out);
+  assert_int_equal(a.t[1].ndim, 2);
+  assert_int_equal(a.t[1].shape[1], 512);
+  assert_int_equal(a.t[0].nbytes, 512 * 512 * 4);
+  assert_int_equal(a.in_bytes, 2 * 512 * 512 * 4);
+  assert_int_equal(a.out_bytes, 512 * 512 * 4);
+  /* inputs and outputs live in separate regions */
+  assert_int_equal(kc_args_offset(&a, 0), 0);
+  assert_int_equal(kc_args_offset(&a, 1), 512 * 512 * 4);
+  assert_int_equal(kc_args_offset(&a, 2), 0);
+  char buf[128];
+  kc_args_format(&a, buf, sizeof buf);
+  assert_string_equal(buf, "f32[512,512] f32[512,512] f32[512,512]:out");
+}
+
+static void test_parse_all_dtypes(void **state) {
+  (void)state;
+  kc_args_spec a;
+  kc_error err;
+  assert_int_equal(
+      kc_args_parse("f32[3] f64[3] i32[3] i64[3] i8[3] u8[3] f16[3] bf16[2,  3]:out f32[]:out", &a,
+                    &err),
+      0);
+  assert_int_equal(a.n, 9);
+  static const unsigned sizes[] = {12, 24, 12, 24, 3, 3, 6, 12, 4};
+  for (unsigned i = 0; i < 9; i++)
+    assert_int_equal(a.t[i].nbytes, sizes[i]);
+  assert_int_equal(a.t[8].ndim, 0);
+  char buf[256];
+  kc_args_format(&a, buf, sizeof buf);
+  assert_string_equal(buf, "f32[3] f64[3] i32[3] i64[3] i8[3] u8[3] f16[3] bf16[2,3]:out f32[]:out");
+}
+
+static void expect_error(const char *text, const char *needle) {
+  kc_args_spec a;
+  kc_error err = {0};
+  assert_int_equal(kc_args_parse(text, &a, &err), -1);
+  if (!strstr(err.msg, needle))
+    fail_msg("'%s': error '%s' lacks '%s'", text, err.msg, needle);
+}
+
+static void test_parse_errors(void **state) {
+  (void)state;
+  expect_error("f33[4] f32[4]:out", "unknown dtype 'f33'");
+  expect_error("", "no tensors");
+  expect_error("f32[4] f32[4]", "no output tensor");
+  expect_error("f32[4", "expected ']'");
+  expect_error("f32(4):out", "expected '['");
+  expect_error("f32[0]:out", "bad dimension");
+  expect_error("f32[-3]:out", "expected a dimension");
+  expect_error("f32[4]:in", "only ':out'");
+  expect_error("f32[1,1,1,1,1,1,1,1,1]:out", "more than 8 dimensions");
+  expect_error("f32[1099511627776,1099511627776]:out", "too large");
+  expect_error("f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] "
+               "f32[1] f32[1] f32[1] f32[1] f32[1]:out",
+               "more than 16 tensors");
+  expect_error("[4]:out", "expected a dtype");
+}
+
+static void test_data_deterministic(void **state) {
+  (void)state;
+  kc_args_spec a;
+  kc_error err;
+  assert_int_equal(kc_args_parse("f32[1000] i8[1000] f16[100]:out", &a, &err), 0);
+  float x[1000], y[1000], z[1000];
+  kc_data_fill(&a.t[0], x, 7, 0, 0);
+  kc_data_fill(&a.t[0], y, 7, 0, 0);
+  kc_data_fill(&a.t[0], z, 7, 1, 0);
+  assert_memory_equal(x, y, sizeof x);
+  assert_memory_not_equal(x, z, sizeof x); /* another set */
+  kc_data_fill(&a.t[0], z, 8, 0, 0);
+  assert_memory_not_equal(x, z, sizeof x); /* another seed */
+  for (int i = 0; i < 1000; i++)
+    assert_true(x[i] >= -1 && x[i] < 1);
+  int8_t b[1000];
+  kc_data_fill(&a.t[1], b, 7, 0, 1);
+  for (int i = 0; i < 1000; i++)
+    assert_true(b[i] >= -8 && b[i] <= 8);
+}
+
+static void test_half(void **state) {
+  (void)state;
+  static const float exact[] = {0.0f, 1.0f, -2.0f, 0.5f, 65504.0f, 0.000060975552f, 1.5f};
+  for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++) {
+    assert_true(kc_half_to_float(kc_float_to_half(exact[i])) == exact[i]);
+    assert_true(fabsf(kc_bf16_to_float(kc_float_to_bf16(exact[i])) - exact[i]) <=
+                fabsf(exact[i]) / 128);
+  }
+  assert_int_equal(kc_float_to_half(1.0f), 0x3c00);
+  assert_int_equal(kc_float_to_half(1e6f), 0x7c00); /* overflow -> inf */
+  assert_true(isnan(kc_half_to_float(kc_float_to_half(NAN))));
+  assert_int_equal(kc_float_to_bf16(1.0f), 0x3f80);
+}
+
+static void test_poison_and_close(void **state) {
+  (void)state;
+  kc_args_spec a;
+  kc_error err;
+  assert_int_equal(kc_args_parse("f32[5]:out", &a, &err), 0);
+  float buf[5];
+  uint64_t w0 = kc_poison_word(10, 0), w1 = kc_poison_word(11, 0);
+  assert_true(w0 != w1); /* seeds differing in the low bit poison differently */
+  kc_poison_fill(buf, sizeof buf, w0);
+  assert_true(kc_poison_equal(buf, sizeof buf, w0));
+  assert_false(kc_poison_equal(buf, sizeof buf, w1));
+  float want[5] = {1, 2, 3, NAN, -1};
+  float got[5] = {1, 2.0001f, 3, NAN, -1};
+  double e;
+  assert_true(kc_tensor_close(&a.t[0], got, want, 1e-4, 1e-5, &e));
+  assert_true(e > 0 && e < 2e-4);
+  got[2] = 3.1f;
+  assert_false(kc_tensor_close(&a.t[0], got, want, 1e-4, 1e-5, &e));
+  assert_true(fabs(e - 0.1) < 1e-5);
+  got[2] = 3;
+  got[3] = 0;
+  assert_false(kc_tensor_close(&a.t[0], got, want, 1e-4, 1e-5, &e));
+  assert_true(isinf(e));
+}
+
+static void test_sha256(void **state) {
+  (void)state;
+  char hex[65];
+  kc_sha256_hex("", 0, hex);
+  assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  kc_sha256_hex("abc", 3, hex);
+  assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+  kc_sha256_hex(two, strlen(two), hex);
+  assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  /* streaming in odd pieces gives the same digest */
+  kc_sha256 s;
+  uint8_t d[32];
+  kc_sha256_init(&s);
+  for (size_t i = 0; i < strlen(two); i += 7)
+    kc_sha256_update(&s, two + i, strlen(two) - i < 7 ? strlen(two) - i : 7);
+  kc_sha256_final(&s, d);
+  assert_int_equal(d[0], 0x24);
+  assert_int_equal(d[31], 0xc1);
+}
+
+static void test_status_names(void **state) {
+  (void)state;
+  static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
+                                      "crash", "syscall",     "error",        "suspicious"};
+  for (int i = 0; i < 9; i++) {
+    kc_bench_status s;
+    assert_string_equal(kc_bench_status_name((kc_bench_status)i), names[i]);
+    assert_int_equal(kc_bench_status_parse(names[i], &s), 0);
+    assert_int_equal(s, i);
+  }
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_parse_matmul),       cmocka_unit_test(test_parse_all_dtypes),
+      cmocka_unit_test(test_parse_errors),       cmocka_unit_test(test_data_deterministic),
+      cmocka_unit_test(test_half),               cmocka_unit_test(test_poison_and_close),
+      cmocka_unit_test(test_sha256),             cmocka_unit_test(test_status_names),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
