@@ -50,7 +50,7 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
     break;
   case KC_STATUS_SYSCALL:
     set_status(m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
-               v->syscall[0] ? v->syscall : "(unknown)");
+               v->syscall[0] ? v->syscall : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
     break;
   case KC_STATUS_PIDS:
     set_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
@@ -218,19 +218,15 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   if (!ok)
     return 0;
 
-  /* 2. One untimed warm-up call (TVM), checked like any other. */
+  /* 2. One untimed warm-up call (TVM).  Its output is judged in the next step, where
+   * a wrong answer can be told apart from one that depends on the poison. */
   kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1, .first_set = 0,
-                     .n_checks = 1, .poison_seed = rng_next(&st)};
+                     .n_checks = 0, .poison_seed = rng_next(&st)};
   const unsigned char *outs;
   int r = run_req(x, m, &req, &c, &outs, NULL, "warm-up", err);
-  if (r <= 0) {
-    kc_mcall_clear(&c);
-    return r;
-  }
-  ok = check_output(x, m, outs, 0, kc_poison_word(req.poison_seed, 0), "warm-up");
   kc_mcall_clear(&c);
-  if (!ok)
-    return 0;
+  if (r <= 0)
+    return r;
 
   /* 3. Every set twice, under different poison (seeds differ in the low bit): the
    * outputs must match the reference and each other bit for bit. */

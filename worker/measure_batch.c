@@ -484,6 +484,12 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
                         .max_result_bytes = sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
+  {
+    /* Say how the kernels were isolated: the pool's sandboxed workers, or the plain
+     * fallback (no namespaces, no cgroup). */
+    size_t dl = strlen(device);
+    snprintf(device + dl, sizeof device - dl, " [%s]", kc_mrunner_kind(runner));
+  }
 
   /* The truth, from the reference in its own worker. */
   if (cfg->reference) {
