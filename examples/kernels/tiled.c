@@ -1,4 +1,5 @@
-/* Honest, faster: i-k-j order in 32x32 tiles, rows of B and C walked sequentially. */
+/* Honest, faster: i-k-j order in 64-wide k tiles, rows of B and C walked sequentially,
+ * four columns at a time (GCC vector extensions); C stays in memory. */
 /* C[N,N] = A[N,N] x B[N,N], f32, row-major; refuse anything else. */
 #include <dlpack/dlpack.h>
 #include <stdint.h>
@@ -14,7 +15,11 @@ static inline int mm_check(DLTensor *args, int32_t n, int64_t *N) {
   return 0;
 }
 
-#define T 32
+#define T 64
+
+#include <string.h>
+
+typedef float v4 __attribute__((vector_size(16), aligned(4)));
 
 int kernel(DLTensor *args, int32_t num_args) {
   int64_t N;
@@ -24,11 +29,20 @@ int kernel(DLTensor *args, int32_t num_args) {
   float *C = args[2].data;
   for (int64_t i = 0; i < N * N; i++)
     C[i] = 0;
+  int64_t J = N / 4 * 4;
   for (int64_t kk = 0; kk < N; kk += T)
     for (int64_t i = 0; i < N; i++)
       for (int64_t k = kk; k < kk + T && k < N; k++) {
         float a = A[i * N + k];
-        for (int64_t j = 0; j < N; j++)
+        int64_t j = 0;
+        for (; j < J; j += 4) {
+          v4 b, c;
+          memcpy(&b, &B[k * N + j], 16);
+          memcpy(&c, &C[i * N + j], 16);
+          c += a * b;
+          memcpy(&C[i * N + j], &c, 16);
+        }
+        for (; j < N; j++)
           C[i * N + j] += a * B[k * N + j];
       }
   return 0;

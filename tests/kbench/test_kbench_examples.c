@@ -89,12 +89,13 @@ static void test_examples(void **state) {
   }
   json_decref(recs);
   assert_int_equal(bad, 0);
-  /* naive (strided i-j-k) > tiled (i-k-j, scalar) > vectorised (register-blocked SIMD):
-   * the best of five rounds, compared with margins far above this machine's noise. */
+  /* naive (strided i-j-k, ~8x slower) > tiled (i-k-j, 4-wide, C in memory, ~2x slower)
+   * > vectorised (register-blocked 8-wide): the best of five rounds each, with margins
+   * well inside those gaps. */
   printf("speed order: naive %.3g s > tiled %.3g s > vectorised %.3g s\n", min_s[0], min_s[1],
          min_s[2]);
-  assert_true(min_s[1] * 1.2 < min_s[0]);
-  assert_true(min_s[2] * 3 < min_s[1]);
+  assert_true(min_s[1] * 2 < min_s[0]);
+  assert_true(min_s[2] * 1.2 < min_s[1]);
 }
 
 int main(void) {
