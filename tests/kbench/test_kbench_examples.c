@@ -2,6 +2,7 @@
  * measuring worker, verification): each gets the status examples/kernels/MANIFEST
  * names, and the honest variants come out in their expected speed order. */
 #include <math.h>
+#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -49,7 +50,7 @@ static void test_examples(void **state) {
   cfg.reference = KC_EXAMPLES_DIR "/reference.c";
   cfg.atol = 1e-4;
   cfg.rtol = 1e-4;
-  cfg.timeout_s = 2;
+  cfg.timeout_s = 3; /* generous: the suite shares 2 vCPUs with other tests */
   cfg.memory_bytes = 256u << 20;
   cfg.build.cache_dir = cache;
   json_t *recs = NULL;
@@ -59,7 +60,6 @@ static void test_examples(void **state) {
   assert_int_equal(json_array_size(recs), n);
 
   int bad = 0;
-  double min_s[3] = {0};
   for (size_t i = 0; i < n; i++) {
     json_t *r = json_array_get(recs, i);
     const char *k = json_string_value(json_object_get(r, "kernel"));
@@ -79,23 +79,37 @@ static void test_examples(void **state) {
       assert_int_equal(json_array_size(json_object_get(r, "run_secs")), 5);
       assert_true(json_number_value(json_object_get(r, "max_abs_err")) <= 1e-3);
     }
-    const char *base = strrchr(k, '/') + 1;
-    if (!strcmp(base, "naive.c"))
-      min_s[0] = json_number_value(mn);
-    else if (!strcmp(base, "tiled.c"))
-      min_s[1] = json_number_value(mn);
-    else if (!strcmp(base, "vectorised.c"))
-      min_s[2] = json_number_value(mn);
   }
   json_decref(recs);
   assert_int_equal(bad, 0);
   /* naive (strided i-j-k, ~8x slower) > tiled (i-k-j, 4-wide, C in memory, ~2x slower)
-   * > vectorised (register-blocked 8-wide): the best of five rounds each, with margins
-   * well inside those gaps. */
-  printf("speed order: naive %.3g s > tiled %.3g s > vectorised %.3g s\n", min_s[0], min_s[1],
-         min_s[2]);
-  assert_true(min_s[1] * 2 < min_s[0]);
-  assert_true(min_s[2] * 1.2 < min_s[1]);
+   * > vectorised (register-blocked 8-wide), by the best of 11 rounds each, margins well
+   * inside those gaps.  The suite shares 2 vCPUs with other tests, so a burst of load
+   * can slow every round of one kernel: an order that fails is measured again (at most
+   * three times); a real inversion fails every time. */
+  const char *honest[3] = {KC_EXAMPLES_DIR "/naive.c", KC_EXAMPLES_DIR "/tiled.c",
+                           KC_EXAMPLES_DIR "/vectorised.c"};
+  cfg.repeat = 11;
+  cfg.min_repeat_ms = 10;
+  bool ordered = false;
+  for (int attempt = 0; attempt < 3 && !ordered; attempt++) {
+    if (kc_bench_run_batch(&cfg, honest, 3, &recs, &err) < 0)
+      fail_msg("batch: %s", err.msg);
+    double mn[3];
+    for (int i = 0; i < 3; i++) {
+      json_t *r = json_array_get(recs, (size_t)i);
+      assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+      mn[i] = json_number_value(json_object_get(r, "min_s"));
+      printf("  %-13s median %.3g s  min %.3g s  CV %.1f%%\n", strrchr(honest[i], '/') + 1,
+             json_number_value(json_object_get(r, "median_s")), mn[i],
+             json_number_value(json_object_get(r, "cv")) * 100);
+    }
+    json_decref(recs);
+    ordered = mn[1] * 2 < mn[0] && mn[2] * 1.2 < mn[1];
+    printf("speed order (attempt %d): naive %.3g s > tiled %.3g s > vectorised %.3g s: %s\n",
+           attempt + 1, mn[0], mn[1], mn[2], ordered ? "yes" : "no");
+  }
+  assert_true(ordered);
 }
 
 int main(void) {
