@@ -42,6 +42,24 @@ case_ output output - --output 64K -- /payload hostile flood
 case_ segfault signaled - -- /payload hostile segv
 case_ daemon ok - -- /payload hostile daemon
 
+# kcage itself SIGKILLed mid-run: its cgroup stays until the next kcage reaps it
+leaves() { find /sys/fs/cgroup/kcage -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }
+/kcage run --ro-bind /payload -- /payload hostile sleep >/dev/null 2>&1 &
+kpid=$!
+i=0
+while [ "$(leaves)" = 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+sleep 0.3
+kill -9 $kpid
+wait $kpid 2>/dev/null
+before=$(leaves)
+case_ after-sigkill ok - -- /payload hostile ok
+after=$(leaves)
+if [ "$before" = 1 ] && [ "$after" = 0 ]; then
+  ok "stale cgroup of a SIGKILLed kcage reaped by the next one"
+else
+  bad "stale cgroup: $before leaf after SIGKILL (want 1), $after after the next run (want 0)"
+fi
+
 # nothing left behind: no hostile process, no kcage cgroup leaf
 sleep 0.2
 # (busybox timeout leaves its watcher, whose args also name the case, for up to 1 s)
