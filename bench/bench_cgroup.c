@@ -65,7 +65,7 @@ typedef struct {
 
 #define FAIL(what)                                                                                 \
   do {                                                                                             \
-    fprintf(stderr, "bench_cgroup: %s: %s\n", what, err.msg);                                     \
+    fprintf(stderr, "bench_cgroup: %s: %s\n", what, err.msg);                                      \
     return -1;                                                                                     \
   } while (0)
 

@@ -123,11 +123,17 @@ int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **
  * into this cgroup by CLONE_INTO_CGROUP: it compares the kill sequence number of the
  * parent's cgroup with the target's.  Attaching by pid is not affected, so a killed
  * cgroup reports no placement fd and callers fall back to kc_cgroup_attach. */
-int kc_cgroup_v2_fd(const kc_cgroup *cg) { return cg && !cg->v2_killed ? cg->v2_fd : -1; }
+int kc_cgroup_v2_fd(const kc_cgroup *cg) {
+  return cg && !cg->v2_killed ? cg->v2_fd : -1;
+}
 
-const char *kc_cgroup_dir_name(const kc_cgroup *cg) { return cg->name; }
+const char *kc_cgroup_dir_name(const kc_cgroup *cg) {
+  return cg->name;
+}
 
-kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg) { return cg->mode; }
+kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg) {
+  return cg->mode;
+}
 
 int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err) {
   if (pid <= 0)

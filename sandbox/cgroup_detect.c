@@ -280,7 +280,9 @@ const kc_cg_host *kc_cg_host_get(void) {
   return &host;
 }
 
-kc_cgroup_mode kc_cgroup_detect(void) { return kc_cg_host_get()->mode; }
+kc_cgroup_mode kc_cgroup_detect(void) {
+  return kc_cg_host_get()->mode;
+}
 
 const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
   switch (m) {
@@ -412,7 +414,8 @@ unsigned long long kc_cg_starttime(pid_t pid) {
   /* after ") ": field 3 (state) ... field 22 (starttime) */
   char state = 0;
   unsigned long long st = 0;
-  if (sscanf(s + 2, "%c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+  if (sscanf(s + 2,
+             "%c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
              &state, &st) != 2)
     return 0;
   if (state == 'Z' || state == 'X')

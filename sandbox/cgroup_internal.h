@@ -19,7 +19,7 @@ enum {
   KC_CG_FREEZER = 1u << 4,
 };
 
-#define KC_CG_V1_MAX 5    /* one hierarchy per controller at most */
+#define KC_CG_V1_MAX 5     /* one hierarchy per controller at most */
 #define KC_CG_NONE_PIDS 16 /* "none" mode: pids remembered for the kill */
 
 /* One hierarchy we create cgroups in: its kcage/ parent directory. */
@@ -31,11 +31,11 @@ typedef struct kc_cg_hier {
 /* What detection found (one per process, cached). */
 typedef struct kc_cg_host {
   kc_cgroup_mode mode;
-  bool have_v2;        /* a v2 hierarchy is used (pure v2, or the hybrid unified mount) */
+  bool have_v2; /* a v2 hierarchy is used (pure v2, or the hybrid unified mount) */
   kc_cg_hier v2;
   int nv1;
   kc_cg_hier v1[KC_CG_V1_MAX];
-  unsigned v1_ctrl;    /* union of the controllers of v1[] */
+  unsigned v1_ctrl; /* union of the controllers of v1[] */
   int kernel_major, kernel_minor;
 } kc_cg_host;
 
@@ -46,8 +46,8 @@ struct kc_cgroup {
   int nv1;
   int v1_fd[KC_CG_V1_MAX];
   unsigned v1_ctrl[KC_CG_V1_MAX];
-  unsigned ctrl;    /* union: which controllers this cgroup can use */
-  int peak_fd;      /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
+  unsigned ctrl;     /* union: which controllers this cgroup can use */
+  int peak_fd;       /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
   bool peak_unknown; /* a reset was asked for and the host cannot do it */
   bool v2_killed;    /* cgroup.kill was used: no more CLONE_INTO_CGROUP (see v2_fd) */
   int npids;         /* none mode */

@@ -21,8 +21,7 @@ static bool owner_gone(const char *leaf, unsigned long ns) {
   unsigned long long st;
   unsigned s;
   int used = 0;
-  if (sscanf(leaf, "%lu.%d.%llu.%u.%n", &lns, &pid, &st, &s, &used) != 4 || used == 0 ||
-      pid <= 0)
+  if (sscanf(leaf, "%lu.%d.%llu.%u.%n", &lns, &pid, &st, &s, &used) != 4 || used == 0 || pid <= 0)
     return false; /* not a name we made: leave it alone */
   return lns == ns && kc_cg_starttime(pid) != st;
 }

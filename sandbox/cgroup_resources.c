@@ -24,8 +24,7 @@ int kc_cg_dirfd(const kc_cgroup *cg, unsigned c) {
 int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err) {
   int fd = kc_cg_dirfd(cg, KC_CG_MEMORY);
   if (fd < 0)
-    return bytes ? kc_error_set(err, ENOTSUP, "memory limit: no memory controller")
-                 : 0;
+    return bytes ? kc_error_set(err, ENOTSUP, "memory limit: no memory controller") : 0;
   if (cg->mode == KC_CGROUP_V2) {
     if (bytes)
       if (kc_cg_writef(fd, "memory.max", err, "%" PRIu64, bytes) < 0)

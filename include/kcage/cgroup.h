@@ -15,7 +15,7 @@ extern "C" {
 #endif
 
 typedef enum kc_cgroup_mode {
-  KC_CGROUP_NONE,   /* no usable cgroups: limits refused, kill by process group */
+  KC_CGROUP_NONE, /* no usable cgroups: limits refused, kill by process group */
   KC_CGROUP_V1,
   KC_CGROUP_V2,
   KC_CGROUP_HYBRID, /* v1 controllers + v2 mount for placement/kill/events */
@@ -47,10 +47,10 @@ typedef struct kc_cgroup_limits {
 /* Counters; each is -1 when the host cannot say.  Absolute values: take them before
  * and after a run and subtract (a long-lived slot's counters accumulate). */
 typedef struct kc_cgroup_counters {
-  int64_t oom_kills;      /* v1 memory.oom_control oom_kill, v2 memory.events oom_kill */
-  int64_t pids_max_hits;  /* pids.events max */
-  int64_t cpu_usec;       /* cpuacct.usage / cpu.stat usage_usec */
-  int64_t peak_memory;    /* max_usage_in_bytes / memory.peak (since creation or reset) */
+  int64_t oom_kills;     /* v1 memory.oom_control oom_kill, v2 memory.events oom_kill */
+  int64_t pids_max_hits; /* pids.events max */
+  int64_t cpu_usec;      /* cpuacct.usage / cpu.stat usage_usec */
+  int64_t peak_memory;   /* max_usage_in_bytes / memory.peak (since creation or reset) */
 } kc_cgroup_counters;
 
 typedef struct kc_cgroup kc_cgroup;
@@ -60,8 +60,7 @@ typedef struct kc_cgroup kc_cgroup;
  * namespace in the directory name let a later kcage (in the same pid namespace) reap
  * it when this process is gone.  Limits as in
  * kc_cgroup_set_limits.  In mode NONE this succeeds only without limits (ENOTSUP). */
-int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out,
-                     kc_error *err);
+int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out, kc_error *err);
 /* Rewrite limits of a live cgroup (long-lived worker slots); 0 fields = unlimited.
  * memory: v1 memory.limit_in_bytes + memory.memsw.limit_in_bytes (swap off), v2
  * memory.max + memory.swap.max=0 (oom.group stays 0); cpus: period 100 ms, v1

@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -14,7 +15,6 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
-#include <linux/sched.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -40,7 +40,9 @@ static int fail(char *msg, size_t n, const char *fmt, ...) {
     }                                                                                              \
   } while (0)
 
-void kc_cgt_init(void) { prctl(PR_SET_CHILD_SUBREAPER, 1); }
+void kc_cgt_init(void) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+}
 
 static double now_s(void) {
   struct timespec ts;
@@ -66,7 +68,9 @@ static bool dir_exists(const char *name) {
   return false;
 }
 
-static bool pid_dead(pid_t pid) { return kc_cg_starttime(pid) == 0; }
+static bool pid_dead(pid_t pid) {
+  return kc_cg_starttime(pid) == 0;
+}
 
 /* Reap every child we have (we are a subreaper: orphans come to us). */
 static void reap_all(void) {
@@ -142,8 +146,8 @@ static int run_oom(kc_cgroup *cg, uint64_t limit, char *msg, size_t n) {
   CHECK(kc_cgroup_read(cg, &b, &err) == 0, "read: %s", err.msg);
   CHECK(a.oom_kills >= 0 && b.oom_kills - a.oom_kills == 1, "oom_kills %lld -> %lld",
         (long long)a.oom_kills, (long long)b.oom_kills);
-  CHECK(b.peak_memory == -1 || (b.peak_memory > (int64_t)(limit / 2) &&
-                                b.peak_memory <= (int64_t)(limit + limit / 8)),
+  CHECK(b.peak_memory == -1 ||
+            (b.peak_memory > (int64_t)(limit / 2) && b.peak_memory <= (int64_t)(limit + limit / 8)),
         "peak %lld vs limit %llu", (long long)b.peak_memory, (unsigned long long)limit);
   rc = 0;
 out:
@@ -435,7 +439,6 @@ out:
   return rc;
 }
 
-
 /* Placement by clone3(CLONE_INTO_CGROUP) with the v2 fd (on a hybrid host: the unified
  * cgroup), as the sandbox spawns: the child starts inside, seen in /proc/self/cgroup. */
 static int case_clone_into(char *msg, size_t n) {
@@ -445,11 +448,13 @@ static int case_clone_into(char *msg, size_t n) {
   CHECK(kc_cgroup_create("t-clone", NULL, &cg, &err) == 0, "create: %s", err.msg);
   int fd = kc_cgroup_v2_fd(cg);
   if (fd < 0) {
-    snprintf(msg, n, "no v2 cgroup in mode %s: nothing to place", kc_cgroup_mode_name(kc_cgroup_mode_of(cg)));
+    snprintf(msg, n, "no v2 cgroup in mode %s: nothing to place",
+             kc_cgroup_mode_name(kc_cgroup_mode_of(cg)));
     rc = 0;
     goto out;
   }
-  struct clone_args ca = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
+  struct clone_args ca = {
+      .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
   const char *want = kc_cgroup_dir_name(cg);
   pid_t pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
   if (pid == 0) {
@@ -518,7 +523,8 @@ static int case_reuse_after_kill(char *msg, size_t n) {
     pid_t pid;
     int fd = kc_cgroup_v2_fd(cg);
     if (fd >= 0) {
-      struct clone_args ca = {.flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
+      struct clone_args ca = {
+          .flags = CLONE_INTO_CGROUP, .exit_signal = SIGCHLD, .cgroup = (uint64_t)fd};
       pid = (pid_t)syscall(SYS_clone3, &ca, sizeof ca);
       if (pid == 0)
         exit7(NULL, -1);
@@ -545,10 +551,14 @@ out:
 }
 
 const kc_cgt_case kc_cgt_cases[] = {
-    {"memory_oom", case_memory_oom},   {"slot_rewrite", case_slot_rewrite},
-    {"pids", case_pids},               {"cpu_throttle", case_cpu_throttle},
-    {"kill_tree", case_kill_tree},     {"destroy_live", case_destroy_live},
-    {"reap_stale", case_reap_stale},   {"clone_into", case_clone_into},
+    {"memory_oom", case_memory_oom},
+    {"slot_rewrite", case_slot_rewrite},
+    {"pids", case_pids},
+    {"cpu_throttle", case_cpu_throttle},
+    {"kill_tree", case_kill_tree},
+    {"destroy_live", case_destroy_live},
+    {"reap_stale", case_reap_stale},
+    {"clone_into", case_clone_into},
     {"reuse_after_kill", case_reuse_after_kill},
     {NULL, NULL},
 };

@@ -172,8 +172,8 @@ int main(void) {
   size_t k = case_tests();
   fails += _cmocka_run_group_tests("cgroup_cases_auto", cases_tests, k, NULL, NULL);
   if (auto_mode == KC_CGROUP_HYBRID)
-    fails += _cmocka_run_group_tests("cgroup_cases_forced_v1", cases_tests, k, force_v1,
-                                     restore_mode);
+    fails +=
+        _cmocka_run_group_tests("cgroup_cases_forced_v1", cases_tests, k, force_v1, restore_mode);
   const struct CMUnitTest none[] = {cmocka_unit_test(test_none)};
   fails += cmocka_run_group_tests_name("cgroup_none", none, force_none, restore_mode);
   return fails ? 1 : 0;
