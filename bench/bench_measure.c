@@ -1,0 +1,231 @@
+/* bench_measure (issue 4): what `kcage bench` costs and how true its times are.
+ *  1. A fixed-work kernel (a dependent floating-point chain: no memory traffic, no
+ *     branches to mispredict) timed by kcage (sandboxed worker, parent clock, poison,
+ *     rotation, checks) and the same .so timed unsandboxed in this process with the
+ *     same per-call code path and the same `number`, alternating, in the same run.
+ *     Target (DESIGN.md §4): medians within 1 %.
+ *  2. End-to-end trials per second (build + measure) for a batch of small generated
+ *     kernels on this machine, with a cold build cache and with a warm one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../worker/measure_internal.h"
+#include "bench_common.h"
+#include "kcage/measure.h"
+
+#define FIXED_ARGS "f64[1] f64[1]:out"
+static const char fixed_src[] =
+    "#include <dlpack/dlpack.h>\n"
+    "#include <stdint.h>\n"
+    "int kernel(DLTensor *args, int32_t n) {\n"
+    "  if (n != 2) return -1;\n"
+    "  double x = ((double *)args[0].data)[0];\n"
+    "  for (int i = 0; i < 200000; i++) x = x * 0.9999999 + 1e-7;\n"
+    "  ((double *)args[1].data)[0] = x;\n"
+    "  return 0;\n"
+    "}\n";
+
+static char tmpdir[256];
+
+static void write_text(const char *path, const char *text) {
+  kc_error err;
+  if (kc_write_file(path, text, strlen(text), 0644, &err) < 0) {
+    fprintf(stderr, "bench_measure: %s\n", err.msg);
+    exit(1);
+  }
+}
+
+/* Kernel timed by kcage: returns the median per-call seconds and the number used. */
+static double under_kcage(const char *src, const char *cache, uint32_t repeat, uint64_t *number,
+                          double *cv, double *min) {
+  kc_bench_config cfg;
+  kc_bench_config_init(&cfg);
+  cfg.args = FIXED_ARGS;
+  cfg.repeat = repeat;
+  cfg.min_repeat_ms = 20;
+  cfg.build.cache_dir = cache;
+  json_t *recs;
+  kc_error err = {0};
+  const char *k[1] = {src};
+  if (kc_bench_run_batch(&cfg, k, 1, &recs, &err) < 0) {
+    fprintf(stderr, "bench_measure: %s\n", err.msg);
+    exit(1);
+  }
+  json_t *r = json_array_get(recs, 0);
+  if (strcmp(json_string_value(json_object_get(r, "status")), "ok")) {
+    fprintf(stderr, "bench_measure: fixed kernel: %s\n",
+            json_string_value(json_object_get(r, "message")));
+    exit(1);
+  }
+  double med = json_number_value(json_object_get(r, "median_s"));
+  *number = (uint64_t)json_integer_value(json_object_get(r, "number"));
+  *cv = json_number_value(json_object_get(r, "cv"));
+  *min = json_number_value(json_object_get(r, "min_s"));
+  json_decref(recs);
+  return med;
+}
+
+/* The same .so, in this process, no sandbox: the same in-worker loop (poison, call),
+ * the same number of calls per round, the clock read around each round. */
+static double unsandboxed(kc_mstate *s, uint64_t number, uint32_t repeat, double *cv,
+                          double *min) {
+  double *v = calloc(repeat, sizeof *v);
+  unsigned char out[4096];
+  char e[256];
+  size_t len;
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = number};
+  if (kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e) < 0) { /* warm-up */
+    fprintf(stderr, "bench_measure: %s\n", e);
+    exit(1);
+  }
+  double sum = 0, sq = 0;
+  for (uint32_t r = 0; r < repeat; r++) {
+    req.first_set = r % 4;
+    req.poison_seed = r;
+    double t0 = kc_bench_now();
+    kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
+    v[r] = (kc_bench_now() - t0) / (double)number;
+    sum += v[r];
+  }
+  double mean = sum / repeat;
+  for (uint32_t r = 0; r < repeat; r++)
+    sq += (v[r] - mean) * (v[r] - mean);
+  *cv = sqrt(sq / (repeat - 1)) / mean;
+  double med = kc_bench_quantile(v, repeat, 0.5);
+  *min = v[0]; /* sorted by the quantile */
+  free(v);
+  return med;
+}
+
+static void part_fixed(void) {
+  char src[512], cache[512], inputs[512];
+  snprintf(src, sizeof src, "%s/fixed.c", tmpdir);
+  snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+  snprintf(inputs, sizeof inputs, "%s/inputs.bin", tmpdir);
+  write_text(src, fixed_src);
+  kc_build_opts bo = {.cache_dir = cache};
+  kc_build_result br;
+  kc_error err = {0};
+  if (kc_build_kernel(&bo, src, &br, &err) < 0 || (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED)) {
+    fprintf(stderr, "bench_measure: build: %s %s\n", err.msg, br.message);
+    exit(1);
+  }
+  kc_args_spec spec;
+  kc_args_parse(FIXED_ARGS, &spec, &err);
+  uint64_t region = kc_args_region_bytes(&spec, false);
+  unsigned char *in = calloc(4, region);
+  for (uint32_t k = 0; k < 4; k++)
+    kc_data_fill(&spec.t[0], in + k * region, 0, k, 0);
+  kc_write_file(inputs, in, 4 * region, 0444, &err);
+  free(in);
+  kc_mstate *s;
+  char e[256];
+  if (kc_mstate_load(&s, br.artifact, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
+    fprintf(stderr, "bench_measure: %s\n", e);
+    exit(1);
+  }
+  /* Alternate, so drift of the machine hits both sides alike. */
+  enum { T = 5 };
+  const uint32_t repeat = 15;
+  double kc[T], un[T], kcv[T], ucv[T], kmin[T], umin[T], ratios[T], mratios[T];
+  uint64_t number = 0;
+  for (int i = 0; i < T; i++) {
+    kc[i] = under_kcage(src, cache, repeat, &number, &kcv[i], &kmin[i]);
+    un[i] = unsandboxed(s, number, repeat, &ucv[i], &umin[i]);
+  }
+  kc_mstate_free(s);
+  printf("fixed-work kernel (200k dependent multiply-adds), %u rounds of >= 20 ms per trial, "
+         "number=%llu\n",
+         repeat, (unsigned long long)number);
+  printf("  %-6s %14s %7s %12s %14s %7s %12s %8s %8s\n", "trial", "kcage median", "CV", "min",
+         "unsandboxed", "CV", "min", "ratio", "min-rat");
+  for (int i = 0; i < T; i++) {
+    ratios[i] = kc[i] / un[i];
+    mratios[i] = kmin[i] / umin[i];
+    printf("  %-6d %11.3f us %6.2f%% %9.3f us %11.3f us %6.2f%% %9.3f us %8.4f %8.4f\n", i + 1,
+           kc[i] * 1e6, kcv[i] * 100, kmin[i] * 1e6, un[i] * 1e6, ucv[i] * 100, umin[i] * 1e6,
+           ratios[i], mratios[i]);
+  }
+  double ratio = kc_bench_quantile(ratios, T, 0.5), mratio = kc_bench_quantile(mratios, T, 0.5);
+  double kcm = kc_bench_quantile(kc, T, 0.5), unm = kc_bench_quantile(un, T, 0.5);
+  printf("  median ratio kcage/unsandboxed over %d trials: %.4f (%+.2f %%), of the minimums: %.4f "
+         "(%+.2f %%); target within 1 %%: %s\n",
+         T, ratio, (ratio - 1) * 100, mratio, (mratio - 1) * 100,
+         fabs(ratio - 1) <= 0.01 ? "yes" : "NO");
+  kc_bench_set("measure", "fixed_kcage_median_us", kcm * 1e6);
+  kc_bench_set("measure", "fixed_unsandboxed_median_us", unm * 1e6);
+  kc_bench_set("measure", "fixed_ratio_median", ratio);
+  kc_bench_set("measure", "fixed_ratio_min", mratio);
+}
+
+static void part_trials(void) {
+  enum { K = 16 };
+  char paths[K][512];
+  const char *kernels[K];
+  for (int i = 0; i < K; i++) {
+    snprintf(paths[i], sizeof paths[i], "%s/gen%02d.c", tmpdir, i);
+    char src[1024];
+    snprintf(src, sizeof src,
+             "#include <dlpack/dlpack.h>\n#include <stdint.h>\n"
+             "int kernel(DLTensor *a, int32_t n) {\n"
+             "  if (n != 3) return -1;\n"
+             "  const float *x = a[0].data, *y = a[1].data; float *z = a[2].data;\n"
+             "  for (int64_t i = 0; i < a[0].shape[0]; i++) z[i] = x[i] * %d.0f + y[i];\n"
+             "  return 0;\n}\n",
+             i + 1);
+    write_text(paths[i], src);
+    kernels[i] = paths[i];
+  }
+  char cache[512];
+  snprintf(cache, sizeof cache, "%s/trial-cache", tmpdir);
+  printf("\nend-to-end trials (build + measure), %d generated kernels f32[4096] x2 -> f32[4096],\n"
+         "repeat 3, min-repeat-ms 1, %ld CPUs:\n",
+         K, sysconf(_SC_NPROCESSORS_ONLN));
+  printf("  %-22s %10s %12s\n", "build cache", "wall s", "trials/s");
+  double tps[2];
+  for (int warm = 0; warm < 2; warm++) {
+    kc_bench_config cfg;
+    kc_bench_config_init(&cfg);
+    cfg.args = "f32[4096] f32[4096] f32[4096]:out";
+    cfg.repeat = 3;
+    cfg.min_repeat_ms = 1;
+    cfg.build.cache_dir = cache;
+    json_t *recs;
+    kc_error err = {0};
+    double t0 = kc_bench_now();
+    if (kc_bench_run_batch(&cfg, kernels, K, &recs, &err) < 0) {
+      fprintf(stderr, "bench_measure: %s\n", err.msg);
+      exit(1);
+    }
+    double wall = kc_bench_now() - t0;
+    size_t i;
+    json_t *r;
+    int ok = 0;
+    json_array_foreach(recs, i, r) ok += !strcmp(json_string_value(json_object_get(r, "status")), "ok");
+    json_decref(recs);
+    if (ok != K)
+      fprintf(stderr, "bench_measure: only %d of %d trials ok\n", ok, K);
+    tps[warm] = K / wall;
+    printf("  %-22s %10.3f %12.1f\n", warm ? "warm (all cached)" : "cold (compile all)", wall,
+           tps[warm]);
+  }
+  printf("  ratio warm/cold: %.2fx\n", tps[1] / tps[0]);
+  kc_bench_set("measure", "trials_per_s_cold_cache", tps[0]);
+  kc_bench_set("measure", "trials_per_s_warm_cache", tps[1]);
+}
+
+int main(void) {
+  const char *t = getenv("TMPDIR");
+  snprintf(tmpdir, sizeof tmpdir, "%s/kcage-bench-measure.XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  part_fixed();
+  part_trials();
+  kc_rm_rf(tmpdir);
+  return kc_bench_write() < 0;
+}
