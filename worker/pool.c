@@ -3,6 +3,7 @@
  * waits: it spins on every ring briefly, then sleeps in one poll() over every worker's
  * eventfd, pidfd and seccomp listener, bounded by the earliest call deadline. */
 #include <errno.h>
+#include <stdio.h>
 #include <poll.h>
 #include <time.h>
 #include <stdlib.h>
@@ -18,6 +19,12 @@ struct kc_future {
   kc_pool *pool;
   bool done, taken, abandoned;
   kc_call_result res;
+  /* the call itself, kept until it is done: calls queued behind a timeout or a crash
+   * on the same worker never ran, and are sent again rather than failed */
+  char *fn;
+  void *arg;
+  size_t len;
+  kc_future *next_retry;
 };
 
 typedef struct slot {
@@ -31,7 +38,15 @@ struct kc_pool {
   kc_zygote *zyg;
   slot *slots;
   unsigned n;
+  kc_future *retry_head, *retry_tail; /* to send again, in order */
 };
+
+static void release_call(kc_future *f) {
+  free(f->fn);
+  free(f->arg);
+  f->fn = NULL;
+  f->arg = NULL;
+}
 
 void kc_pool_opts_init(kc_pool_opts *o) {
   memset(o, 0, sizeof *o);
@@ -81,10 +96,16 @@ pid_t kc_pool_worker_pid(const kc_pool *p, unsigned i) {
   return i < p->n ? kc_worker_pid(p->slots[i].w) : 0;
 }
 
-static void complete(slot *s, kc_call_result *res) {
+static kc_future *pop(slot *s) {
   kc_future *f = s->q[s->head];
   s->head = (s->head + 1) % s->cap;
   s->count--;
+  return f;
+}
+
+static void complete(slot *s, kc_call_result *res) {
+  kc_future *f = pop(s);
+  release_call(f);
   if (f->abandoned) {
     kc_call_result_clear(res);
     free(f);
@@ -92,6 +113,46 @@ static void complete(slot *s, kc_call_result *res) {
   }
   f->res = *res;
   f->done = true;
+}
+
+/* After a failure, the calls behind it on that worker go back to the pool's queue. */
+static void take_back_orphans(kc_pool *p, slot *s) {
+  uint64_t n = kc_worker_take_orphans(s->w);
+  for (uint64_t i = 0; i < n && s->count; i++) {
+    kc_future *f = pop(s);
+    f->next_retry = NULL;
+    if (p->retry_tail)
+      p->retry_tail->next_retry = f;
+    else
+      p->retry_head = f;
+    p->retry_tail = f;
+  }
+}
+
+static int send_to(kc_pool *p, kc_future *f, kc_error *err);
+
+static void resend(kc_pool *p) {
+  while (p->retry_head) {
+    kc_future *f = p->retry_head;
+    p->retry_head = f->next_retry;
+    if (!p->retry_head)
+      p->retry_tail = NULL;
+    kc_error err = {0};
+    if (send_to(p, f, &err) < 0) { /* e.g. no worker can start: fail it */
+      kc_call_result r;
+      kc_call_result_init(&r);
+      r.status = KC_CALL_CHILD_ERROR;
+      r.verdict.status = KC_STATUS_SETUP_ERROR;
+      snprintf(r.message, sizeof r.message, "%.1000s", err.msg);
+      release_call(f);
+      if (f->abandoned) {
+        free(f);
+      } else {
+        f->res = r;
+        f->done = true;
+      }
+    }
+  }
 }
 
 /* Take whatever is ready without blocking.  Returns how many calls finished. */
@@ -105,8 +166,12 @@ static int harvest(kc_pool *p) {
         break;
       complete(s, &r);
       got++;
+      if (r.status == KC_CALL_TIMEOUT || r.status == KC_CALL_CHILD_ERROR)
+        take_back_orphans(p, s);
     }
   }
+  if (p->retry_head)
+    resend(p);
   return got;
 }
 
@@ -172,13 +237,8 @@ static void drive(kc_pool *p, uint64_t until_ns) {
   }
 }
 
-kc_future *kc_pool_submit(kc_pool *p, const char *fn, const void *arg, size_t len, kc_error *err) {
-  kc_future *f = calloc(1, sizeof *f);
-  if (!f) {
-    kc_error_set(err, ENOMEM, "submit");
-    return NULL;
-  }
-  f->pool = p;
+/* Send on the least-loaded worker, driving the pool while every ring is full. */
+static int send_to(kc_pool *p, kc_future *f, kc_error *err) {
   for (;;) {
     unsigned best = p->n;
     for (unsigned i = 0; i < p->n; i++) {
@@ -191,14 +251,33 @@ kc_future *kc_pool_submit(kc_pool *p, const char *fn, const void *arg, size_t le
       continue;
     }
     slot *s = &p->slots[best];
-    if (kc_worker_send(s->w, fn, arg, len, p->o.timeout_s, err) < 0) {
-      free(f);
-      return NULL;
-    }
+    if (kc_worker_send(s->w, f->fn, f->arg, f->len, p->o.timeout_s, err) < 0)
+      return -1;
     s->q[(s->head + s->count) % s->cap] = f;
     s->count++;
-    return f;
+    return 0;
   }
+}
+
+kc_future *kc_pool_submit(kc_pool *p, const char *fn, const void *arg, size_t len, kc_error *err) {
+  kc_future *f = calloc(1, sizeof *f);
+  if (!f || !(f->fn = strdup(fn ? fn : "")) || (len && !(f->arg = malloc(len)))) {
+    if (f)
+      free(f->fn);
+    free(f);
+    kc_error_set(err, ENOMEM, "submit");
+    return NULL;
+  }
+  if (len)
+    memcpy(f->arg, arg, len);
+  f->len = len;
+  f->pool = p;
+  if (send_to(p, f, err) < 0) {
+    release_call(f);
+    free(f);
+    return NULL;
+  }
+  return f;
 }
 
 bool kc_future_done(kc_future *f) {
@@ -260,11 +339,26 @@ void kc_pool_shutdown(kc_pool *p, bool wait) {
     for (;;) {
       bool busy = false;
       for (unsigned i = 0; i < p->n; i++)
-        busy = busy || (p->slots && p->slots[i].count);
+        busy = busy || (p->slots && p->slots[i].count) || p->retry_head;
       if (!busy)
         break;
       drive(p, UINT64_MAX);
     }
+  }
+  while (p->retry_head) { /* taken back but not sent again: never ran */
+    kc_future *f = p->retry_head;
+    p->retry_head = f->next_retry;
+    release_call(f);
+    if (f->abandoned) {
+      free(f);
+      continue;
+    }
+    kc_call_result_init(&f->res);
+    f->res.status = KC_CALL_CHILD_ERROR;
+    f->res.verdict.status = KC_STATUS_SIGNALED;
+    strcpy(f->res.message, "pool shut down");
+    f->done = true;
+    f->pool = NULL;
   }
   for (unsigned i = 0; p->slots && i < p->n; i++) {
     slot *s = &p->slots[i];

@@ -390,6 +390,12 @@ void kc_worker_set_waiting(kc_worker *w, bool on) {
     atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
 }
 
+uint64_t kc_worker_take_orphans(kc_worker *w) {
+  uint64_t n = w->orphans;
+  w->orphans = 0;
+  return n;
+}
+
 uint64_t kc_worker_outstanding(kc_worker *w) {
   return w->orphans + (w->pid ? kc_ring_outstanding(&w->ring) : 0);
 }

@@ -102,6 +102,9 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err);
 /* Deadline of the oldest call (ns, CLOCK_MONOTONIC), UINT64_MAX when none. */
 uint64_t kc_worker_deadline(kc_worker *w);
 uint64_t kc_worker_outstanding(kc_worker *w);
+/* Calls that were queued behind a failed call and never ran: the pool takes them back
+ * (and sends them again) instead of failing them. */
+uint64_t kc_worker_take_orphans(kc_worker *w);
 uint32_t kc_worker_depth(kc_worker *w);
 void kc_sched_short_slice(void);
 void kc_sched_slice(uint64_t ns);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "kcage/ring.h"
@@ -112,4 +113,31 @@ int init_counter(const void *a, size_t n, char *error, size_t cap) {
   if (n == sizeof counter)
     memcpy(&counter, a, sizeof counter);
   return 0;
+}
+
+static int echo_copy(kc_call *c) {
+  memcpy(c->out, c->arg, c->arg_len);
+  c->out_len = c->arg_len;
+  return 0;
+}
+
+/* One handler, many outcomes (for pool maps): arg[0] picks what happens. */
+int mixed(kc_call *c) {
+  const char *a = c->arg;
+  switch (c->arg_len ? a[0] : 'e') {
+  case 'x':
+    snprintf(c->error, c->error_cap, "KeyError: %.*s", (int)c->arg_len, a);
+    return 1;
+  case 'h':
+    return busy_loop(c);
+  case 's':
+    return segfault(c);
+  case 'n': { /* a syscall the measure policy forbids */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    snprintf(c->error, c->error_cap, "socket() returned %d", fd);
+    return 1;
+  }
+  default:
+    return echo_copy(c);
+  }
 }

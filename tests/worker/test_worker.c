@@ -423,6 +423,91 @@ static void test_parent_sigkill(void **state) {
   assert_true(all);
 }
 
+static void test_policy_violation(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0); /* policy "measure" */
+  kc_call_result r;
+  call(w, H("mixed"), "n", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  print_message("policy verdict: %s\n", r.message);
+  assert_int_equal(r.verdict.status, KC_STATUS_SYSCALL);
+  assert_string_equal(r.verdict.syscall, "socket");
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
+static void test_pool_map(void **state) {
+  (void)state;
+  kc_pool_opts o;
+  kc_pool_opts_init(&o);
+  o.max_workers = 2;
+  o.timeout_s = 0.3;
+  kc_pool *p;
+  kc_error err = {0};
+  assert_int_equal(kc_pool_new(&o, &p, &err), 0);
+  /* every outcome, with plain calls queued behind the hang and the crash */
+  const char *in[] = {"e0", "x1", "e2", "h3", "e4", "s5", "e6", "e7", "n8", "e9", "e10", "e11"};
+  enum { N = sizeof in / sizeof in[0] };
+  kc_blob args[N];
+  for (int i = 0; i < N; i++)
+    args[i] = (kc_blob){in[i], strlen(in[i])};
+  kc_call_result res[N];
+  assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), args, N, res, &err), 0);
+  for (int i = 0; i < N; i++) {
+    switch (in[i][0]) {
+    case 'e':
+      assert_int_equal(res[i].status, KC_CALL_COMPLETE);
+      assert_int_equal(res[i].value_len, strlen(in[i]));
+      assert_memory_equal(res[i].value, in[i], strlen(in[i]));
+      break;
+    case 'x':
+      assert_int_equal(res[i].status, KC_CALL_EXCEPTION);
+      assert_string_equal(res[i].message, "KeyError: x1");
+      break;
+    case 'h':
+      assert_int_equal(res[i].status, KC_CALL_TIMEOUT);
+      break;
+    case 's':
+      assert_int_equal(res[i].status, KC_CALL_CHILD_ERROR);
+      assert_int_equal(res[i].verdict.signal, SIGSEGV);
+      break;
+    case 'n':
+      assert_int_equal(res[i].status, KC_CALL_CHILD_ERROR);
+      assert_string_equal(res[i].verdict.syscall, "socket");
+      break;
+    }
+    kc_call_result_clear(&res[i]);
+  }
+  /* futures: submit, then wait out of order */
+  kc_future *f[8];
+  for (int i = 0; i < 8; i++)
+    assert_non_null(f[i] = kc_pool_submit(p, "echo", &i, sizeof i, &err));
+  for (int i = 7; i >= 0; i--) {
+    kc_call_result r;
+    assert_int_equal(kc_future_wait(f[i], -1, &r), 1);
+    assert_true(kc_future_done(f[i]));
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(*(int *)r.value, i);
+    kc_call_result_clear(&r);
+    kc_future_free(f[i]);
+  }
+  /* a future freed before it is done, and one still pending at shutdown */
+  kc_future *g = kc_pool_submit(p, H("mixed"), "h", 1, &err);
+  kc_future *h = kc_pool_submit(p, "echo", "x", 1, &err);
+  assert_non_null(g);
+  assert_non_null(h);
+  kc_future_free(g);
+  assert_int_equal(kc_pool_size(p), 2);
+  kc_pool_shutdown(p, false);
+  kc_call_result r;
+  assert_int_equal(kc_future_wait(h, 0, &r), 1);
+  assert_true(r.status == KC_CALL_COMPLETE || r.status == KC_CALL_CHILD_ERROR);
+  kc_call_result_clear(&r);
+  kc_future_free(h);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_pipelined_fifo),
@@ -431,6 +516,7 @@ int main(void) {
       cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
       cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),   cmocka_unit_test(test_parent_sigkill),
+      cmocka_unit_test(test_policy_violation),  cmocka_unit_test(test_pool_map),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
