@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -215,6 +216,29 @@ static double cpu_s(pid_t pid) {
   return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
+static void pin(int cpu) {
+  if (!getenv("KC_BENCH_PIN") || sysconf(_SC_NPROCESSORS_ONLN) < 2)
+    return;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  sched_setaffinity(0, sizeof set, &set);
+}
+
+/* Seconds spent runnable but waiting for a CPU (other tenants of the machine). */
+static double runq_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/schedstat", pid);
+  FILE *f = fopen(path, "r");
+  unsigned long long run = 0, wait = 0;
+  if (f) {
+    if (fscanf(f, "%llu %llu", &run, &wait) != 2)
+      wait = 0;
+    fclose(f);
+  }
+  return (double)wait * 1e-9;
+}
+
 static pid_t start_tracker(void) {
   int p[2];
   if (pipe(p) < 0)
@@ -222,6 +246,7 @@ static pid_t start_tracker(void) {
   pid_t pid = fork();
   if (pid == 0) {
     close(p[0]);
+    pin(1); /* tracker on one core, load generator on the other */
     kc_tracker_opts o;
     kc_tracker_opts_init(&o);
     o.host = "127.0.0.1";
@@ -282,6 +307,7 @@ int main(void) {
     return 1;
   }
   pid_t trk = start_tracker();
+  pin(0);
   g_efd = epoll_create1(EPOLL_CLOEXEC);
 
   /* 1. REQUEST->lease unloaded: one agent, one client, 2 000 leases each way. */
@@ -338,13 +364,14 @@ int main(void) {
   /* 3. 50 clients, 10 000 REQUESTs, every lease re-PUT. */
   g_nlat = 0;
   g_leases = 0;
-  double c0 = cpu_s(trk);
+  double c0 = cpu_s(trk), g0 = cpu_s(getpid()), q0 = runq_s(trk) + runq_s(getpid());
   t0 = kc_bench_now();
   lconn *cs = start_clients(50, 10000);
   long want = 10000;
   pump_until(leases_reached, &want, 120);
   double run_s = kc_bench_now() - t0;
-  double trk_cpu = cpu_s(trk) - c0;
+  double trk_cpu = cpu_s(trk) - c0, gen_cpu = cpu_s(getpid()) - g0;
+  double runq = runq_s(trk) + runq_s(getpid()) - q0;
   double rps = (double)g_leases / run_s;
   double med = kc_bench_quantile(g_lat, g_nlat, 0.5), p99 = kc_bench_quantile(g_lat, g_nlat, 0.99);
   close_clients(cs, 50);
@@ -379,6 +406,8 @@ int main(void) {
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median under that load", med * 1e3, "43.99 ms");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease p99 under that load", p99 * 1e3, "44.66 ms");
   printf("%-58s %11.0f %% %16s\n", "  tracker CPU during that phase (of one core)", 100 * trk_cpu / run_s, "4 %");
+  printf("%-58s %11.0f %% %16s\n", "  load generator CPU during that phase (of one core)", 100 * gen_cpu / run_s, "-");
+  printf("%-58s %11.0f %% %16s\n", "  both waiting for a CPU (run queue; other tenants)", 100 * runq / run_s, "-");
   printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n", "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0],
          rss[1], rss[2], rss[3], rss[4]);
   printf("\nratios: %.0fx TVM's requests/s, median latency %.0fx lower (targets: >= 50 000/s, "
@@ -396,6 +425,8 @@ int main(void) {
   kc_bench_set("tracker", "lease_median_loaded_s", med);
   kc_bench_set("tracker", "lease_p99_loaded_s", p99);
   kc_bench_set("tracker", "tracker_cpu_fraction", trk_cpu / run_s);
+  kc_bench_set("tracker", "loadgen_cpu_fraction", gen_cpu / run_s);
+  kc_bench_set("tracker", "runqueue_wait_fraction", runq / run_s);
   kc_bench_set("tracker", "rss_kb_start", (double)rss[0]);
   kc_bench_set("tracker", "rss_kb_after_200k_leases", (double)rss[4]);
   kc_bench_set("tracker", "tvm_requests_per_s_reference", 1136);
