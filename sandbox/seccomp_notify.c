@@ -67,8 +67,18 @@ int kc_seccomp_notify_receive(int listener, kc_seccomp_event *ev, kc_error *err)
   ev->ip = req.data.instruction_pointer;
   memcpy(ev->args, req.data.args, sizeof ev->args);
   char name[40];
-  kc_syscall_name_arch(ev->arch, ev->nr, name, sizeof name);
   uint32_t native = seccomp_arch_native();
+#ifdef __x86_64__
+  /* x32 calls come with the native arch and the x32 bit in the number */
+  if (ev->arch == AUDIT_ARCH_X86_64 && (ev->nr & 0x40000000)) {
+    kc_syscall_name_arch(SCMP_ARCH_X32, ev->nr, name, sizeof name);
+    if (!name[0])
+      kc_syscall_name_arch(SCMP_ARCH_X32, ev->nr & ~0x40000000, name, sizeof name);
+    snprintf(ev->name, sizeof ev->name, "x32:%s", name[0] ? name : "?");
+    return 0;
+  }
+#endif
+  kc_syscall_name_arch(ev->arch, ev->nr, name, sizeof name);
   if (!name[0])
     snprintf(ev->name, sizeof ev->name, "%s#%d", ev->arch == native ? "" : arch_prefix(ev->arch),
              ev->nr);
@@ -138,8 +148,8 @@ bool kc_sc_rule_matches(const kc_sc_rule *r, int nr, const uint64_t args[6]) {
 }
 
 kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event *ev) {
-  if (ev->arch != seccomp_arch_native())
-    return KC_NOTIFY_VIOLATION;
+  if (ev->arch != seccomp_arch_native() || (ev->nr & 0x40000000))
+    return KC_NOTIFY_VIOLATION; /* another ABI (i386, x32): never asked about */
   /* A kill rule that also matches wins (it is the stricter reading). */
   bool notify = false;
   for (size_t i = 0; i < p->n_rules; i++) {

@@ -96,6 +96,15 @@ int main(int argc, char **argv) {
     long r = syscall(SYS_socket, 0x100000000L | AF_INET, SOCK_STREAM, 0);
     return r >= 0 ? 1 : 2;
   }
+#ifdef __x86_64__
+  if (!strcmp(m, "int80")) { /* the i386 ABI from a 64-bit process: getpid = 20 */
+    long r;
+    __asm__ volatile("int $0x80" : "=a"(r) : "a"(20L) : "memory");
+    return r > 0 ? 1 : 2;
+  }
+  if (!strcmp(m, "x32")) /* the x32 ABI: getpid | __X32_SYSCALL_BIT */
+    return syscall(0x40000000L | SYS_getpid) > 0 ? 1 : 2;
+#endif
   if (!strcmp(m, "exec-denials"))
     return exec_denials();
   if (!strcmp(m, "mount"))

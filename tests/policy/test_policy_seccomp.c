@@ -328,6 +328,23 @@ static void test_exec_and_build_profiles(void **state) {
   assert_string_equal(o.violation, "clone3");
 }
 
+/* Syscalls of another ABI would dodge every rule written for x86_64 numbers. */
+static void test_foreign_abi(void **state) {
+  (void)state;
+#ifndef __x86_64__
+  skip();
+#endif
+  outcome o;
+  under("exec", "int80", &o);
+  assert_string_equal(o.violation, "i386:getpid");
+  assert_true(WIFSIGNALED(o.status));
+  measure("int80", &o);
+  assert_string_equal(o.violation, "i386:getpid");
+  under("exec", "x32", &o);
+  assert_string_equal(o.violation, "x32:getpid");
+  assert_true(WIFSIGNALED(o.status));
+}
+
 static void test_precompiled(void **state) {
   (void)state;
   kc_policy *p = NULL;
@@ -380,6 +397,7 @@ int main(void) {
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
       cmocka_unit_test(test_exec_and_build_profiles),
+      cmocka_unit_test(test_foreign_abi),
       cmocka_unit_test(test_precompiled),
       cmocka_unit_test(test_plain_install_under_measure),
   };
