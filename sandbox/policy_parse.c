@@ -32,12 +32,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
 
 #define KC_INCLUDE_DEPTH_MAX 16
 #define KC_WORDS_MAX 64
+#define KC_POLICY_FILE_MAX (1 << 20)
 
 typedef struct parse_ctx {
   kc_policy *p;
@@ -749,6 +751,14 @@ static int parse_path(parse_ctx *c, const char *display, const loc *from) {
   if (!f)
     return from ? perr(c, from, "include %s: %s", display, strerror(errno))
                 : kc_error_set(c->err, errno, "%s", display);
+
+  /* `include /dev/zero` must not read forever: regular files of sane size only. */
+  struct stat st;
+  if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > KC_POLICY_FILE_MAX)
+    return from ? perr(c, from, "include %s: not a regular file of at most %d bytes", display,
+                       KC_POLICY_FILE_MAX)
+                : kc_error_set(c->err, 0, "%s: not a regular file of at most %d bytes",
+                               display, KC_POLICY_FILE_MAX);
 
   kc_policy *p = c->p;
   size_t cap_seen = c->n_seen; /* seen grows one at a time */

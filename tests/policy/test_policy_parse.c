@@ -136,6 +136,8 @@ static void test_errors(void **state) {
   expect_error("e31.policy", "symlink usr/bin\n", 1, "symlink: expected TARGET LINK");
   expect_error("e32.policy", "errno\n", 1, "errno: expected an errno (EPERM, 1, ...)");
   expect_error("e33.policy", "allow\n", 1, "allow: expected syscall names");
+  expect_error("e35.policy", "include /dev/zero\n", 1,
+               "include /dev/zero: not a regular file of at most 1048576 bytes");
   expect_error("e34.policy", "allow socket arg0 == AF_UNIX|\n", 1, "bad value 'AF_UNIX|'");
 }
 
