@@ -148,6 +148,10 @@ static int parse_value(parse_ctx *c, const loc *l, const char *s, uint64_t *out)
     if (isdigit((unsigned char)t[0])) {
       if (parse_u64(t, &v) < 0)
         return perr(c, l, "bad number '%s'", t);
+    } else if (t[0] == '-' && isdigit((unsigned char)t[1])) { /* -1: fd/pid sentinels */
+      if (parse_u64(t + 1, &v) < 0 || v > (uint64_t)INT64_MAX)
+        return perr(c, l, "bad number '%s'", t);
+      v = (uint64_t)(-(int64_t)v);
     } else if (kc_policy_const_lookup(t, &v) < 0) {
       return perr(c, l, "unknown constant '%s'", t);
     }

@@ -206,7 +206,8 @@ static void test_good_file_and_spec(void **state) {
                           "errno EAFNOSUPPORT socket arg0 != AF_UNIX\n"
                           "errno EPERM clone arg0 & CLONE_NEWUSER|CLONE_NEWNET\n"
                           "kill mmap arg2 & PROT_EXEC and arg3 & MAP_ANONYMOUS\n"
-                          "notify execve\n");
+                          "notify execve\n"
+                          "allow mmap arg4 == -1 and arg3 & MAP_ANONYMOUS\n");
   const kc_policy_spec *s = kc_policy_get_spec(p);
   assert_string_equal(s->name, "g");
   assert_true(s->ns.user && s->ns.pid && s->ns.mount);
@@ -250,6 +251,12 @@ static void test_good_file_and_spec(void **state) {
     getpid_ |= !strcmp(p->rules[i].name, "getpid");
   }
   assert_int_equal(ptrace_rules, 1);
+  const kc_sc_rule *last = &p->rules[p->n_rules - 1];
+  assert_string_equal(last->name, "mmap");
+  assert_int_equal(last->n_conds, 2);
+  assert_int_equal(last->conds[0].arg, 4);
+  assert_int_equal(last->conds[0].value, UINT64_MAX);
+  assert_int_equal(last->line, 29);
   assert_true(bpf && getpid_);
   assert_int_equal(p->default_action, KC_SC_ERRNO);
   assert_int_equal(p->default_errno, ENOSYS);
