@@ -85,9 +85,15 @@ struct kc_worker {
   pid_t orphan_pid;
   int graves[KC_GRAVE_MAX];
   unsigned ngraves;
+  /* a replacement asked of the zygote but not yet handed over (eager respawn after a
+   * timeout, crash or recycle): its socket, -1 when none */
+  int handoff;
+  bool spawning; /* the zygote's answer (pid) for w->gen is still to be read */
 };
 
 static uint32_t g_gen_counter;
+
+static int respawn_start(kc_worker *w, kc_error *err);
 
 
 void kc_worker_opts_init(kc_worker_opts *o) {
@@ -193,7 +199,7 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
     return kc_error_set(err, EINVAL, "worker: payload limits over 1 GiB");
   }
   w->q = calloc(KC_DEFAULT_DEPTH, sizeof *w->q);
-  w->pidfd = w->evfd = w->listener = -1;
+  w->pidfd = w->evfd = w->listener = w->handoff = -1;
   w->ring.memfd = -1;
   w->zyg = zyg;
   if (!w->q || (w->o.initargs_len && !w->initargs)) {
@@ -270,7 +276,18 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
   while (rc < 0 && errno == EINTR);
 }
 
+static int collect_pid(kc_worker *w, kc_error *err);
+
 static void drop_process(kc_worker *w) {
+  if (w->spawning) {
+    /* never leave the requested process behind: learn its pid, then kill it */
+    kc_error e = {0};
+    if (collect_pid(w, &e) == 0) {
+      siginfo_t si;
+      kill_and_reap(w, &si);
+    }
+  }
+  close_fd(&w->handoff);
   close_fd(&w->pidfd);
   close_fd(&w->evfd);
   close_fd(&w->listener);
@@ -365,6 +382,9 @@ static void fail_worker(kc_worker *w, kc_call_result *res, kc_call_status st, co
   }
   orphan_rest(w, 1, "worker replaced after an earlier call failed");
   drop_process(w);
+  /* the replacement starts now, while the caller handles this result */
+  kc_error e = {0};
+  respawn_start(w, &e);
 }
 
 static int read_violation(kc_worker *w) {
@@ -454,6 +474,13 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
     if (kc_ring_outstanding(&w->ring)) {
       uint64_t s = w->q[w->ring.reaped % KC_DEFAULT_DEPTH].sent_ns;
       w->head_start_ns = s > now ? s : now;
+    } else if (w->o.maximum_uses && w->uses_left == 0) {
+      /* recycle now rather than at the next send: the replacement starts while the
+       * caller looks at this result (TVM semantics kept: N calls per process) */
+      kill_async(w);
+      drop_process(w);
+      kc_error e = {0};
+      respawn_start(w, &e);
     }
     return 1;
   }
@@ -538,7 +565,6 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
   }
 }
 
-static int respawn(kc_worker *w, kc_error *err);
 
 int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
   if (!kc_worker_outstanding(w))
@@ -602,33 +628,38 @@ static void ensure_cgroup(kc_worker *w) {
     w->cg = NULL; /* no cgroups here: kill by pid namespace, no memory verdicts */
 }
 
-static int respawn(kc_worker *w, kc_error *err) {
+/* A spawn in two halves, so that a replacement can be on its way while the caller
+ * still handles the failure (or recycle) that made it necessary:
+ *   respawn_start: ring, eventfd, socket, and the request to the zygote (no wait);
+ *   respawn_finish: the zygote's answer (pid), pidfd, cgroup attach, the worker's
+ *                   hand-off (lockdown done), the initializer. */
+static int respawn_start(kc_worker *w, kc_error *err) {
   if (!w->zyg) {
     if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
       return kc_error_prefix(err, "worker");
   }
   ensure_cgroup(w);
   uint32_t gen = atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
+  if (!gen)
+    gen = 1;
   kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
                        (uint32_t)w->o.max_result_bytes};
   if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
     return kc_error_prefix(err, "worker");
   w->gen = gen;
   int sv[2] = {-1, -1};
-  int outfd = -1, errfd = -1, devnull = -1;
   w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   if (w->evfd < 0 || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
     kc_error_set(err, errno, "worker: eventfd/socketpair");
     drop_process(w);
     return -1;
   }
-  devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  outfd = w->o.stdout_.mode == KC_STDIO_FD ? w->o.stdout_.fd
-          : w->o.stdout_.mode == KC_STDIO_DISCARD ? devnull : 1;
-  errfd = w->o.stderr_.mode == KC_STDIO_FD ? w->o.stderr_.fd
-          : w->o.stderr_.mode == KC_STDIO_DISCARD ? devnull : 2;
-  int fds[6] = {w->ring.memfd, w->evfd, sv[1], outfd, errfd, -1};
-  int nfds = 5;
+  int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
+  int outfd = w->o.stdout_.mode == KC_STDIO_FD ? w->o.stdout_.fd
+              : w->o.stdout_.mode == KC_STDIO_DISCARD ? devnull : 1;
+  int errfd = w->o.stderr_.mode == KC_STDIO_FD ? w->o.stderr_.fd
+              : w->o.stderr_.mode == KC_STDIO_DISCARD ? devnull : 2;
+  int fds[5] = {w->ring.memfd, w->evfd, sv[1], outfd, errfd};
   uint32_t flags = 0;
   if (w->o.isolation == KC_ISOLATION_SANDBOX)
     flags |= KC_ZF_NEWPID | KC_ZF_LOCKDOWN;
@@ -637,21 +668,30 @@ static int respawn(kc_worker *w, kc_error *err) {
    * sequence of the wrong cgroup), and slots are long-lived and killed on every
    * timeout.  The parent attaches by pid instead (every hierarchy), before the worker
    * is sent anything: until then it runs only our own lockdown code. */
-  int cgfd = -1;
-  if (cgfd >= 0) {
-    fds[5] = cgfd;
-    nfds = 6;
-    flags |= KC_ZF_CGROUP_FD;
-  }
-  pid_t pid = 0;
-  int rc = kc_zygote_spawn(w->zyg, flags, w->policy, gen, fds, nfds, &pid, err);
+  int rc = kc_zygote_request(w->zyg, flags, w->policy, gen, fds, 5, err);
   close(sv[1]);
   if (devnull >= 0)
     close(devnull);
+  w->handoff = sv[0];
   if (rc < 0) {
-    close(sv[0]);
     drop_process(w);
     if (w->own_zyg) { /* a dead zygote is replaced at the next try */
+      kc_zygote_stop(w->zyg);
+      w->zyg = NULL;
+    }
+    return kc_error_prefix(err, "worker");
+  }
+  w->spawning = true;
+  return 0;
+}
+
+/* The zygote's answer for the spawn in flight: pid, pidfd, cgroup attach. */
+static int collect_pid(kc_worker *w, kc_error *err) {
+  w->spawning = false;
+  pid_t pid = 0;
+  if (kc_zygote_collect(w->zyg, w->gen, &pid, err) < 0) {
+    drop_process(w);
+    if (w->own_zyg) {
       kc_zygote_stop(w->zyg);
       w->zyg = NULL;
     }
@@ -660,6 +700,14 @@ static int respawn(kc_worker *w, kc_error *err) {
   w->pid = pid;
   w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   w->violation[0] = 0;
+  if (w->pidfd < 0) {
+    int e = errno;
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    w->pid = 0;
+    drop_process(w);
+    return kc_error_set(err, e, "worker: pidfd_open");
+  }
   if (w->cg)
     kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
   kc_cgroup_counters c = {-1, -1, -1, -1};
@@ -667,8 +715,14 @@ static int respawn(kc_worker *w, kc_error *err) {
     kc_cgroup_read(w->cg, &c, NULL);
   w->oom_base = c.oom_kills;
   w->pids_base = c.pids_max_hits;
-  rc = w->pidfd < 0 ? kc_error_set(err, errno, "pidfd_open") : wait_ready(w, sv[0], err);
-  close(sv[0]);
+  return 0;
+}
+
+static int respawn_finish(kc_worker *w, kc_error *err) {
+  if (w->spawning && collect_pid(w, err) < 0)
+    return -1;
+  int rc = wait_ready(w, w->handoff, err);
+  close_fd(&w->handoff);
   if (rc < 0) {
     siginfo_t si;
     kill_and_reap(w, &si);
@@ -729,7 +783,9 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
    * in TVM, and the send after it starts a new worker. */
   if (w->ngraves)
     reap_graves(w, false);
-  if (!w->pid && respawn(w, err) < 0)
+  if (!w->pid && !w->spawning && respawn_start(w, err) < 0)
+    return -1;
+  if (w->handoff >= 0 && respawn_finish(w, err) < 0)
     return -1;
   if (kc_ring_outstanding(&w->ring) >= KC_DEFAULT_DEPTH)
     return kc_error_set(err, EAGAIN, "send: %d calls already outstanding", KC_DEFAULT_DEPTH);
@@ -746,7 +802,7 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
 }
 
 void kc_worker_kill(kc_worker *w) {
-  if (!w || !w->pid)
+  if (!w || (!w->pid && !w->spawning))
     return;
   orphan_rest(w, 0, "worker killed");
   siginfo_t si;
@@ -775,7 +831,7 @@ pid_t kc_worker_pid(const kc_worker *w) { return w->pid; }
 void kc_worker_free(kc_worker *w) {
   if (!w)
     return;
-  if (w->pid) {
+  if (w->pid || w->spawning) {
     siginfo_t si;
     kill_and_reap(w, &si);
     drop_process(w);

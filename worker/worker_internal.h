@@ -37,6 +37,7 @@ typedef struct kc_zygote_req {
 typedef struct kc_zygote_rep {
   uint32_t magic;
   int32_t pid; /* > 0, or -errno */
+  uint32_t generation; /* of the request: several may be in flight (a pool) */
   char msg[256];
 } kc_zygote_rep;
 
@@ -76,17 +77,30 @@ ssize_t kc_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds);
 #endif
 
 /* Parent side of the zygote (zygote_client.c). */
+typedef struct kc_zygote_early {
+  uint32_t generation;
+  int32_t pid;
+  char msg[128];
+} kc_zygote_early;
+
 typedef struct kc_zygote {
   pid_t pid;
   int pidfd;
   int ctl;
   bool sandboxed;
+  /* answers read while waiting for another one (several spawns in flight) */
+  kc_zygote_early early[64];
+  unsigned n_early;
 } kc_zygote;
 
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err);
 /* fds: memfd, evfd, worker sock, stdout, stderr [, v2 cgroup dir] */
 int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
                     const int *fds, int nfds, pid_t *pid, kc_error *err);
+/* The same in two halves: send the request now, collect its pid later. */
+int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
+                      const int *fds, int nfds, kc_error *err);
+int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err);
 void kc_zygote_stop(kc_zygote *z);
 const char *kc_worker_binary(const kc_worker_opts *o);
 

@@ -139,7 +139,7 @@ int kc_zygote_main(int ctl) {
     ssize_t n = kc_recv_fds(ctl, &q, sizeof q, fds, &nfds);
     if (n <= 0)
       return 0; /* the parent closed the pool */
-    kc_zygote_rep rep = {.magic = KC_ZYGOTE_MAGIC};
+    kc_zygote_rep rep = {.magic = KC_ZYGOTE_MAGIC, .generation = q.generation};
     if (n != (ssize_t)sizeof q || q.magic != KC_ZYGOTE_MAGIC || q.op != KC_ZOP_SPAWN ||
         nfds < 5) {
       if (n == (ssize_t)sizeof q && q.op == KC_ZOP_EXIT)

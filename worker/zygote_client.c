@@ -81,8 +81,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   return 0;
 }
 
-int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
-                    const int *fds, int nfds, pid_t *pid, kc_error *err) {
+int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
+                      const int *fds, int nfds, kc_error *err) {
   kc_zygote_req q;
   memset(&q, 0, sizeof q);
   q.magic = KC_ZYGOTE_MAGIC;
@@ -92,24 +92,51 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
   snprintf(q.policy, sizeof q.policy, "%s", policy ? policy : "");
   if (kc_send_fds(z->ctl, &q, sizeof q, fds, nfds) < 0)
     return kc_error_set(err, errno, "zygote: send");
-  /* The zygote is our own code, but it is inside the sandbox: bound the wait. */
-  struct pollfd p[2] = {{.fd = z->ctl, .events = POLLIN}, {.fd = z->pidfd, .events = POLLIN}};
-  int n;
-  do
-    n = poll(p, z->pidfd >= 0 ? 2 : 1, 2000);
-  while (n < 0 && errno == EINTR);
-  if (n <= 0 || !(p[0].revents & POLLIN))
-    return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
-  kc_zygote_rep rep;
-  ssize_t r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
-  if (r != (ssize_t)sizeof rep || rep.magic != KC_ZYGOTE_MAGIC)
-    return kc_error_set(err, EPROTO, "zygote: bad answer");
-  if (rep.pid <= 0) {
-    rep.msg[sizeof rep.msg - 1] = 0;
-    return kc_error_set(err, -rep.pid, "%s", rep.msg);
-  }
-  *pid = rep.pid;
   return 0;
+}
+
+static int answer(const kc_zygote_early *a, pid_t *pid, kc_error *err) {
+  if (a->pid <= 0)
+    return kc_error_set(err, -a->pid, "%s", a->msg);
+  *pid = a->pid;
+  return 0;
+}
+
+int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err) {
+  for (unsigned i = 0; i < z->n_early; i++)
+    if (z->early[i].generation == generation) {
+      kc_zygote_early a = z->early[i];
+      z->early[i] = z->early[--z->n_early];
+      return answer(&a, pid, err);
+    }
+  for (;;) {
+    /* The zygote is our own code, but it is inside the sandbox: bound the wait. */
+    struct pollfd p[2] = {{.fd = z->ctl, .events = POLLIN}, {.fd = z->pidfd, .events = POLLIN}};
+    int n;
+    do
+      n = poll(p, z->pidfd >= 0 ? 2 : 1, 2000);
+    while (n < 0 && errno == EINTR);
+    if (n <= 0 || !(p[0].revents & POLLIN))
+      return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
+    kc_zygote_rep rep;
+    ssize_t r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
+    if (r != (ssize_t)sizeof rep || rep.magic != KC_ZYGOTE_MAGIC)
+      return kc_error_set(err, EPROTO, "zygote: bad answer");
+    kc_zygote_early a = {.generation = rep.generation, .pid = rep.pid};
+    rep.msg[sizeof rep.msg - 1] = 0;
+    snprintf(a.msg, sizeof a.msg, "%.120s", rep.msg);
+    if (rep.generation == generation)
+      return answer(&a, pid, err);
+    if (z->n_early < sizeof z->early / sizeof z->early[0])
+      z->early[z->n_early++] = a;
+  }
+}
+
+int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
+                    const int *fds, int nfds, pid_t *pid, kc_error *err) {
+  if (kc_zygote_request(z, flags, policy, generation, fds, nfds, err) < 0)
+    return -1;
+  return kc_zygote_collect(z, generation, pid, err);
 }
 
 void kc_zygote_stop(kc_zygote *z) {
