@@ -167,7 +167,8 @@ int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
       else
         fprintf(f, "0x%" PRIx64, c->value);
     }
-    fprintf(f, "  # %s:%d\n", p->files[r->file], r->line);
+    fprintf(f, "  # %s:%d%s\n", p->files[r->file], r->line,
+            r->nr < 0 ? " (no such syscall on this architecture: no effect)" : "");
   }
   if (ferror(f))
     return kc_error_set(err, EIO, "policy %s: write", p->name);

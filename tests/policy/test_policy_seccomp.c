@@ -245,6 +245,52 @@ static void test_default_kill(void **state) {
   kc_policy_free(p);
 }
 
+static int child_after_close(int rep, void *arg) {
+  (void)rep, (void)arg;
+  char c;
+  if (read(*(int *)arg, &c, 1) != 1) /* wait until the parent closed the listener */
+    return 20;
+  errno = 0;
+  long r = syscall(SYS_getcwd, NULL, 0);
+  return r == -1 && errno == ENOSYS ? 0 : 21;
+}
+
+/* Why the supervisor must hold the listener while the child lives: with every copy
+ * closed, the kernel fails a "kill" syscall with ENOSYS instead of stopping it. */
+static void test_closed_listener_degrades_to_enosys(void **state) {
+  (void)state;
+  kc_policy *p = from_text("default allow\nkill getcwd\n");
+  int go[2];
+  assert_int_equal(pipe(go), 0);
+  int sv[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(sv[0]);
+    close(go[1]);
+    kc_error err;
+    if (kc_seccomp_install_and_send(p, sv[1], &err) < 0)
+      _exit(120);
+    _exit(child_after_close(-1, &go[0]));
+  }
+  close(sv[1]);
+  close(go[0]);
+  int l = -1;
+  kc_error err = {0};
+  assert_int_equal(kc_seccomp_recv_listener(sv[0], 5000, &l, &err), 0);
+  assert_true(l >= 0);
+  close(l);
+  close(sv[0]);
+  assert_int_equal(write(go[1], "g", 1), 1);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  close(go[1]);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  kc_policy_free(p);
+}
+
 static void test_no_listener_without_kill(void **state) {
   (void)state;
   kc_policy *p = from_text("default allow\nerrno EPERM ptrace\n");
@@ -394,6 +440,7 @@ int main(void) {
       cmocka_unit_test(test_kill_names_syscall),
       cmocka_unit_test(test_default_kill),
       cmocka_unit_test(test_no_listener_without_kill),
+      cmocka_unit_test(test_closed_listener_degrades_to_enosys),
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
       cmocka_unit_test(test_exec_and_build_profiles),
