@@ -224,8 +224,14 @@ static int run_plain(char *const *argv, char *const *envp, const char *cwd, int 
 
 #ifdef KC_HAVE_SANDBOX
 #include "kcage/policy.h"
+#define KC_BUILD_HOST_ID 65534 /* the sandbox's host id for its root when run as root */
 static int run_sandboxed(char *const *argv, char *const *envp, const char *scratch, int out_fd,
                          const kc_build_opts *o, kc_result *res, kc_error *err) {
+  /* Run as root, the sandbox maps its root to the host's nobody (never host root,
+   * sandbox/spawn.c): the compiler can write the scratch directory only if nobody owns
+   * it.  As any other user the mapping is that user, who owns it already. */
+  if (geteuid() == 0 && chown(scratch, KC_BUILD_HOST_ID, KC_BUILD_HOST_ID) < 0)
+    return kc_error_set(err, errno, "chown %s", scratch);
   kc_policy *pol = NULL;
   if (kc_policy_load("build", &pol, err) < 0)
     return kc_error_prefix(err, "build policy");
