@@ -255,6 +255,27 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
 }
 #endif
 
+/* Copy into the cache under a temporary name, then rename: readers never see half a
+ * file, and concurrent builds of the same key just replace each other's copy. */
+static int store_artifact(const char *from, const char *to, kc_error *err) {
+  char tmp[PATH_MAX + 32];
+  if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", to, (int)gettid()) >= (int)sizeof tmp)
+    return kc_error_set(err, ENAMETOOLONG, "%s", to);
+  char *data = NULL;
+  size_t len;
+  if (kc_read_file(from, &data, &len, 1u << 30, err) < 0)
+    return kc_error_prefix(err, "built artifact");
+  int rc = kc_write_file(tmp, data, len, 0755, err);
+  free(data);
+  if (rc < 0)
+    return -1;
+  if (rename(tmp, to) < 0) {
+    unlink(tmp);
+    return kc_error_set(err, errno, "store %s", to);
+  }
+  return 0;
+}
+
 static void trim_message(char *msg, const char *scratch) {
   /* The scratch path means nothing to the user: drop it from the diagnostics. */
   size_t sl = strlen(scratch);
@@ -315,15 +336,19 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
     return 0;
   }
 
-  char sub[PATH_MAX + 8], tmpdir[PATH_MAX + 8], scratch[PATH_MAX + 32];
+  /* The scratch directory lives under $TMPDIR, not in the cache: the sandbox's user
+   * must be able to reach it, and a cache under a private home (0700) is out of its
+   * reach when kcage runs as root. */
+  char sub[PATH_MAX + 8], scratch[PATH_MAX + 32];
+  const char *tmp = getenv("TMPDIR");
   if (snprintf(sub, sizeof sub, "%s/%.2s", cache, res->key) >= (int)sizeof sub ||
-      snprintf(tmpdir, sizeof tmpdir, "%s/tmp", cache) >= (int)sizeof tmpdir ||
-      snprintf(scratch, sizeof scratch, "%s/build.XXXXXX", tmpdir) >= (int)sizeof scratch)
+      snprintf(scratch, sizeof scratch, "%s/kcage-build.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
+          (int)sizeof scratch)
     return kc_error_set(err, ENAMETOOLONG, "%s", cache);
-  if (kc_mkdir_p(sub, err) < 0 || kc_mkdir_p(tmpdir, err) < 0)
+  if (kc_mkdir_p(sub, err) < 0)
     return -1;
   if (!mkdtemp(scratch))
-    return kc_error_set(err, errno, "mkdtemp in %s", tmpdir);
+    return kc_error_set(err, errno, "mkdtemp %s", scratch);
   chmod(scratch, 0755);
 
   const char *base = strrchr(source, '/') ? strrchr(source, '/') + 1 : source;
@@ -394,8 +419,7 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
     if (access(opath, R_OK) < 0) {
       res->status = KC_BUILD_ERROR;
       snprintf(res->message, sizeof res->message, "the compiler produced no shared object");
-    } else if (rename(opath, res->artifact) < 0) {
-      kc_error_set(err, errno, "store %s", res->artifact);
+    } else if (store_artifact(opath, res->artifact, err) < 0) {
       goto out;
     } else {
       res->status = KC_BUILD_OK;
