@@ -3,9 +3,12 @@
  * §3.5, issue 3).
  *
  * Life of a worker (all of it inside the pool's sandbox):
- *   1. forked from the pool's zygote (one exec'd kcage-worker per pool, already in the
- *      user/mount/ipc/uts namespaces, pivoted read-only root, shared empty netns) into
- *      its own pid namespace and its own long-lived per-slot cgroup;
+ *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
+ *      mount/ipc/uts namespaces and one empty netns shared by the pool's workers) with
+ *      CLONE_PARENT|CLONE_NEWPID: its own pid namespace, a child of the kcage parent
+ *      (which reaps it and gets its exact end), attached to its long-lived per-slot
+ *      cgroup by the parent before it is sent anything.  (Not yet: the pivoted
+ *      read-only root and the user namespace of the sandbox layer; see README);
  *   2. lockdown, in this order: rlimits, capability drop, no_new_privs, then the
  *      seccomp filter of the policy (opts.policy, default "measure").  The filter is
  *      installed BEFORE any initializer, handler or user code runs: nothing user-
@@ -129,7 +132,8 @@ typedef struct kc_worker_opts {
   kc_stdio stderr_;
   const char *policy;       /* policy name or file; NULL = "measure" */
   kc_limits limits;         /* memory, pids, cpus per worker (cgroup); 0 = policy's */
-  const kc_mount *mounts;   /* extra mounts (e.g. ro-bind of the dir with lib.so) */
+  const kc_mount *mounts;   /* extra mounts (e.g. ro-bind of the dir with lib.so); not
+                               applied until the zygote's root is pivoted (README) */
   size_t n_mounts;
   size_t max_arg_bytes;     /* largest request payload; 0 = 1 MiB */
   size_t max_result_bytes;  /* largest result payload; 0 = 1 MiB */
@@ -184,9 +188,13 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
 
 /* Wait for the oldest outstanding call and fill *res with one of the four outcomes
  * (0).  Never blocks past that call's deadline.  -1 when no call is outstanding.  A
- * TIMEOUT or CHILD_ERROR kills the worker (whole cgroup); the next send starts a new
- * one from the zygote, and calls queued behind the failed one come back as
- * CHILD_ERROR "worker replaced". */
+ * TIMEOUT or CHILD_ERROR kills the worker (its pid namespace and cgroup) and at once
+ * asks the zygote for a replacement, which the next send takes over; calls queued
+ * behind the failed one come back as CHILD_ERROR "worker replaced" (a pool sends
+ * those again instead).  A worker that dies between calls is noticed by the next
+ * call (CHILD_ERROR with the death's verdict), as in TVM.
+ * Threads: a kc_worker (and a kc_pool) is used by one thread at a time, and the
+ * thread that starts its processes must outlive them (PDEATHSIG follows that thread). */
 int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err);
 
 /* Non-blocking variant: 1 when res was filled, 0 when the oldest call is still
@@ -198,7 +206,7 @@ int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err);
 void kc_worker_kill(kc_worker *w);
 /* Wait until the worker process has exited (timeout_s < 0 = forever); does not kill. */
 int kc_worker_join(kc_worker *w, double timeout_s);
-bool kc_worker_is_alive(kc_worker *w);
+bool kc_worker_is_alive(kc_worker *w); /* false while a replacement is still starting */
 pid_t kc_worker_pid(const kc_worker *w); /* host pid, 0 when none */
 /* Kills (when alive) and frees.  Safe with NULL. */
 void kc_worker_free(kc_worker *w);
