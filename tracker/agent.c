@@ -42,6 +42,7 @@ struct kc_agent {
   bool put_pending; /* a fresh matchkey still has to be PUT */
   double next_check, missing_since;
   pid_t child;
+  bool child_reaped;
   int child_pidfd;
   double child_deadline;
   char child_dir[512];
@@ -189,8 +190,18 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
 
 uint16_t kc_agent_port(const kc_agent *a) { return a->port; }
 
+static int g_chld_fd = -1;
+static void on_sigchld(int sig) {
+  (void)sig;
+  int e = errno;
+  char c = 'c';
+  if (g_chld_fd >= 0 && write(g_chld_fd, &c, 1) < 0) {
+  }
+  errno = e;
+}
+
 void kc_agent_stop(kc_agent *a) {
-  char c = 1;
+  char c = 's';
   ssize_t n = write(a->stop_pipe[1], &c, 1);
   (void)n;
 }
@@ -242,6 +253,7 @@ static void connect_tracker(kc_agent *a) {
     drop_tracker(a, err.msg);
     return;
   }
+  kc_tcp_keepalive(kc_tracker_fd(a->trk), 15);
   char sk[KC_TRACKER_MAX_KEY + 16];
   snprintf(sk, sizeof sk, "server:%s", a->o.key);
   if (call0(a, json_pack("[i, {s:s, s:[o, i]}]", KC_TRK_UPDATE_INFO, "key", sk, "addr",
@@ -294,12 +306,26 @@ static void check_pending(kc_agent *a) {
 
 /* ---- sessions -------------------------------------------------------------------- */
 
+/* The agent is a child subreaper: whatever a session's pool leaves behind when the
+ * session process dies is reparented here and reaped, never left as a zombie. */
+static void reap_orphans(kc_agent *a) {
+  pid_t p;
+  int st;
+  while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+    if (p == a->child)
+      a->child_reaped = true;
+}
+
 static void end_session(kc_agent *a) {
   if (a->child <= 0)
     return;
   kill(-a->child, SIGKILL); /* anything the session left behind in its group */
-  kill(a->child, SIGKILL);
-  waitpid(a->child, NULL, 0);
+  if (!a->child_reaped) {
+    kill(a->child, SIGKILL);
+    waitpid(a->child, NULL, 0);
+  }
+  a->child_reaped = false;
+  reap_orphans(a);
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
   a->child_pidfd = -1;
@@ -335,6 +361,10 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
     setpgid(0, 0);
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* an agent that dies takes its session along */
     signal(SIGTERM, SIG_DFL);
+    signal(SIGCHLD, SIG_DFL);
+    g_chld_fd = -1;
+    close(a->stop_pipe[0]);
+    close(a->stop_pipe[1]);
     signal(SIGINT, SIG_DFL);
     if (a->lfd >= 0)
       close(a->lfd);
@@ -360,6 +390,7 @@ static void on_connection(kc_agent *a) {
   kc_cleanup_close int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
   if (fd < 0)
     return;
+  kc_tcp_keepalive(fd, 30); /* a vanished client does not hold the device forever */
   double deadline = kc_deadline(2);
   uint32_t magic, len;
   kc_error err = {0};
@@ -404,7 +435,12 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
   (void)err;
   a->backoff = 0.05;
   a->next_connect = 0;
-  for (;;) {
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  g_chld_fd = a->stop_pipe[1];
+  struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
+  sigaction(SIGCHLD, &sa, NULL);
+  bool stop = false;
+  while (!stop) {
     double now = kc_now();
     if (!a->trk && now >= a->next_connect)
       connect_tracker(a);
@@ -438,9 +474,17 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       return kc_error_set(err, errno, "poll");
     if (n <= 0)
       continue;
-    if (p[0].revents)
-      break;
-    if (p[3].revents)
+    if (p[0].revents) {
+      char buf[64];
+      ssize_t r = read(a->stop_pipe[0], buf, sizeof buf);
+      for (ssize_t i = 0; i < r; i++)
+        if (buf[i] == 's')
+          stop = true;
+      if (stop)
+        break;
+    }
+    reap_orphans(a);
+    if (p[3].revents || (a->child > 0 && a->child_reaped))
       end_session(a);
     if (p[2].revents && a->trk) {
       /* The tracker never speaks first: readable means it closed or reset. */
@@ -461,8 +505,11 @@ void kc_agent_free(kc_agent *a) {
     return;
   if (a->child > 0) {
     kill(-a->child, SIGKILL);
-    kill(a->child, SIGKILL);
-    waitpid(a->child, NULL, 0);
+    if (!a->child_reaped) {
+      kill(a->child, SIGKILL);
+      waitpid(a->child, NULL, 0);
+    }
+    reap_orphans(a);
     if (a->child_dir[0])
       nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
   }

@@ -534,8 +534,12 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
     }
   }
   kc_tracker_close(c);
-  return kc_error_set(err, last.code, "Cannot request %s after %u retry, last_error:%s", key,
-                      i < tries ? i + 1 : tries, last.msg);
+  /* last.msg already carries its strerror: keep the code without repeating it. */
+  kc_error_set(err, 0, "Cannot request %s after %u retry, last_error:%s", key,
+               i < tries ? i + 1 : tries, last.msg);
+  if (err)
+    err->code = last.code ? last.code : EIO;
+  return -1;
 }
 
 int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
@@ -561,8 +565,16 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
       return 0;
     double took = kc_now() - t0;
     if (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95)
-      return kc_error_set(err, ETIMEDOUT, "Session timeout when running on %s: %s", key, last.msg);
+    {
+      kc_error_set(err, 0, "Session timeout when running on %s: %s", key, last.msg);
+      if (err)
+        err->code = ETIMEDOUT;
+      return -1;
+    }
   }
-  return kc_error_set(err, last.code, "Failed to run on %s after %u retry, last_error:%s", key,
-                      max_retry, last.msg);
+  kc_error_set(err, 0, "Failed to run on %s after %u retry, last_error:%s", key, max_retry,
+               last.msg);
+  if (err)
+    err->code = last.code ? last.code : EIO;
+  return -1;
 }

@@ -3,6 +3,8 @@
 #include <endian.h>
 #include <errno.h>
 #include <poll.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,4 +90,15 @@ int kc_read_u32(int fd, uint32_t *v, double deadline, kc_error *err) {
     return -1;
   *v = le32toh(le);
   return 0;
+}
+
+void kc_tcp_keepalive(int fd, int seconds) {
+  int one = 1, idle = seconds / 3 > 0 ? seconds / 3 : 1, intvl = seconds / 6 > 0 ? seconds / 6 : 1,
+      cnt = 3;
+  unsigned uto = (unsigned)seconds * 1000u;
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
 }

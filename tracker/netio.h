@@ -16,5 +16,7 @@ int kc_write_all(int fd, const void *buf, size_t len, double deadline, kc_error 
 int kc_read_exact(int fd, void *buf, size_t len, double deadline, kc_error *err);
 int kc_write_u32(int fd, uint32_t v, double deadline, kc_error *err);
 int kc_read_u32(int fd, uint32_t *v, double deadline, kc_error *err);
+/* Silent peers (no FIN/RST) are dropped after about `seconds`. */
+void kc_tcp_keepalive(int fd, int seconds);
 
 #endif

@@ -89,8 +89,9 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
   if (!strcmp(json_string_value(json_object_get(r, "op")), "error")) {
     const char *m = json_string_value(json_object_get(r, "message"));
     const char *code = json_string_value(json_object_get(r, "code"));
-    kc_error_set(err, code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO,
-                 "device agent: %s", m ? m : "error");
+    kc_error_set(err, 0, "device agent: %s", m ? m : "error");
+    if (err)
+      err->code = code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO;
     json_decref(r);
     return -1;
   }
@@ -195,6 +196,7 @@ static void on_alarm(int sig) {
     ssize_t n = write(g_fd, g_timeout_frame, g_timeout_len);
     (void)n;
   }
+  kill(0, SIGKILL); /* the session's process group: this process and its pool */
   _exit(3);
 }
 

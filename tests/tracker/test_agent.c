@@ -267,6 +267,26 @@ static void test_remote_bench_same_records(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
 }
 
+/* A session that runs past its timeout in the middle of a batch (a kernel that never
+ * returns) is ended by the agent; the client hears of it and the device comes back. */
+static void test_session_timeout_mid_batch(void **state) {
+  fixture *f = *state;
+  char args[256] = "";
+  FILE *af = fopen(KC_EXAMPLES "/ARGS", "r");
+  assert_non_null(af);
+  assert_non_null(fgets(args, sizeof args, af));
+  fclose(af);
+  args[strcspn(args, "\n")] = '\0';
+  const char *argv[] = {"bench", "--tracker", f->tracker, "--key", "cpu", "--session-timeout", "2",
+                        "--args", args, "--timeout", "30", KC_EXAMPLES "/infinite_loop.c", NULL};
+  double t0 = now_s();
+  int rc = proc_run(argv, 20);
+  double took = now_s() - t0;
+  assert_true(rc > 0);
+  assert_true(took >= 1.8 && took < 6);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -277,6 +297,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_handshake_codes, setup, teardown),
       cmocka_unit_test(test_tracker_restart),
       cmocka_unit_test_setup_teardown(test_remote_bench_same_records, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
