@@ -1,0 +1,31 @@
+/* Capabilities: after setup the sandbox holds none, in any set, and can never regain
+ * one (bounding set emptied, ambient cleared, no_new_privs). */
+#include "kcage/sandbox_parts.h"
+
+#include <errno.h>
+#include <linux/capability.h>
+#include <sys/capability.h>
+#include <sys/prctl.h>
+
+int kc_sandbox_drop_caps(kc_error *err) {
+  /* The bounding set needs CAP_SETPCAP, so it goes first, while we still hold it. */
+  for (cap_value_t c = 0; c <= CAP_LAST_CAP; c++) {
+    /* Dropping needs CAP_SETPCAP even for an absent capability: skip those, so a
+     * process that already dropped everything can call this again. */
+    if (cap_get_bound(c) != 1)
+      continue;
+    if (cap_drop_bound(c) < 0)
+      return kc_error_set(err, errno, "drop bounding capability %d", (int)c);
+  }
+  if (cap_reset_ambient() < 0 && errno != EINVAL)
+    return kc_error_set(err, errno, "clear ambient capabilities");
+  cap_t none = cap_init(); /* all three sets empty */
+  if (!none)
+    return kc_error_set(err, errno, "cap_init");
+  int rc = cap_set_proc(none);
+  int e = errno;
+  cap_free(none);
+  if (rc < 0)
+    return kc_error_set(err, e, "drop capabilities");
+  return 0;
+}

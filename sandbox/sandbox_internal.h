@@ -1,0 +1,95 @@
+/* Private to the sandbox core (spawn, init, fs, wait): the spawn plan computed by the
+ * parent before clone3 so the child allocates nothing it could fail on. */
+#ifndef KCAGE_SANDBOX_INTERNAL_H
+#define KCAGE_SANDBOX_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "kcage/cgroup.h"
+#include "kcage/policy.h"
+#include "kcage/sandbox.h"
+
+/* Inside uid/gid 0 is mapped to this host id when kcage runs as root, so the program
+ * never holds a host-root credential (files it writes through a --bind are owned by
+ * nobody on the host).  As an ordinary user the only possible map is the caller's id. */
+#define KC_SANDBOX_HOST_ID 65534
+
+/* Where the old root is reachable during setup (between the two halves of pivot). */
+#define KC_OLDROOT "/.kcage-oldroot"
+
+typedef enum kc_mnt_kind {
+  KC_MNT_RO,
+  KC_MNT_RW,
+  KC_MNT_TMPFS,
+  KC_MNT_PROC,
+  KC_MNT_DEV,
+  KC_MNT_SYMLINK,
+} kc_mnt_kind;
+
+typedef struct kc_mnt {
+  kc_mnt_kind kind;
+  char src[PATH_MAX]; /* binds: host real path; symlink: target */
+  char dst[PATH_MAX]; /* absolute path inside */
+  uint64_t size;
+  bool is_dir; /* binds: mount point is a directory (else a file) */
+} kc_mnt;
+
+/* Child-side report kinds on the setup pipe. */
+enum { KC_REPORT_SETUP = 1, KC_REPORT_EXEC = 2 };
+
+typedef struct kc_setup_report {
+  int32_t kind;
+  int32_t err;
+  char msg[480];
+} kc_setup_report;
+
+/* Everything the clone3 child needs, prepared by the parent. */
+typedef struct kc_plan {
+  const kc_policy *policy;
+  kc_policy_namespaces ns;
+  kc_mnt *mnts;
+  size_t n_mnts;
+  char cwd[PATH_MAX];
+  char exe[PATH_MAX]; /* argv[0] as given */
+  char *const *argv;
+  char *const *envp;
+  const char *path_env; /* PATH used to resolve argv[0] */
+  double cpu_s;         /* RLIMIT_CPU backstop (0 = none) */
+  bool cgroup_cpu;      /* the parent polls cgroup CPU time: the rlimit is only a backstop */
+  bool new_net;
+  /* fds as numbered in the child after kc__child_fds() */
+  int sync_rd, report_wr, status_wr, sock_wr, stdin_fd, out_wr, err_wr;
+} kc_plan;
+
+/* A started sandbox (parent side). */
+struct kc_sandbox {
+  pid_t pid; /* host pid of our init */
+  int pidfd;
+  bool reaped;
+  kc_cgroup *cg;
+  kc_cgroup_counters base; /* counters at creation: verdicts use deltas */
+  int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;
+  int fwd_out, fwd_err;
+  const kc_policy *policy;
+  kc_limits lim;
+  double t0;
+};
+
+double kc__now(void);
+
+/* fs.c */
+int kc__fs_build_default(kc_mnt **mnts, size_t *n, kc_error *err);
+int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extra, kc_mnt **out,
+                size_t *n_out, kc_error *err);
+int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err);
+
+/* init.c: the clone3 child.  Never returns. */
+__attribute__((noreturn)) void kc__child_main(kc_plan *plan);
+
+/* Fallback policy pieces when no policy was given. */
+extern const kc_policy_namespaces kc__all_namespaces;
+
+#endif

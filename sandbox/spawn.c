@@ -1,0 +1,310 @@
+/* Parent side of the start: the plan, the cgroup, clone3 into every namespace (and
+ * straight into the v2 cgroup), id maps, then "go". */
+#include "kcage/sandbox_parts.h"
+#include "sandbox_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kcage/cleanup.h"
+
+const kc_policy_namespaces kc__all_namespaces = {
+    .user = true, .pid = true, .mount = true, .ipc = true, .uts = true, .cgroup = true,
+    .net = true};
+
+static char *const default_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                                    "LANG=C.UTF-8", NULL};
+
+double kc__now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void kc_sandbox_config_init(kc_sandbox_config *c) {
+  memset(c, 0, sizeof *c);
+  c->stdin_fd = c->stdout_fd = c->stderr_fd = c->netns_fd = -1;
+}
+
+static void close_fd(int *fd) {
+  if (*fd >= 0)
+    close(*fd);
+  *fd = -1;
+}
+
+static int write_file(const char *path, const char *s, kc_error *err) {
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return kc_error_set(err, errno, "open %s", path);
+  size_t len = strlen(s);
+  ssize_t n = write(fd, s, len);
+  int e = errno;
+  close(fd);
+  if (n != (ssize_t)len)
+    return kc_error_set(err, n < 0 ? e : EIO, "write %s", path);
+  return 0;
+}
+
+/* Inside 0 -> host nobody as root (never host root); as a user, the only choice. */
+static int write_id_maps(pid_t pid, kc_error *err) {
+  char path[64], map[64];
+  uid_t uid = geteuid();
+  gid_t gid = getegid();
+  if (uid != 0) {
+    snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+    if (write_file(path, "deny", err) < 0)
+      return -1;
+  } else {
+    uid = KC_SANDBOX_HOST_ID;
+    gid = KC_SANDBOX_HOST_ID;
+  }
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)uid);
+  snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+  if (write_file(path, map, err) < 0)
+    return -1;
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)gid);
+  snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+  return write_file(path, map, err);
+}
+
+static uint64_t pick_u64(uint64_t a, uint64_t b) { return a ? a : b; }
+static double pick_d(double a, double b) { return a > 0 ? a : b; }
+
+static const char *env_path(char *const *envp) {
+  for (size_t i = 0; envp && envp[i]; i++)
+    if (!strncmp(envp[i], "PATH=", 5))
+      return envp[i] + 5;
+  return NULL;
+}
+
+void kc_sandbox_free(kc_sandbox *sb) {
+  if (!sb)
+    return;
+  if (sb->pidfd >= 0 && !sb->reaped) {
+    kc_sandbox_kill(sb);
+    siginfo_t si;
+    waitid(P_PIDFD, sb->pidfd, &si, WEXITED);
+  }
+  if (sb->cg)
+    kc_cgroup_destroy(sb->cg);
+  close_fd(&sb->pidfd);
+  close_fd(&sb->report_rd);
+  close_fd(&sb->status_rd);
+  close_fd(&sb->sock_rd);
+  close_fd(&sb->listener);
+  close_fd(&sb->out_rd);
+  close_fd(&sb->err_rd);
+  free(sb);
+}
+
+pid_t kc_sandbox_pid(const kc_sandbox *sb) { return sb ? sb->pid : -1; }
+
+int kc_sandbox_kill(kc_sandbox *sb) {
+  if (!sb || sb->reaped)
+    return 0;
+  int rc = 0;
+  /* SIGKILL to our PID 1 takes the whole pid namespace down at once; the cgroup kill
+   * also covers anything that is not (yet) in it. */
+  if (sb->pidfd >= 0 && syscall(SYS_pidfd_send_signal, sb->pidfd, SIGKILL, NULL, 0) < 0 &&
+      errno != ESRCH)
+    rc = -1;
+  if (sb->cg) {
+    kc_error e;
+    if (kc_cgroup_kill(sb->cg, &e) < 0)
+      rc = -1;
+  }
+  return rc;
+}
+
+static atomic_uint run_counter;
+
+int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err) {
+  *out = NULL;
+  if (!c->argv || !c->argv[0] || !c->argv[0][0])
+    return kc_error_set(err, EINVAL, "no program to run");
+  const kc_policy_spec *spec = c->policy ? kc_policy_get_spec(c->policy) : NULL;
+
+  kc_sandbox *sb = calloc(1, sizeof *sb);
+  if (!sb)
+    return kc_error_set(err, ENOMEM, "sandbox");
+  sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
+  sb->out_rd = sb->err_rd = -1;
+  sb->fwd_out = c->stdout_fd;
+  sb->fwd_err = c->stderr_fd;
+  sb->policy = c->policy;
+  kc_limits *l = &sb->lim;
+  *l = c->limits;
+  if (spec) {
+    l->memory_bytes = pick_u64(l->memory_bytes, spec->memory_bytes);
+    l->cpu_s = pick_d(l->cpu_s, spec->cpu_s);
+    l->wall_s = pick_d(l->wall_s, spec->wall_s);
+    l->pids = l->pids ? l->pids : spec->pids;
+    l->cpus = pick_d(l->cpus, spec->cpus);
+    l->output_bytes = pick_u64(l->output_bytes, spec->output_bytes);
+  }
+
+  kc_plan plan;
+  memset(&plan, 0, sizeof plan);
+  plan.policy = c->policy;
+  plan.ns = spec ? spec->ns : kc__all_namespaces;
+  /* The user namespace is what makes every other one (and no host root) possible. */
+  plan.ns.user = true;
+  plan.argv = c->argv;
+  plan.envp = c->envp ? c->envp : default_env;
+  plan.path_env = env_path(plan.envp);
+  snprintf(plan.exe, sizeof plan.exe, "%s", c->argv[0]);
+  const char *cwd = c->cwd ? c->cwd : (spec && spec->cwd ? spec->cwd : "/");
+  snprintf(plan.cwd, sizeof plan.cwd, "%s", cwd);
+  plan.cpu_s = l->cpu_s;
+  plan.new_net = plan.ns.net && c->netns_fd < 0;
+  if (plan.ns.mount &&
+      kc__fs_plan(spec, c->mounts, c->n_mounts, &plan.mnts, &plan.n_mnts, err) < 0) {
+    free(sb);
+    return kc_error_prefix(err, "mounts");
+  }
+
+  int rc = -1;
+  int sync_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, st_p[2] = {-1, -1}, sock_p[2] = {-1, -1};
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+  int devnull = -1, self_net = -1;
+
+  if (kc_cgroup_detect() != KC_CGROUP_NONE) {
+    kc_cgroup_limits cl = {.memory_bytes = l->memory_bytes, .pids = l->pids, .cpus = l->cpus};
+    char name[64];
+    snprintf(name, sizeof name, "run-%d-%u", (int)getpid(), atomic_fetch_add(&run_counter, 1));
+    if (kc_cgroup_create(name, &cl, &sb->cg, err) < 0) {
+      kc_error_prefix(err, "cgroup");
+      goto out;
+    }
+    if (kc_cgroup_read(sb->cg, &sb->base, err) < 0) {
+      kc_error_prefix(err, "cgroup counters");
+      goto out;
+    }
+    plan.cgroup_cpu = sb->base.cpu_usec >= 0;
+  } else if (l->memory_bytes || l->pids || l->cpus) {
+    kc_error_set(err, ENOTSUP, "memory/pids/cpus limits need cgroups, and this host has none");
+    goto out;
+  }
+
+  if (pipe2(sync_p, O_CLOEXEC) < 0 || pipe2(rep_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0 ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock_p) < 0 ||
+      pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
+    kc_error_set(err, errno, "pipes");
+    goto out;
+  }
+  if (c->stdin_fd < 0) {
+    devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) {
+      kc_error_set(err, errno, "open /dev/null");
+      goto out;
+    }
+  }
+  plan.sync_rd = sync_p[0];
+  plan.report_wr = rep_p[1];
+  plan.status_wr = st_p[1];
+  plan.sock_wr = sock_p[1];
+  plan.stdin_fd = c->stdin_fd >= 0 ? c->stdin_fd : devnull;
+  plan.out_wr = out_p[1];
+  plan.err_wr = err_p[1];
+
+  uint64_t flags = CLONE_PIDFD | CLONE_NEWUSER;
+  if (plan.ns.pid)
+    flags |= CLONE_NEWPID;
+  if (plan.ns.mount)
+    flags |= CLONE_NEWNS;
+  if (plan.ns.ipc)
+    flags |= CLONE_NEWIPC;
+  if (plan.ns.uts)
+    flags |= CLONE_NEWUTS;
+  if (plan.ns.cgroup)
+    flags |= CLONE_NEWCGROUP;
+  if (plan.new_net)
+    flags |= CLONE_NEWNET;
+  int cgfd = sb->cg ? kc_cgroup_v2_fd(sb->cg) : -1;
+  if (cgfd >= 0)
+    flags |= CLONE_INTO_CGROUP;
+
+  /* Joining a given netns: the parent steps into it for the clone (setns is per
+   * thread), since the child, in its new user namespace, may not. */
+  if (c->netns_fd >= 0) {
+    self_net = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (self_net < 0 || setns(c->netns_fd, CLONE_NEWNET) < 0) {
+      kc_error_set(err, errno, "join network namespace");
+      goto out;
+    }
+  }
+  int pidfd = -1;
+  struct clone_args ca;
+  memset(&ca, 0, sizeof ca);
+  ca.flags = flags;
+  ca.pidfd = (uint64_t)(uintptr_t)&pidfd;
+  ca.exit_signal = SIGCHLD;
+  ca.cgroup = cgfd >= 0 ? (uint64_t)cgfd : 0;
+  long pid = syscall(SYS_clone3, &ca, sizeof ca);
+  int clone_errno = errno;
+  if (pid == 0)
+    kc__child_main(&plan); /* never returns */
+  if (self_net >= 0 && setns(self_net, CLONE_NEWNET) < 0) {
+    /* Cannot happen short of a kernel bug; staying in the sandbox's netns is not an
+     * option for the rest of this process. */
+    abort();
+  }
+  if (pid < 0) {
+    kc_error_set(err, clone_errno, "clone3");
+    goto out;
+  }
+  sb->pid = (pid_t)pid;
+  sb->pidfd = pidfd;
+  close_fd(&sync_p[0]);
+  if (write_id_maps(sb->pid, err) < 0 ||
+      (sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) ||
+      write(sync_p[1], "g", 1) != 1) {
+    kc_error_prefix(err, "start sandbox");
+    goto out;
+  }
+  sb->t0 = kc__now();
+  sb->report_rd = kc_steal_fd(rep_p[0]);
+  sb->status_rd = kc_steal_fd(st_p[0]);
+  sb->sock_rd = kc_steal_fd(sock_p[0]);
+  sb->out_rd = kc_steal_fd(out_p[0]);
+  sb->err_rd = kc_steal_fd(err_p[0]);
+  fcntl(sb->out_rd, F_SETFL, O_NONBLOCK);
+  fcntl(sb->err_rd, F_SETFL, O_NONBLOCK);
+  fcntl(sb->status_rd, F_SETFL, O_NONBLOCK);
+  fcntl(sb->report_rd, F_SETFL, O_NONBLOCK);
+  rc = 0;
+out:
+  close_fd(&sync_p[0]);
+  close_fd(&sync_p[1]);
+  close_fd(&rep_p[0]);
+  close_fd(&rep_p[1]);
+  close_fd(&st_p[0]);
+  close_fd(&st_p[1]);
+  close_fd(&sock_p[0]);
+  close_fd(&sock_p[1]);
+  close_fd(&out_p[0]);
+  close_fd(&out_p[1]);
+  close_fd(&err_p[0]);
+  close_fd(&err_p[1]);
+  close_fd(&devnull);
+  close_fd(&self_net);
+  free(plan.mnts);
+  if (rc < 0) {
+    kc_sandbox_free(sb);
+    return -1;
+  }
+  *out = sb;
+  return 0;
+}
