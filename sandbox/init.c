@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,14 +127,9 @@ __attribute__((noreturn)) static void program_main(kc_plan *p) {
     fail(KC_REPORT_EXEC, e, msg);
   }
   int listener = -1;
-  if (kc_sandbox_lockdown(p->policy, p->cgroup_cpu ? p->cpu_s + 1 : p->cpu_s, &listener, &err) <
-      0)
+  if (kc_sandbox_lockdown(p->policy, p->cgroup_cpu ? p->cpu_s + 1 : p->cpu_s, p->sock_wr,
+                          &listener, &err) < 0)
     fail_err(&err);
-  if (listener >= 0) {
-    if (kc_sandbox_send_fd(p->sock_wr, listener, &err) < 0)
-      fail_err(&err);
-    close(listener);
-  }
   close(p->sock_wr);
   execve(path, p->argv, p->envp);
   e = errno;
@@ -168,20 +164,27 @@ __attribute__((noreturn)) static void init_loop(pid_t prog, int status_wr) {
 
 void kc__child_main(kc_plan *p) {
   kc_error err = {0};
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
   compact_fds(p);
   report_fd = p->report_wr;
   /* The parent writes our id maps and puts us in the cgroups first; EOF = it died. */
   char go;
   if (read(p->sync_rd, &go, 1) != 1)
     _exit(125);
-  close(p->sync_rd);
   if (setgroups(0, NULL) < 0 && errno != EPERM)
     fail(KC_REPORT_SETUP, errno, "setgroups");
   if (setresgid(0, 0, 0) < 0)
     fail(KC_REPORT_SETUP, errno, "setresgid");
   if (setresuid(0, 0, 0) < 0)
     fail(KC_REPORT_SETUP, errno, "setresuid");
+  /* After the credential change, which clears it.  The parent keeps its end of the
+   * sync pipe open for as long as it supervises us: a hang-up means it died before
+   * the death signal was armed. */
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
+    fail(KC_REPORT_SETUP, errno, "pdeathsig");
+  struct pollfd alive = {p->sync_rd, POLLIN, 0};
+  if (poll(&alive, 1, 0) != 0)
+    _exit(125);
+  close(p->sync_rd);
   if (p->new_net && kc_sandbox_lo_up(&err) < 0)
     fail_err(&err);
   if (p->ns.uts && sethostname("kcage", 5) < 0)

@@ -68,6 +68,7 @@ typedef struct kc_plan {
 struct kc_sandbox {
   pid_t pid; /* host pid of our init */
   int pidfd;
+  int sync_wr; /* held open while we supervise: its hang-up tells init we died */
   bool reaped;
   kc_cgroup *cg;
   kc_cgroup_counters base; /* counters at creation: verdicts use deltas */

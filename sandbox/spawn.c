@@ -100,6 +100,7 @@ void kc_sandbox_free(kc_sandbox *sb) {
   if (sb->cg)
     kc_cgroup_destroy(sb->cg);
   close_fd(&sb->pidfd);
+  close_fd(&sb->sync_wr);
   close_fd(&sb->report_rd);
   close_fd(&sb->status_rd);
   close_fd(&sb->sock_rd);
@@ -139,7 +140,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   kc_sandbox *sb = calloc(1, sizeof *sb);
   if (!sb)
     return kc_error_set(err, ENOMEM, "sandbox");
-  sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
+  sb->sync_wr = sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
   sb->out_rd = sb->err_rd = -1;
   sb->fwd_out = c->stdout_fd;
   sb->fwd_err = c->stderr_fd;
@@ -275,6 +276,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
     goto out;
   }
   sb->t0 = kc__now();
+  sb->sync_wr = kc_steal_fd(sync_p[1]);
   sb->report_rd = kc_steal_fd(rep_p[0]);
   sb->status_rd = kc_steal_fd(st_p[0]);
   sb->sock_rd = kc_steal_fd(sock_p[0]);

@@ -194,7 +194,7 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
       if (i_sock >= 0 && pf[i_sock].revents) {
         int fd = -1;
         kc_error e;
-        if (kc_sandbox_recv_fd(sb->sock_rd, &fd, &e) == 0)
+        if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
           sb->listener = fd;
         close_fd(&sb->sock_rd);
       }

@@ -40,14 +40,13 @@ int kc_sandbox_drop_caps(kc_error *err);
 int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err);
 
 /* rlimits + kc_sandbox_drop_caps + no_new_privs + dumpable off + the policy's seccomp
- * filter (policy may be NULL: no filter).  *listener_fd gets the seccomp listener
- * (-1 when the policy notifies nothing): hand it to the supervisor and close it
- * before untrusted code runs (see sandbox/seccomp_notify.h). */
-int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int *listener_fd, kc_error *err);
-
-/* Send / receive one fd over a unix socket (SCM_RIGHTS). */
-int kc_sandbox_send_fd(int sock, int fd, kc_error *err);
-int kc_sandbox_recv_fd(int sock, int *fd, kc_error *err);
+ * filter (policy may be NULL: no filter).  With handoff_sock >= 0 the seccomp listener
+ * goes to the supervisor over that unix socket (kc_seccomp_install_and_send; the
+ * supervisor takes it with kc_seccomp_recv_listener) and *listener_fd is -1; with
+ * handoff_sock < 0, *listener_fd gets it (-1 when the policy notifies nothing): hand
+ * it over and close it before untrusted code runs (see sandbox/seccomp_notify.h). */
+int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
+                        int *listener_fd, kc_error *err);
 
 #ifdef __cplusplus
 }
