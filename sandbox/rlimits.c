@@ -4,7 +4,6 @@
 #include "kcage/sandbox_parts.h"
 
 #include <errno.h>
-#include <math.h>
 #include <sys/resource.h>
 
 static int set_one(int res, rlim_t soft, rlim_t hard, kc_error *err) {
@@ -36,7 +35,9 @@ int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err)
   if (cpu_s > 0) {
     /* SIGXCPU at the soft limit (our init is PID 1, so the program gets the default
      * action), SIGKILL one second later. */
-    rlim_t soft = (rlim_t)ceil(cpu_s);
+    rlim_t soft = (rlim_t)cpu_s;
+    if ((double)soft < cpu_s)
+      soft++;
     if (set_one(RLIMIT_CPU, soft, soft + 1, err) < 0)
       return -1;
   }

@@ -43,6 +43,9 @@ typedef struct wait_state {
   bool init_exited;
 } wait_state;
 
+/* No libm in the sandbox library. */
+static inline double dmin(double a, double b) { return a < b ? a : b; }
+
 static void copy_str(char *dst, size_t size, const char *src) {
   size_t l = strnlen(src, size - 1);
   memcpy(dst, src, l);
@@ -177,12 +180,12 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
       i_err = n, pf[n++] = (struct pollfd){sb->err_rd, POLLIN, 0};
 
     double now = kc__now();
-    double next = fmin(wall_deadline, kill_deadline);
+    double next = dmin(wall_deadline, kill_deadline);
     if (cpu_poll && ws.reason == KILL_NONE)
-      next = fmin(next, now + 0.01);
+      next = dmin(next, now + 0.01);
     int timeout = -1;
     if (isfinite(next))
-      timeout = next <= now ? 0 : (int)ceil((next - now) * 1000.0);
+      timeout = next <= now ? 0 : (int)((next - now) * 1000.0) + 1;
     int pr = poll(pf, (nfds_t)n, timeout);
     if (pr < 0 && errno != EINTR)
       return kc_error_set(err, errno, "poll");

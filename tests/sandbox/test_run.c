@@ -1,0 +1,205 @@
+/* `kcage run` end to end: exit statuses, records, options (real sandboxes). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <sys/stat.h>
+
+#include "kc_run_helper.h"
+#include "kcage/policy.h"
+#include "kcage/sandbox.h"
+
+#define RUN(o, ...)                                                                                \
+  do {                                                                                             \
+    const char *a_[] = {__VA_ARGS__, NULL};                                                        \
+    assert_int_equal(kc_test_run(a_, (o)), 0);                                                     \
+  } while (0)
+
+static void check_clean(const kc_run_out *o) {
+  assert_true(kc_test_no_cgroup_left(o->kcage_pid));
+  assert_true(kc_test_no_stray_mount());
+}
+
+static void done(kc_run_out *o) {
+  check_clean(o);
+  json_decref(o->report);
+}
+
+static void test_true_ok(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "/bin/true");
+  assert_int_equal(o.exit_status, 0);
+  assert_string_equal(kc_test_str(&o, "status"), "ok");
+  assert_int_equal(kc_test_int(&o, "exit_code"), 0);
+  assert_true(json_is_null(json_object_get(o.report, "signal")));
+  assert_true(json_is_real(json_object_get(o.report, "wall_s")));
+  done(&o);
+}
+
+static void test_exit_3(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "sh", "-c", "exit 3");
+  assert_int_equal(o.exit_status, 3);
+  assert_string_equal(kc_test_str(&o, "status"), "exited");
+  assert_int_equal(kc_test_int(&o, "exit_code"), 3);
+  done(&o);
+}
+
+static void test_signaled(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "sh", "-c", "kill -SEGV $$");
+  assert_int_equal(o.exit_status, 128 + 11);
+  assert_string_equal(kc_test_str(&o, "status"), "signaled");
+  assert_int_equal(kc_test_int(&o, "signal"), 11);
+  assert_string_equal(kc_test_str(&o, "signal_name"), "SIGSEGV");
+  done(&o);
+}
+
+static void test_not_found_127(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "/no/such/program");
+  assert_int_equal(o.exit_status, 127);
+  assert_string_equal(kc_test_str(&o, "status"), "setup_error");
+  assert_non_null(kc_test_str(&o, "message"));
+  done(&o);
+  RUN(&o, "--", "no-such-program-in-path");
+  assert_int_equal(o.exit_status, 127);
+  done(&o);
+}
+
+static void test_not_executable_126(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "/usr/lib/os-release"); /* a regular file without x bits, bound in */
+  assert_int_equal(o.exit_status, 126);
+  assert_string_equal(kc_test_str(&o, "status"), "setup_error");
+  done(&o);
+  RUN(&o, "--", "/usr"); /* a directory */
+  assert_int_equal(o.exit_status, 126);
+  done(&o);
+}
+
+static void test_bad_usage_2(void **s) {
+  (void)s;
+  kc_run_out o;
+  const char *cases[][4] = {{"--memory", "lots", "--", "/bin/true"},
+                            {"--wall", "-1", "--", "/bin/true"},
+                            {"--pids", "0", "--", "/bin/true"},
+                            {"--no-such-option", "--", "/bin/true", NULL},
+                            {"--tmpfs", "relative", "--", "/bin/true"},
+                            {"--", NULL, NULL, NULL}};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    assert_int_equal(kc_test_run(cases[i], &o), 0);
+    assert_int_equal(o.exit_status, 2);
+    json_decref(o.report);
+  }
+  RUN(&o, "--policy", "/no/such.policy", "--", "/bin/true");
+  assert_int_equal(o.exit_status, 125);
+  json_decref(o.report);
+}
+
+static void test_help(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--help");
+  assert_int_equal(o.exit_status, 0);
+  assert_non_null(strstr(o.out, "--report FILE"));
+  json_decref(o.report);
+}
+
+static void test_output_env_cwd(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--env", "KC_X=hello", "--cwd", "/tmp", "--", "sh", "-c", "echo $KC_X; pwd; id -u");
+  assert_int_equal(o.exit_status, 0);
+  assert_string_equal(o.out, "hello\n/tmp\n0\n");
+  done(&o);
+}
+
+/* Inside uid 0 is host nobody, never host root. */
+static void test_uid_map(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--", "cat", "/proc/self/uid_map");
+  assert_int_equal(o.exit_status, 0);
+  unsigned in, host, count;
+  assert_int_equal(sscanf(o.out, "%u %u %u", &in, &host, &count), 3);
+  assert_int_equal(in, 0);
+  assert_int_not_equal(host, 0);
+  assert_int_equal(count, 1);
+  done(&o);
+}
+
+static void test_binds_and_tmpfs(void **s) {
+  (void)s;
+  char dir[] = "/tmp/kc-test-bind-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  chmod(dir, 0777);
+  char file[128], spec_ro[160], spec_rw[160];
+  snprintf(file, sizeof file, "%s/in.txt", dir);
+  FILE *f = fopen(file, "w");
+  assert_non_null(f);
+  fputs("from-host\n", f);
+  fclose(f);
+  snprintf(spec_ro, sizeof spec_ro, "%s:/data", dir);
+  kc_run_out o;
+  RUN(&o, "--ro-bind", spec_ro, "--tmpfs", "/scratch:1M", "--", "sh", "-c",
+      "cat /data/in.txt; echo x > /data/new 2>/dev/null && echo WROTE; "
+      "echo y > /scratch/ok && cat /scratch/ok");
+  assert_int_equal(o.exit_status, 0);
+  assert_string_equal(o.out, "from-host\ny\n");
+  done(&o);
+  snprintf(spec_rw, sizeof spec_rw, "%s:/data", dir);
+  RUN(&o, "--bind", spec_rw, "--", "sh", "-c", "echo out > /data/out.txt");
+  assert_int_equal(o.exit_status, 0);
+  done(&o);
+  char out[128];
+  snprintf(out, sizeof out, "%s/out.txt", dir);
+  struct stat st;
+  assert_int_equal(stat(out, &st), 0);
+  assert_int_not_equal(st.st_uid, 0); /* written as host nobody */
+  unlink(out);
+  unlink(file);
+  rmdir(dir);
+}
+
+/* The library API directly. */
+static void test_api(void **s) {
+  (void)s;
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load("exec", &p, &err), 0);
+  kc_sandbox_config c;
+  kc_sandbox_config_init(&c);
+  char *argv[] = {"sh", "-c", "exit 7", NULL};
+  c.policy = p;
+  c.argv = argv;
+  kc_result r;
+  assert_int_equal(kc_sandbox_run(&c, &r, &err), 0);
+  assert_int_equal(r.status, KC_STATUS_EXITED);
+  assert_int_equal(r.exit_code, 7);
+  assert_int_equal(kc_result_exit_status(&r), 7);
+  char *json = NULL;
+  assert_int_equal(kc_result_to_json(&r, &json, &err), 0);
+  assert_non_null(strstr(json, "\"status\":\"exited\""));
+  free(json);
+  kc_policy_free(p);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_true_ok),          cmocka_unit_test(test_exit_3),
+      cmocka_unit_test(test_signaled),         cmocka_unit_test(test_not_found_127),
+      cmocka_unit_test(test_not_executable_126), cmocka_unit_test(test_bad_usage_2),
+      cmocka_unit_test(test_help),             cmocka_unit_test(test_output_env_cwd),
+      cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
+      cmocka_unit_test(test_api),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
