@@ -57,6 +57,9 @@ static int write_file(const char *path, const char *s, kc_error *err) {
   return 0;
 }
 
+uid_t kc_sandbox_host_uid(void) { return geteuid() == 0 ? KC_SANDBOX_HOST_ID : geteuid(); }
+gid_t kc_sandbox_host_gid(void) { return geteuid() == 0 ? KC_SANDBOX_HOST_ID : getegid(); }
+
 /* Inside 0 -> host nobody as root (never host root); as a user, the only choice. */
 static int write_id_maps(pid_t pid, kc_error *err) {
   char path[64], map[64];

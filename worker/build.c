@@ -350,6 +350,11 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
   if (!mkdtemp(scratch))
     return kc_error_set(err, errno, "mkdtemp %s", scratch);
   chmod(scratch, 0755);
+#ifdef KC_HAVE_SANDBOX
+  /* The sandboxed compiler runs as kc_sandbox_host_uid() (never host root). */
+  if (chown(scratch, kc_sandbox_host_uid(), kc_sandbox_host_gid()) < 0 && geteuid() == 0)
+    return kc_error_set(err, errno, "chown %s", scratch);
+#endif
 
   const char *base = strrchr(source, '/') ? strrchr(source, '/') + 1 : source;
   char srcname[NAME_MAX + 1];

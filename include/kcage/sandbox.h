@@ -95,6 +95,12 @@ int kc_sandbox_kill(kc_sandbox *sb);
 pid_t kc_sandbox_pid(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);
 
+/* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0):
+ * 65534 (nobody) when kcage runs as root - never host root - else the caller's own.
+ * The source of a writable bind (KC_MOUNT_BIND) must be writable by this id. */
+uid_t kc_sandbox_host_uid(void);
+gid_t kc_sandbox_host_gid(void);
+
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);
 
