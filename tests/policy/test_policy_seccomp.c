@@ -22,6 +22,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <seccomp.h>
+
 #include "kcage/policy.h"
 #include "seccomp_notify.h"
 
@@ -391,6 +393,44 @@ static void test_foreign_abi(void **state) {
   assert_true(WIFSIGNALED(o.status));
 }
 
+/* The calls the issue names, each one by one: the verdict must name exactly it.  All
+ * arguments are zero (harmless even if a filter were wrong: EFAULT/EINVAL). */
+static void expect_raw(const char *policy, const char *name) {
+  int nr = seccomp_syscall_resolve_name(name);
+  assert_true(nr >= 0);
+  char nrs[16];
+  snprintf(nrs, sizeof nrs, "%d", nr);
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load(policy, &p, &err), 0);
+  char *argv[] = {(char *)KC_POLICY_PROBE, "raw", nrs, NULL};
+  outcome o;
+  run(p, NULL, NULL, argv, &o);
+  kc_policy_free(p);
+  if (strcmp(o.violation, name))
+    fail_msg("%s under %s: violation '%s' (status 0x%x)", name, policy, o.violation, o.status);
+  assert_true(WIFSIGNALED(o.status));
+}
+
+static void test_forbidden_lists(void **state) {
+  (void)state;
+  const char *measure_kills[] = {
+      "mount", "umount2", "pivot_root", "ptrace", "init_module", "finit_module",
+      "delete_module", "kexec_load", "bpf", "perf_event_open", "io_uring_setup",
+      "io_uring_enter", "io_uring_register", "userfaultfd", "keyctl", "add_key",
+      "request_key", "socket", "socketpair", "connect", "clone", "clone3", "fork", "vfork",
+      "memfd_create", "personality", "unshare", "setns", "process_vm_writev", "kill",
+      "open_by_handle_at", "reboot", "swapon"};
+  for (size_t i = 0; i < sizeof measure_kills / sizeof measure_kills[0]; i++)
+    expect_raw("measure", measure_kills[i]);
+  const char *exec_kills[] = {"mount",       "umount2",     "pivot_root",    "init_module",
+                              "finit_module", "delete_module", "kexec_load", "kexec_file_load",
+                              "reboot",      "swapon",      "swapoff",       "open_by_handle_at",
+                              "fsopen",      "move_mount",  "open_tree"};
+  for (size_t i = 0; i < sizeof exec_kills / sizeof exec_kills[0]; i++)
+    expect_raw("exec", exec_kills[i]);
+}
+
 static void test_precompiled(void **state) {
   (void)state;
   kc_policy *p = NULL;
@@ -445,6 +485,7 @@ int main(void) {
       cmocka_unit_test(test_measure_violations),
       cmocka_unit_test(test_exec_and_build_profiles),
       cmocka_unit_test(test_foreign_abi),
+      cmocka_unit_test(test_forbidden_lists),
       cmocka_unit_test(test_precompiled),
       cmocka_unit_test(test_plain_install_under_measure),
   };
