@@ -14,10 +14,14 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <grp.h>
 #include <unistd.h>
 
 #include "kcage/cgroup.h"
 #include "worker_internal.h"
+
+/* uid and gid 0 inside the pool's user namespace = the host's nobody */
+#define KC_ZYGOTE_IDMAP "0 65534 1\n"
 
 const char *kc_worker_binary(const kc_worker_opts *o) {
   if (o && o->worker_path)
@@ -42,6 +46,14 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return kc_error_set(err, errno, "zygote: socketpair");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  /* sync[0]: child -> parent "namespaces made"; sync[1]: parent -> child "maps written" */
+  int up[2] = {-1, -1}, down[2] = {-1, -1};
+  if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)) {
+    int e = errno;
+    close(sv[0]);
+    close(sv[1]);
+    return kc_error_set(err, e, "zygote: pipe");
+  }
   pid_t pid = fork();
   if (pid < 0) {
     int e = errno;
@@ -53,9 +65,16 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
     if (sandboxed) {
-      /* The pool's namespaces: one netns (empty, shared by every worker of the pool),
-       * private mounts, ipc and uts.  Each worker adds its own pid namespace. */
-      if (unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0)
+      /* The pool's namespaces: a user namespace whose root is the host's nobody, one
+       * netns (empty, shared by every worker of the pool), private mounts, ipc and uts.
+       * Each worker adds its own pid namespace. */
+      char c = 'u';
+      if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0 ||
+          write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
+        _exit(125);
+      /* become the namespace's root, i.e. the host's nobody: full capabilities in the
+       * pool's namespaces, none outside them, and no supplementary groups */
+      if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
         _exit(125);
       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
     }
@@ -66,6 +85,33 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     _exit(127);
   }
   close(sv[1]);
+  if (sandboxed) {
+    /* The maps are written by us (root on the host) so that the namespace's root can
+     * be an unprivileged host uid, which the child could not map itself. */
+    char c = 0, path[64];
+    close(up[1]);
+    close(down[0]);
+    bool ok = read(up[0], &c, 1) == 1 && c == 'u';
+    static const char *files[2] = {"uid_map", "gid_map"};
+    for (int i = 0; ok && i < 2; i++) {
+      snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
+      int fd = open(path, O_WRONLY | O_CLOEXEC);
+      ok = fd >= 0 && write(fd, KC_ZYGOTE_IDMAP, strlen(KC_ZYGOTE_IDMAP)) == (ssize_t)strlen(KC_ZYGOTE_IDMAP);
+      if (fd >= 0)
+        close(fd);
+    }
+    c = 'm';
+    ok = ok && write(down[1], &c, 1) == 1;
+    close(up[0]);
+    close(down[1]);
+    if (!ok) {
+      int e = errno;
+      close(sv[0]);
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+      return kc_error_set(err, e, "zygote: user namespace");
+    }
+  }
   kc_zygote *z = calloc(1, sizeof *z);
   if (!z) {
     close(sv[0]);

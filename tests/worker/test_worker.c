@@ -88,6 +88,60 @@ static void test_echo_roundtrip(void **state) {
   }
 }
 
+/* What the kernel says about a live worker: host uid nobody, no capabilities,
+ * no_new_privs, seccomp filter mode, own user and pid namespaces. */
+static void proc_field(pid_t pid, const char *key, char *out, size_t cap) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  assert_non_null(f);
+  out[0] = 0;
+  while (fgets(line, sizeof line, f))
+    if (!strncmp(line, key, strlen(key)) && line[strlen(key)] == ':') {
+      snprintf(out, cap, "%s", line + strlen(key) + 1);
+      out[strcspn(out, "\n")] = 0;
+      break;
+    }
+  fclose(f);
+}
+
+static bool same_ns(pid_t pid, const char *ns) {
+  char a[64], b[64], la[128] = "", lb[128] = "";
+  snprintf(a, sizeof a, "/proc/%d/ns/%s", (int)pid, ns);
+  snprintf(b, sizeof b, "/proc/self/ns/%s", ns);
+  assert_true(readlink(a, la, sizeof la - 1) > 0);
+  assert_true(readlink(b, lb, sizeof lb - 1) > 0);
+  return !strcmp(la, lb);
+}
+
+static void test_lockdown(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, "echo", "x", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  pid_t pid = kc_worker_pid(w);
+  char v[128];
+  proc_field(pid, "Uid", v, sizeof v);
+  assert_string_equal(v, "\t65534\t65534\t65534\t65534");
+  proc_field(pid, "CapEff", v, sizeof v);
+  assert_string_equal(v, "\t0000000000000000");
+  proc_field(pid, "CapBnd", v, sizeof v);
+  assert_string_equal(v, "\t0000000000000000");
+  proc_field(pid, "NoNewPrivs", v, sizeof v);
+  assert_string_equal(v, "\t1");
+  proc_field(pid, "Seccomp", v, sizeof v);
+  assert_string_equal(v, "\t2");
+  proc_field(pid, "NSpid", v, sizeof v); /* host pid, then 1 in its own namespace */
+  assert_non_null(strstr(v, "\t1"));
+  const char *own[] = {"user", "pid", "mnt", "net", "ipc", "uts"};
+  for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
+    if (same_ns(pid, own[i]))
+      fail_msg("worker shares our %s namespace", own[i]);
+  kc_worker_free(w);
+}
+
 static void test_pipelined_fifo(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
@@ -514,7 +568,8 @@ static void test_pool_map(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_pipelined_fifo),
+      cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_lockdown),
+      cmocka_unit_test(test_pipelined_fifo),
       cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
       cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
