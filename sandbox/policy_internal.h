@@ -61,6 +61,7 @@ struct kc_policy {
   int default_errno;
   kc_sc_rule *rules;
   size_t n_rules, cap_rules;
+  uint64_t nr_seen[16]; /* syscall numbers 0..1023 with a rule: skips the scans */
 
   char **files; /* every file read, by real path; files[0] = the top file */
   size_t n_files, cap_files;

@@ -530,15 +530,25 @@ static void rule_free(kc_sc_rule *r) {
 static int add_rule(parse_ctx *c, const loc *l, kc_sc_rule r) {
   kc_policy *p = c->p;
   /* An includer's rule replaces what its includes said about this syscall. */
-  size_t o = 0;
-  for (size_t i = 0; i < p->n_rules; i++) {
-    if (p->rules[i].nr == r.nr && p->rules[i].file != r.file)
-      rule_free(&p->rules[i]);
-    else
-      p->rules[o++] = p->rules[i];
+  bool fresh = r.nr >= 0 && r.nr < 1024 && !(p->nr_seen[r.nr / 64] & (1ull << (r.nr % 64)));
+  if (r.nr >= 0 && r.nr < 1024)
+    p->nr_seen[r.nr / 64] |= 1ull << (r.nr % 64);
+  bool stale = false;
+  for (size_t i = 0; i < p->n_rules && !stale && !fresh; i++)
+    stale = p->rules[i].nr == r.nr && p->rules[i].file != r.file;
+  if (stale) { /* compact only when needed: the rule structs are not small */
+    size_t o = 0;
+    for (size_t i = 0; i < p->n_rules; i++) {
+      if (p->rules[i].nr == r.nr && p->rules[i].file != r.file)
+        rule_free(&p->rules[i]);
+      else if (o != i)
+        p->rules[o++] = p->rules[i];
+      else
+        o++;
+    }
+    p->n_rules = o;
   }
-  p->n_rules = o;
-  for (size_t i = 0; i < p->n_rules; i++) {
+  for (size_t i = 0; i < p->n_rules && !fresh; i++) {
     kc_sc_rule *x = &p->rules[i];
     if (x->nr != r.nr)
       continue;
