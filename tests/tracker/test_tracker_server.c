@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include "trk_test.h"
@@ -251,6 +253,32 @@ static void test_text_summary(void **state) {
   json_decref(s);
 }
 
+/* A server that vanishes without FIN or RST (its host rebooted, its cable pulled) is
+ * expired by keepalive.  TCP_REPAIR makes close() silent, which is exactly that; it
+ * needs CAP_NET_ADMIN, so the test is skipped without it. */
+static void test_silent_server_expired(void **state) {
+  (void)state;
+  trk_srv t = {0};
+  trk_start_ka(&t, 3);
+  int s = raw_connect(t.port, true);
+  raw_register(s, "gone", 9000, "gone:0.1");
+  usleep(300000); /* let our delayed ACK of the last reply go out first */
+  int one = 1;
+  if (setsockopt(s, IPPROTO_TCP, TCP_REPAIR, &one, sizeof one) < 0) {
+    close(s);
+    trk_stop(&t);
+    skip();
+  }
+  close(s); /* nothing goes on the wire */
+  double t0 = now_s();
+  usleep(500000);
+  assert_int_equal(summary_count(t.port, "gone", "free"), 1); /* still believed alive */
+  assert_int_equal(wait_count(t.port, "gone", "free", 0, 8), 0);
+  assert_int_equal(summary_servers(t.port), 0);
+  printf("# silent server expired after %.2f s (keepalive 3 s)\n", now_s() - t0);
+  trk_stop(&t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_ping_and_magic, setup, teardown),
@@ -261,6 +289,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_stop, setup, teardown),
       cmocka_unit_test_setup_teardown(test_client_deadline, setup, teardown),
       cmocka_unit_test(test_text_summary),
+      cmocka_unit_test(test_silent_server_expired),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

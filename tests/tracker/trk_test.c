@@ -31,9 +31,12 @@ static void *run(void *arg) {
   return NULL;
 }
 
-void trk_start(trk_srv *t) {
+void trk_start(trk_srv *t) { trk_start_ka(t, 0); }
+
+void trk_start_ka(trk_srv *t, double keepalive_s) {
   kc_tracker_opts o;
   kc_tracker_opts_init(&o);
+  o.keepalive_s = keepalive_s;
   o.host = "127.0.0.1";
   o.port = 0;
   o.stop_key = "tracker:0.test";
