@@ -17,16 +17,15 @@
 #include "kcage/measure.h"
 
 #define FIXED_ARGS "f64[1] f64[1]:out"
-static const char fixed_src[] =
-    "#include <dlpack/dlpack.h>\n"
-    "#include <stdint.h>\n"
-    "int kernel(DLTensor *args, int32_t n) {\n"
-    "  if (n != 2) return -1;\n"
-    "  double x = ((double *)args[0].data)[0];\n"
-    "  for (int i = 0; i < 200000; i++) x = x * 0.9999999 + 1e-7;\n"
-    "  ((double *)args[1].data)[0] = x;\n"
-    "  return 0;\n"
-    "}\n";
+static const char fixed_src[] = "#include <dlpack/dlpack.h>\n"
+                                "#include <stdint.h>\n"
+                                "int kernel(DLTensor *args, int32_t n) {\n"
+                                "  if (n != 2) return -1;\n"
+                                "  double x = ((double *)args[0].data)[0];\n"
+                                "  for (int i = 0; i < 200000; i++) x = x * 0.9999999 + 1e-7;\n"
+                                "  ((double *)args[1].data)[0] = x;\n"
+                                "  return 0;\n"
+                                "}\n";
 
 static char tmpdir[256];
 
@@ -70,8 +69,7 @@ static double under_kcage(const char *src, const char *cache, uint32_t repeat, u
 
 /* The same .so, in this process, no sandbox: the same in-worker loop (poison, call),
  * the same number of calls per round, the clock read around each round. */
-static double unsandboxed(kc_mstate *s, uint64_t number, uint32_t repeat, double *cv,
-                          double *min) {
+static double unsandboxed(kc_mstate *s, uint64_t number, uint32_t repeat, double *cv, double *min) {
   double *v = calloc(repeat, sizeof *v);
   unsigned char out[4096];
   char e[256];
@@ -109,7 +107,8 @@ static void part_fixed(void) {
   kc_build_opts bo = {.cache_dir = cache};
   kc_build_result br;
   kc_error err = {0};
-  if (kc_build_kernel(&bo, src, &br, &err) < 0 || (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED)) {
+  if (kc_build_kernel(&bo, src, &br, &err) < 0 ||
+      (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED)) {
     fprintf(stderr, "bench_measure: build: %s %s\n", err.msg, br.message);
     exit(1);
   }
@@ -204,7 +203,8 @@ static void part_trials(void) {
     size_t i;
     json_t *r;
     int ok = 0;
-    json_array_foreach(recs, i, r) ok += !strcmp(json_string_value(json_object_get(r, "status")), "ok");
+    json_array_foreach(recs, i, r) ok +=
+        !strcmp(json_string_value(json_object_get(r, "status")), "ok");
     json_decref(recs);
     if (ok != K)
       fprintf(stderr, "bench_measure: only %d of %d trials ok\n", ok, K);

@@ -54,27 +54,65 @@ static void usage(FILE *out) {
 }
 
 enum {
-  O_ARGS = 256, O_SEED, O_REF, O_RTOL, O_ATOL, O_ENTRY, O_NUMBER, O_REPEAT, O_MINMS, O_COOL,
-  O_FLUSH, O_WORKERS, O_TIMEOUT, O_MEMORY, O_JSON, O_CC, O_CFLAGS, O_BTIMEOUT, O_CACHE,
-  O_NOCACHE, O_TRACKER, O_KEY, O_PRIO, O_STIMEOUT, O_SETS, O_CHECKS, O_QUIET, O_HELP,
+  O_ARGS = 256,
+  O_SEED,
+  O_REF,
+  O_RTOL,
+  O_ATOL,
+  O_ENTRY,
+  O_NUMBER,
+  O_REPEAT,
+  O_MINMS,
+  O_COOL,
+  O_FLUSH,
+  O_WORKERS,
+  O_TIMEOUT,
+  O_MEMORY,
+  O_JSON,
+  O_CC,
+  O_CFLAGS,
+  O_BTIMEOUT,
+  O_CACHE,
+  O_NOCACHE,
+  O_TRACKER,
+  O_KEY,
+  O_PRIO,
+  O_STIMEOUT,
+  O_SETS,
+  O_CHECKS,
+  O_QUIET,
+  O_HELP,
 };
 
-static const struct option opts[] = {
-    {"args", 1, 0, O_ARGS},         {"seed", 1, 0, O_SEED},
-    {"reference", 1, 0, O_REF},     {"rtol", 1, 0, O_RTOL},
-    {"atol", 1, 0, O_ATOL},         {"entry", 1, 0, O_ENTRY},
-    {"number", 1, 0, O_NUMBER},     {"repeat", 1, 0, O_REPEAT},
-    {"min-repeat-ms", 1, 0, O_MINMS}, {"cooldown-ms", 1, 0, O_COOL},
-    {"flush-cache", 0, 0, O_FLUSH}, {"workers", 1, 0, O_WORKERS},
-    {"timeout", 1, 0, O_TIMEOUT},   {"memory", 1, 0, O_MEMORY},
-    {"json", 1, 0, O_JSON},         {"cc", 1, 0, O_CC},
-    {"cflags", 1, 0, O_CFLAGS},     {"build-timeout", 1, 0, O_BTIMEOUT},
-    {"cache-dir", 1, 0, O_CACHE},   {"no-cache", 0, 0, O_NOCACHE},
-    {"tracker", 1, 0, O_TRACKER},   {"key", 1, 0, O_KEY},
-    {"priority", 1, 0, O_PRIO},     {"session-timeout", 1, 0, O_STIMEOUT},
-    {"sets", 1, 0, O_SETS},         {"checks", 1, 0, O_CHECKS},
-    {"quiet", 0, 0, O_QUIET},       {"help", 0, 0, O_HELP},
-    {0, 0, 0, 0}};
+static const struct option opts[] = {{"args", 1, 0, O_ARGS},
+                                     {"seed", 1, 0, O_SEED},
+                                     {"reference", 1, 0, O_REF},
+                                     {"rtol", 1, 0, O_RTOL},
+                                     {"atol", 1, 0, O_ATOL},
+                                     {"entry", 1, 0, O_ENTRY},
+                                     {"number", 1, 0, O_NUMBER},
+                                     {"repeat", 1, 0, O_REPEAT},
+                                     {"min-repeat-ms", 1, 0, O_MINMS},
+                                     {"cooldown-ms", 1, 0, O_COOL},
+                                     {"flush-cache", 0, 0, O_FLUSH},
+                                     {"workers", 1, 0, O_WORKERS},
+                                     {"timeout", 1, 0, O_TIMEOUT},
+                                     {"memory", 1, 0, O_MEMORY},
+                                     {"json", 1, 0, O_JSON},
+                                     {"cc", 1, 0, O_CC},
+                                     {"cflags", 1, 0, O_CFLAGS},
+                                     {"build-timeout", 1, 0, O_BTIMEOUT},
+                                     {"cache-dir", 1, 0, O_CACHE},
+                                     {"no-cache", 0, 0, O_NOCACHE},
+                                     {"tracker", 1, 0, O_TRACKER},
+                                     {"key", 1, 0, O_KEY},
+                                     {"priority", 1, 0, O_PRIO},
+                                     {"session-timeout", 1, 0, O_STIMEOUT},
+                                     {"sets", 1, 0, O_SETS},
+                                     {"checks", 1, 0, O_CHECKS},
+                                     {"quiet", 0, 0, O_QUIET},
+                                     {"help", 0, 0, O_HELP},
+                                     {0, 0, 0, 0}};
 
 static int parse_double(const char *s, double *out) {
   if (!s || !*s)
@@ -152,8 +190,8 @@ static void print_table(json_t *recs, json_t *ref) {
       snprintf(kshow, sizeof kshow, "...%s", k + kl - kw + 3);
     else
       snprintf(kshow, sizeof kshow, "%s", k);
-    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kshow, json_string_value(json_object_get(r, "status")), med, mn, cv, sp,
-           note);
+    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kshow,
+           json_string_value(json_object_get(r, "status")), med, mn, cv, sp, note);
   }
 }
 
@@ -174,13 +212,17 @@ int kc_cmd_bench(int argc, char **argv) {
     case O_HELP:
       usage(stdout);
       return 0;
-    case O_ARGS: cfg.args = a; break;
+    case O_ARGS:
+      cfg.args = a;
+      break;
     case O_SEED:
       if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
         goto bad;
       cfg.seed = u;
       break;
-    case O_REF: cfg.reference = a; break;
+    case O_REF:
+      cfg.reference = a;
+      break;
     case O_RTOL:
       if (parse_double(a, &cfg.rtol) < 0)
         goto bad;
@@ -216,7 +258,9 @@ int kc_cmd_bench(int argc, char **argv) {
       if (parse_double(a, &cfg.cooldown_ms) < 0)
         goto bad;
       break;
-    case O_FLUSH: cfg.flush_cache = true; break;
+    case O_FLUSH:
+      cfg.flush_cache = true;
+      break;
     case O_WORKERS:
       if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
         goto bad;
@@ -232,17 +276,31 @@ int kc_cmd_bench(int argc, char **argv) {
         return KC_EXIT_USAGE;
       }
       break;
-    case O_JSON: json_path = a; break;
-    case O_CC: cfg.build.cc = a; break;
-    case O_CFLAGS: cfg.build.cflags = a; break;
+    case O_JSON:
+      json_path = a;
+      break;
+    case O_CC:
+      cfg.build.cc = a;
+      break;
+    case O_CFLAGS:
+      cfg.build.cflags = a;
+      break;
     case O_BTIMEOUT:
       if (kc_cli_parse_seconds(a, &cfg.build.timeout_s) < 0 || cfg.build.timeout_s <= 0)
         goto bad;
       break;
-    case O_CACHE: cfg.build.cache_dir = a; break;
-    case O_NOCACHE: cfg.build.no_cache = true; break;
-    case O_TRACKER: cfg.tracker = a; break;
-    case O_KEY: cfg.key = a; break;
+    case O_CACHE:
+      cfg.build.cache_dir = a;
+      break;
+    case O_NOCACHE:
+      cfg.build.no_cache = true;
+      break;
+    case O_TRACKER:
+      cfg.tracker = a;
+      break;
+    case O_KEY:
+      cfg.key = a;
+      break;
     case O_PRIO:
       if (kc_cli_parse_uint(a, 0, 1000000, &u) < 0)
         goto bad;
@@ -262,7 +320,9 @@ int kc_cmd_bench(int argc, char **argv) {
         goto bad;
       cfg.checks = (uint32_t)u;
       break;
-    case O_QUIET: quiet = true; break;
+    case O_QUIET:
+      quiet = true;
+      break;
     case '?':
     default:
       if (optopt)
@@ -273,12 +333,13 @@ int kc_cmd_bench(int argc, char **argv) {
     }
     continue;
   bad:
-    kc_cli_error("bench", "%s: bad value '%s'", argv[optind - 1][0] == '-' ? argv[optind - 1] : "option",
-                 a ? a : "");
+    kc_cli_error("bench", "%s: bad value '%s'",
+                 argv[optind - 1][0] == '-' ? argv[optind - 1] : "option", a ? a : "");
     return KC_EXIT_USAGE;
   }
   if (!cfg.args) {
-    kc_cli_error("bench", "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
+    kc_cli_error("bench",
+                 "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
     return KC_EXIT_USAGE;
   }
   kc_args_spec spec;

@@ -10,7 +10,7 @@ static const struct {
   const char *name;
   uint8_t code, bits;
 } dtypes[] = {
-    {"f32", kDLFloat, 32}, {"f64", kDLFloat, 64}, {"i32", kDLInt, 32},  {"i64", kDLInt, 64},
+    {"f32", kDLFloat, 32}, {"f64", kDLFloat, 64}, {"i32", kDLInt, 32},   {"i64", kDLInt, 64},
     {"i8", kDLInt, 8},     {"u8", kDLUInt, 8},    {"f16", kDLFloat, 16}, {"bf16", kDLBfloat, 16},
 };
 
@@ -30,7 +30,9 @@ int kc_dtype_parse(const char *name, size_t len, DLDataType *out) {
   return -1;
 }
 
-static uint64_t align64(uint64_t x) { return (x + 63) & ~(uint64_t)63; }
+static uint64_t align64(uint64_t x) {
+  return (x + 63) & ~(uint64_t)63;
+}
 
 int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
   memset(a, 0, sizeof *a);
@@ -56,7 +58,8 @@ int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
     if (q == p)
       return kc_error_set(err, 0, "expected a dtype at '%.*s'", wlen, word);
     if (kc_dtype_parse(p, (size_t)(q - p), &t->dtype) < 0)
-      return kc_error_set(err, 0, "unknown dtype '%.*s' in '%.*s' (known: f32 f64 i32 i64 i8 u8 f16 bf16)",
+      return kc_error_set(err, 0,
+                          "unknown dtype '%.*s' in '%.*s' (known: f32 f64 i32 i64 i8 u8 f16 bf16)",
                           (int)(q - p), p, wlen, word);
     if (*q != '[')
       return kc_error_set(err, 0, "expected '[' after the dtype in '%.*s'", wlen, word);

@@ -65,7 +65,9 @@ uint16_t kc_float_to_bf16(float f) {
   return (uint16_t)(x >> 16);
 }
 
-static double unit(uint64_t r) { return (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0; }
+static double unit(uint64_t r) {
+  return (double)(r >> 11) * 0x1.0p-53 * 2.0 - 1.0;
+}
 
 void kc_data_fill(const kc_tensor_spec *t, void *buf, uint64_t seed, uint32_t set, uint32_t index) {
   uint64_t st = seed * 0x2545f4914f6cdd1dull ^ ((uint64_t)set << 32 | index) ^ 0x6b63616765ull;

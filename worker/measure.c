@@ -12,7 +12,9 @@
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
-static uint64_t rng_next(uint64_t *st) { return kc_splitmix64(st); }
+static uint64_t rng_next(uint64_t *st) {
+  return kc_splitmix64(st);
+}
 
 static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -50,7 +52,9 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
     break;
   case KC_STATUS_SYSCALL:
     set_status(m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
-               v->syscall[0] ? v->syscall : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
+               v->syscall[0]
+                   ? v->syscall
+                   : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
     break;
   case KC_STATUS_PIDS:
     set_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
@@ -105,7 +109,8 @@ static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, u
     if (kc_poison_equal(g, t->nbytes, word)) {
       set_status(m, KC_BENCH_SUSPICIOUS,
                  "%s: output %u is still the poison (the kernel skipped its work, or its result "
-                 "depends on the output's old contents)", when, i);
+                 "depends on the output's old contents)",
+                 when, i);
       return false;
     }
     if (!x->ref)
@@ -115,13 +120,14 @@ static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, u
       if (s != set && kc_tensor_close(t, g, x->ref + s * region + off, x->rtol, x->atol, &e2)) {
         set_status(m, KC_BENCH_SUSPICIOUS,
                    "%s: output %u for input set %u is the answer for set %u (a memoised or "
-                   "stale result)", when, i, set, s);
+                   "stale result)",
+                   when, i, set, s);
         return false;
       }
     }
     m->max_abs_err = err;
-    set_status(m, KC_BENCH_WRONG_RESULT, "%s: output %u differs from the reference (max abs err %.3g)",
-               when, i, err);
+    set_status(m, KC_BENCH_WRONG_RESULT,
+               "%s: output %u differs from the reference (max abs err %.3g)", when, i, err);
     return false;
   }
   return true;
@@ -220,8 +226,12 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
 
   /* 2. One untimed warm-up call (TVM).  Its output is judged in the next step, where
    * a wrong answer can be told apart from one that depends on the poison. */
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1, .first_set = 0,
-                     .n_checks = 0, .poison_seed = rng_next(&st)};
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = 1,
+                     .first_set = 0,
+                     .n_checks = 0,
+                     .poison_seed = rng_next(&st)};
   const unsigned char *outs;
   int r = run_req(x, m, &req, &c, &outs, NULL, "warm-up", err);
   kc_mcall_clear(&c);
@@ -260,7 +270,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
             kc_poison_equal(g + kc_args_offset(x->spec, t), x->spec->t[t].nbytes, word))
           set_status(m, KC_BENCH_SUSPICIOUS,
                      "verify: output %u is still the poison (the kernel skipped its work, or its "
-                     "result depends on the output's old contents)", t);
+                     "result depends on the output's old contents)",
+                     t);
       if (m->status != KC_BENCH_OK)
         break;
       if (pass == 0) {
@@ -272,7 +283,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
         if (x->spec->t[t].out && memcmp(first + i * region + off, g + off, x->spec->t[t].nbytes)) {
           set_status(m, KC_BENCH_SUSPICIOUS,
                      "verify: output %u for input set %u changed between two runs (it depends "
-                     "on the poison or is not deterministic)", t, i);
+                     "on the poison or is not deterministic)",
+                     t, i);
           break;
         }
       }
@@ -319,8 +331,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
       }
       for (uint32_t k = 0; k < req.n_checks; k++) {
         uint32_t set = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
-        if (!check_output(x, m, outs + k * region, set, kc_poison_word(req.poison_seed, req.checks[k]),
-                          "timed run")) {
+        if (!check_output(x, m, outs + k * region, set,
+                          kc_poison_word(req.poison_seed, req.checks[k]), "timed run")) {
           /* It passed the untimed checks and failed a timed one: it behaves differently
            * when it is being timed. */
           if (m->status == KC_BENCH_WRONG_RESULT) {

@@ -54,8 +54,8 @@ typedef struct item {
   bool is_source;
   kc_build_result build; /* status, artifact, build_s, message */
   bool build_done;
-  int dup_of;            /* index of the item with identical source, or -1 */
-  char *src;             /* contents (sources only) */
+  int dup_of; /* index of the item with identical source, or -1 */
+  char *src;  /* contents (sources only) */
   size_t src_len;
   char staged[PATH_MAX]; /* the artifact's copy in the session dir */
   kc_kmeasure m;
@@ -149,7 +149,9 @@ static double stat_median(const double *v, size_t n) {
   return m;
 }
 
-static json_t *num_or_null(double v) { return isfinite(v) ? json_real(v) : json_null(); }
+static json_t *num_or_null(double v) {
+  return isfinite(v) ? json_real(v) : json_null();
+}
 
 static json_t *record(const item *it, const char *device) {
   json_t *o = json_object();
@@ -184,11 +186,12 @@ static json_t *record(const item *it, const char *device) {
     json_object_set_new(o, "number", json_null());
     json_object_set_new(o, "repeat", json_null());
   }
-  json_object_set_new(o, "max_abs_err", it->measured ? num_or_null(it->m.max_abs_err) : json_null());
-  json_object_set_new(o, "build_s", it->is_source && it->build_done &&
-                                            it->build.status != KC_BUILD_FAILED
-                                        ? json_real(it->build.build_s)
-                                        : json_null());
+  json_object_set_new(o, "max_abs_err",
+                      it->measured ? num_or_null(it->m.max_abs_err) : json_null());
+  json_object_set_new(o, "build_s",
+                      it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
+                          ? json_real(it->build.build_s)
+                          : json_null());
   json_object_set_new(o, "device", json_string(device));
   return o;
 }
@@ -310,12 +313,18 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
   for (int pass = 0; pass < 2; pass++) {
     uint32_t done = 0;
     while (done < s->n_sets) {
-      uint32_t k = s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
-      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = k,
-                         .first_set = done, .n_checks = k, .poison_seed = seed | (uint64_t)pass};
+      uint32_t k =
+          s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
+      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                         .op = KC_MOP_RUN,
+                         .number = k,
+                         .first_set = done,
+                         .n_checks = k,
+                         .poison_seed = seed | (uint64_t)pass};
       for (uint32_t i = 0; i < k; i++)
         req.checks[i] = i;
-      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) < 0) {
+      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) <
+          0) {
         free(res);
         return -1;
       }
@@ -341,10 +350,12 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
         }
         for (uint32_t t = 0; t < s->spec.n; t++) {
           uint64_t off = kc_args_offset(&s->spec, t);
-          if (s->spec.t[t].out && memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
+          if (s->spec.t[t].out &&
+              memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
             kc_mcall_clear(&c);
             free(res);
-            return kc_error_set(err, 0, "its output %u depends on the poison or is not deterministic", t);
+            return kc_error_set(err, 0,
+                                "its output %u depends on the poison or is not deterministic", t);
           }
         }
       }
@@ -435,7 +446,11 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
 
   /* Build. */
   {
-    build_queue q = {.mu = PTHREAD_MUTEX_INITIALIZER, .items = items, .n = total, .opts = &cfg->build, .cfg = cfg};
+    build_queue q = {.mu = PTHREAD_MUTEX_INITIALIZER,
+                     .items = items,
+                     .n = total,
+                     .opts = &cfg->build,
+                     .cfg = cfg};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned nt = cfg->workers ? cfg->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
     if (nt > 64)
@@ -481,7 +496,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   kc_mrunner_opts ro = {.bind_dir = s.dir,
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
-                        .max_result_bytes = sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
+                        .max_result_bytes =
+                            sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
   {

@@ -28,7 +28,7 @@ struct kc_mstate {
   kc_args_spec spec;
   uint32_t n_sets;
   uint64_t in_region, out_region;
-  unsigned char *in;  /* n_sets * in_region, PROT_READ, shared file mapping */
+  unsigned char *in; /* n_sets * in_region, PROT_READ, shared file mapping */
   size_t in_len;
   unsigned char *out; /* n_sets * out_region, private */
   size_t out_len;
@@ -136,10 +136,26 @@ static int seal_plain(bool after_load) {
     return -1;
   int rc = 0;
   if (!after_load) {
-    static const char *const forbidden[] = {
-        "fork",    "vfork",    "clone",     "clone3",      "execve",  "execveat", "socket",
-        "socketpair", "connect", "bind",    "listen",      "accept",  "accept4",  "ptrace",
-        "process_vm_writev", "process_vm_readv", "setsid", "unshare", "setns", "io_uring_setup"};
+    static const char *const forbidden[] = {"fork",
+                                            "vfork",
+                                            "clone",
+                                            "clone3",
+                                            "execve",
+                                            "execveat",
+                                            "socket",
+                                            "socketpair",
+                                            "connect",
+                                            "bind",
+                                            "listen",
+                                            "accept",
+                                            "accept4",
+                                            "ptrace",
+                                            "process_vm_writev",
+                                            "process_vm_readv",
+                                            "setsid",
+                                            "unshare",
+                                            "setns",
+                                            "io_uring_setup"};
     for (size_t i = 0; i < sizeof forbidden / sizeof forbidden[0]; i++) {
       int nr = seccomp_syscall_resolve_name(forbidden[i]);
       if (nr != __NR_SCMP_ERROR)
@@ -286,8 +302,8 @@ fail:
   return -1;
 }
 
-int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap,
-                  size_t *out_len, char *errbuf, size_t errcap) {
+int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
+                  char *errbuf, size_t errcap) {
   *out_len = 0;
   if (req->number == 0 || req->first_set >= s->n_sets || req->n_checks > KC_MPROTO_MAX_CHECKS) {
     errf(errbuf, errcap, "error: bad run request");
@@ -390,7 +406,8 @@ int kc_handler_measure(kc_call *call) {
       return 1;
     }
     memcpy(&req, call->arg, sizeof req);
-    const char *p = (const char *)call->arg + sizeof req, *end = (const char *)call->arg + call->arg_len;
+    const char *p = (const char *)call->arg + sizeof req,
+               *end = (const char *)call->arg + call->arg_len;
     const char *str[4];
     for (int i = 0; i < 4; i++) {
       const char *z = memchr(p, 0, (size_t)(end - p));
@@ -415,8 +432,8 @@ int kc_handler_measure(kc_call *call) {
     }
     memcpy(&req, call->arg, sizeof req);
     size_t len;
-    if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error,
-                      call->error_cap) < 0)
+    if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error, call->error_cap) <
+        0)
       return 1;
     call->out_len = len;
     return 0;

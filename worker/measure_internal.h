@@ -27,8 +27,8 @@ static inline void kc_result_init_local(kc_result *r) {
   r->peak_memory_bytes = -1;
 }
 static inline const char *kc_status_name_local(const kc_result *r) {
-  static const char *const names[] = {"ok",     "exited", "signaled", "timeout",    "memory",
-                                      "syscall", "pids",  "output",   "setup_error"};
+  static const char *const names[] = {"ok",      "exited", "signaled", "timeout",    "memory",
+                                      "syscall", "pids",   "output",   "setup_error"};
   return (unsigned)r->status < sizeof names / sizeof names[0] ? names[r->status] : "?";
 }
 
@@ -36,9 +36,9 @@ static inline const char *kc_status_name_local(const kc_result *r) {
 #define KC_MPROTO_MAX_CHECKS 16
 
 enum kc_mop {
-  KC_MOP_LOAD = 1,   /* load the artifact, map the inputs, then seal */
-  KC_MOP_RUN = 2,    /* `number` calls back to back (the parent times the request) */
-  KC_MOP_FLUSH = 3,  /* evict all tensors from the CPU caches (untimed) */
+  KC_MOP_LOAD = 1,  /* load the artifact, map the inputs, then seal */
+  KC_MOP_RUN = 2,   /* `number` calls back to back (the parent times the request) */
+  KC_MOP_FLUSH = 3, /* evict all tensors from the CPU caches (untimed) */
 };
 
 typedef struct kc_mreq_load {
@@ -51,9 +51,9 @@ typedef struct kc_mreq_load {
 
 typedef struct kc_mreq_run {
   uint32_t magic, op;
-  uint64_t number;     /* calls in this request */
-  uint32_t first_set;  /* call i uses set (first_set + i) % n_sets */
-  uint32_t n_checks;   /* calls whose outputs come back */
+  uint64_t number;    /* calls in this request */
+  uint32_t first_set; /* call i uses set (first_set + i) % n_sets */
+  uint32_t n_checks;  /* calls whose outputs come back */
   uint64_t poison_seed;
   uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
 } kc_mreq_run;
@@ -75,8 +75,8 @@ typedef struct kc_mstate kc_mstate;
 int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
                    const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap);
 /* out receives n_checks output regions; returns 0, or -1 with errbuf filled. */
-int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap,
-                  size_t *out_len, char *errbuf, size_t errcap);
+int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
+                  char *errbuf, size_t errcap);
 void kc_mstate_flush(kc_mstate *s);
 void kc_mstate_free(kc_mstate *s);
 
@@ -84,18 +84,18 @@ void kc_mstate_free(kc_mstate *s);
  * linked, else a plain forked process (no sandbox) running the same handler. */
 typedef struct kc_mrunner kc_mrunner;
 typedef struct kc_mrunner_opts {
-  const char *bind_dir;   /* ro-bound into the worker at the same path */
+  const char *bind_dir; /* ro-bound into the worker at the same path */
   uint64_t memory_bytes;
   size_t max_result_bytes;
   size_t max_arg_bytes;
-  bool plain;             /* force the plain forked process */
+  bool plain; /* force the plain forked process */
 } kc_mrunner_opts;
 
 typedef enum kc_mcall_status {
   KC_MCALL_OK,
   KC_MCALL_EXCEPTION, /* message */
   KC_MCALL_TIMEOUT,
-  KC_MCALL_DIED,      /* verdict */
+  KC_MCALL_DIED, /* verdict */
 } kc_mcall_status;
 
 typedef struct kc_mcall {

@@ -13,7 +13,7 @@ typedef struct kc_mctx {
   const char *args_text;
   const char *artifact; /* path readable inside the worker */
   const char *entry;
-  const char *inputs;   /* inputs file */
+  const char *inputs; /* inputs file */
   uint32_t n_sets;
   const unsigned char *ref; /* n_sets output regions from the reference, or NULL */
   double rtol, atol;

@@ -5,12 +5,12 @@
  * call by a deadline and treats every reply as hostile input. */
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/prctl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -188,10 +188,15 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
     _exit(125);
   for (;;) {
     uint32_t len;
-    if (io_full(3, &len, 4, false) < 0 || len > o->max_arg_bytes || io_full(3, argbuf, len, false) < 0)
+    if (io_full(3, &len, 4, false) < 0 || len > o->max_arg_bytes ||
+        io_full(3, argbuf, len, false) < 0)
       _exit(0);
-    kc_call call = {.arg = argbuf, .arg_len = len, .out = outbuf, .out_cap = cap,
-                    .error = errbuf, .error_cap = sizeof errbuf};
+    kc_call call = {.arg = argbuf,
+                    .arg_len = len,
+                    .out = outbuf,
+                    .out_cap = cap,
+                    .error = errbuf,
+                    .error_cap = sizeof errbuf};
     errbuf[0] = 0;
     int rc = kc_handler_measure(&call);
     uint32_t hdr[2];

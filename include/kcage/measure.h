@@ -112,7 +112,7 @@ typedef enum kc_build_status {
   KC_BUILD_ERROR,   /* compiler said no: message holds its diagnostics */
   KC_BUILD_TIMEOUT, /* the compiler ran past its time limit */
   KC_BUILD_MEMORY,
-  KC_BUILD_FAILED,  /* infrastructure: could not run the compiler */
+  KC_BUILD_FAILED, /* infrastructure: could not run the compiler */
 } kc_build_status;
 
 typedef struct kc_build_result {
@@ -148,25 +148,25 @@ const char *kc_bench_status_name(kc_bench_status s);
 int kc_bench_status_parse(const char *name, kc_bench_status *out);
 
 typedef struct kc_bench_config {
-  const char *args;       /* the --args text (required) */
-  uint64_t seed;          /* default 0 */
-  const char *reference;  /* trusted kernel (.c or .so) or NULL */
-  double rtol, atol;      /* defaults 1e-4, 1e-5 (when both are negative) */
-  const char *entry;      /* NULL = "kernel" */
-  uint32_t number;        /* starting calls per round; 0 = 1 */
-  uint32_t repeat;        /* rounds; 0 = 5 */
-  double min_repeat_ms;   /* grow number until a round lasts this long; default 20 when < 0 */
-  double cooldown_ms;     /* sleep between rounds */
-  bool flush_cache;       /* evict the tensors from the CPU caches before each round */
-  uint32_t workers;       /* parallel builds; 0 = online CPUs */
-  double timeout_s;       /* per kernel measurement; 0 = 10 */
-  uint64_t memory_bytes;  /* per measuring worker; 0 = 1 GiB */
-  uint32_t sets;          /* distinct input/output sets the timed calls rotate through; 0 = 4 */
-  uint32_t checks;        /* timed calls verified per round; 0 = 2 */
+  const char *args;      /* the --args text (required) */
+  uint64_t seed;         /* default 0 */
+  const char *reference; /* trusted kernel (.c or .so) or NULL */
+  double rtol, atol;     /* defaults 1e-4, 1e-5 (when both are negative) */
+  const char *entry;     /* NULL = "kernel" */
+  uint32_t number;       /* starting calls per round; 0 = 1 */
+  uint32_t repeat;       /* rounds; 0 = 5 */
+  double min_repeat_ms;  /* grow number until a round lasts this long; default 20 when < 0 */
+  double cooldown_ms;    /* sleep between rounds */
+  bool flush_cache;      /* evict the tensors from the CPU caches before each round */
+  uint32_t workers;      /* parallel builds; 0 = online CPUs */
+  double timeout_s;      /* per kernel measurement; 0 = 10 */
+  uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
+  uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
+  uint32_t checks;       /* timed calls verified per round; 0 = 2 */
   kc_build_opts build;
   /* Remote runs (the tracker layer, issue 5): when tracker is set the batch goes to
    * kc_bench_remote_run (below). */
-  const char *tracker;    /* "HOST:PORT" */
+  const char *tracker; /* "HOST:PORT" */
   const char *key;
   int priority;
   double session_timeout_s;

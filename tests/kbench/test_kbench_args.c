@@ -48,7 +48,8 @@ static void test_parse_all_dtypes(void **state) {
   assert_int_equal(a.t[8].ndim, 0);
   char buf[256];
   kc_args_format(&a, buf, sizeof buf);
-  assert_string_equal(buf, "f32[3] f64[3] i32[3] i64[3] i8[3] u8[3] f16[3] bf16[2,3]:out f32[]:out");
+  assert_string_equal(buf,
+                      "f32[3] f64[3] i32[3] i64[3] i8[3] u8[3] f16[3] bf16[2,3]:out f32[]:out");
 }
 
 static void expect_error(const char *text, const char *needle) {
@@ -71,9 +72,10 @@ static void test_parse_errors(void **state) {
   expect_error("f32[4]:in", "only ':out'");
   expect_error("f32[1,1,1,1,1,1,1,1,1]:out", "more than 8 dimensions");
   expect_error("f32[1099511627776,1099511627776]:out", "too large");
-  expect_error("f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] "
-               "f32[1] f32[1] f32[1] f32[1] f32[1]:out",
-               "more than 16 tensors");
+  expect_error(
+      "f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] f32[1] "
+      "f32[1] f32[1] f32[1] f32[1] f32[1]:out",
+      "more than 16 tensors");
   expect_error("[4]:out", "expected a dtype");
 }
 
@@ -172,10 +174,10 @@ static void test_status_names(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_parse_matmul),       cmocka_unit_test(test_parse_all_dtypes),
-      cmocka_unit_test(test_parse_errors),       cmocka_unit_test(test_data_deterministic),
-      cmocka_unit_test(test_half),               cmocka_unit_test(test_poison_and_close),
-      cmocka_unit_test(test_sha256),             cmocka_unit_test(test_status_names),
+      cmocka_unit_test(test_parse_matmul), cmocka_unit_test(test_parse_all_dtypes),
+      cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_data_deterministic),
+      cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),
+      cmocka_unit_test(test_sha256),       cmocka_unit_test(test_status_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

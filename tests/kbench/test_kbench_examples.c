@@ -2,9 +2,9 @@
  * measuring worker, verification): each gets the status examples/kernels/MANIFEST
  * names, and the honest variants come out in their expected speed order. */
 #include <math.h>
-#include <stdbool.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -32,7 +32,8 @@ static const char *build(const char *name) {
   kc_build_opts o = {.cache_dir = cache};
   kc_build_result r;
   kc_error err = {0};
-  if (kc_build_kernel(&o, src, &r, &err) < 0 || (r.status != KC_BUILD_OK && r.status != KC_BUILD_CACHED))
+  if (kc_build_kernel(&o, src, &r, &err) < 0 ||
+      (r.status != KC_BUILD_OK && r.status != KC_BUILD_CACHED))
     fail_msg("build %s: %s %s", name, err.msg, r.message);
   k = (k + 1) % 8;
   snprintf(art[k], sizeof art[k], "%s", r.artifact);
@@ -77,18 +78,22 @@ static void expect_matmul(const float *C, uint32_t set) {
     }
 }
 
-
-
 static void test_state_runs_and_checks(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(
+      kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
   uint64_t region = kc_args_region_bytes(&spec, true);
   size_t cap = sizeof(kc_mreply_run) + 2 * region;
   unsigned char *out = malloc(cap);
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 4, .first_set = 1,
-                     .n_checks = 2, .poison_seed = 99, .checks = {0, 3}};
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = 4,
+                     .first_set = 1,
+                     .n_checks = 2,
+                     .poison_seed = 99,
+                     .checks = {0, 3}};
   size_t len;
   assert_int_equal(kc_mstate_run(s, &req, out, cap, &len, e, sizeof e), 0);
   assert_int_equal(len, cap);
@@ -110,7 +115,9 @@ static void test_state_input_mutation(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(kc_mstate_load(&s, build("input_mutation.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(
+      kc_mstate_load(&s, build("input_mutation.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e),
+      0);
   unsigned char out[8192];
   size_t len;
   kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1, .n_checks = 0};
@@ -123,20 +130,27 @@ static void test_state_load_errors(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(kc_mstate_load(&s, build("no_entry.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), -1);
+  assert_int_equal(
+      kc_mstate_load(&s, build("no_entry.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), -1);
   assert_non_null(strstr(e, "no symbol 'kernel'"));
   /* --entry finds it */
-  assert_int_equal(kc_mstate_load(&s, build("no_entry.c"), "matmul", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(
+      kc_mstate_load(&s, build("no_entry.c"), "matmul", inputs, ARGS, 2, false, e, sizeof e), 0);
   kc_mstate_free(s);
   /* inputs of the wrong size for --args */
-  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, "f32[4] f32[4]:out", 2, false, e, sizeof e), -1);
+  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, "f32[4] f32[4]:out", 2,
+                                  false, e, sizeof e),
+                   -1);
   assert_non_null(strstr(e, "wrong size"));
 }
 
 /* ---- the plain runner: a forked process, the real wire protocol ---------------- */
 static kc_mrunner *runner(void) {
-  kc_mrunner_opts o = {.bind_dir = dir, .memory_bytes = 512u << 20, .max_arg_bytes = 65536,
-                       .max_result_bytes = 65536, .plain = true};
+  kc_mrunner_opts o = {.bind_dir = dir,
+                       .memory_bytes = 512u << 20,
+                       .max_arg_bytes = 65536,
+                       .max_result_bytes = 65536,
+                       .plain = true};
   kc_mrunner *r;
   kc_error err;
   assert_int_equal(kc_mrunner_new(&o, &r, &err), 0);
@@ -159,8 +173,8 @@ static void load(kc_mrunner *r, const char *artifact, kc_mcall *c) {
 }
 
 static void run1(kc_mrunner *r, kc_mcall *c, double timeout) {
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 2, .n_checks = 1,
-                     .checks = {1}};
+  kc_mreq_run req = {
+      .magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 2, .n_checks = 1, .checks = {1}};
   kc_error err;
   kc_mcall_clear(c);
   assert_int_equal(kc_mrunner_call(r, &req, sizeof req, timeout, c, &err), 0);
