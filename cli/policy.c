@@ -2,6 +2,7 @@
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "kcage/policy.h"
@@ -26,7 +27,11 @@ static int check(int argc, char **argv) {
   for (int i = 0; i < argc; i++) {
     kc_error err = {0};
     kc_policy *p = NULL;
-    if (kc_policy_load(argv[i], &p, &err) < 0 || kc_policy_check_seccomp(p, NULL, &err) < 0) {
+    /* check takes FILEs: an existing file is read as such even without a '/' or the
+     * .policy suffix; anything else is looked up as a profile NAME. */
+    int rc = access(argv[i], F_OK) == 0 ? kc_policy_parse_file(argv[i], &p, &err)
+                                        : kc_policy_load(argv[i], &p, &err);
+    if (rc < 0 || kc_policy_check_seccomp(p, NULL, &err) < 0) {
       /* Parse errors already read FILE:LINE: message. */
       fprintf(stderr, "%s\n", err.msg);
       bad = 1;

@@ -22,6 +22,10 @@ echo "$out" | grep -qxF "$d/bad.policy:3: unknown syscall 'no_such_syscall'" || 
 echo "$out" | grep -qxF "$d/cyc2.policy:1: include cycle: cyc1.policy -> cyc2.policy -> cyc1.policy" \
   || fail "cycle: $out"
 
+# a file without the .policy suffix, named without a '/'
+(cd "$d" && printf 'default allow\n' > plainname && "$KCAGE" policy check plainname) \
+  | grep -qx 'plainname: ok' || fail "check of a plain file name"
+
 for n in exec build measure; do
   "$KCAGE" policy check $n >/dev/null || fail "shipped $n"
 done
