@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
@@ -509,6 +510,18 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
     if (deadline >= 0 && left <= 0) {
       kc_error_set(&last, ETIMEDOUT, "no %s device was free within %.3g s", key, wait);
       break;
+    }
+    if (i > 0) { /* back off between attempts (0.1 s doubling), within the deadline */
+      double pause = fmin(0.1 * (double)(1u << (i < 6 ? i - 1 : 5)), 2.0);
+      if (deadline >= 0)
+        pause = fmin(pause, fmax(0, deadline - kc_now()));
+      struct timespec ts = {(time_t)pause, (long)((pause - floor(pause)) * 1e9)};
+      nanosleep(&ts, NULL);
+      left = deadline < 0 ? -1 : deadline - kc_now();
+      if (deadline >= 0 && left <= 0) {
+        kc_error_set(&last, ETIMEDOUT, "no %s device was free within %.3g s", key, wait);
+        break;
+      }
     }
     if (!c && kc_tracker_connect(th, tp, left < 0 ? 10 : fmin(left, 10), &c, &last) < 0) {
       c = NULL;
