@@ -11,9 +11,10 @@ field() { # field NAME: a string field of /tmp/r.json
   grep -o "\"$1\": *\"[a-z_]*\"" /tmp/r.json 2>/dev/null | head -1 | sed 's/.*"\([a-z_]*\)"$/\1/'
 }
 
-# case NAME WANT_STATUS WANT_LIMIT(- for none) KCAGE_RUN_ARGS... -- PROGRAM...
+# case NAME WANT_STATUS KEY=VALUE|- KCAGE_RUN_ARGS... -- PROGRAM...
+#   KEY=VALUE: one more string field of the record that must match (limit=cpu, ...)
 case_() {
-  name=$1 want=$2 wantlim=$3
+  name=$1 want=$2 wantkv=$3
   shift 3
   rm -f /tmp/r.json
   t0=$(cut -d' ' -f1 /proc/uptime)
@@ -21,12 +22,17 @@ case_() {
   rc=$?
   t1=$(cut -d' ' -f1 /proc/uptime)
   st=$(field status)
-  lim=$(field limit)
-  [ "$wantlim" = - ] && wantlim=
-  if [ "$st" = "$want" ] && [ "$lim" = "$wantlim" ]; then
-    ok "$name: status=$st${lim:+ limit=$lim} rc=$rc ($t0 -> $t1 s)"
+  got=
+  if [ "$wantkv" != - ]; then
+    got="${wantkv%%=*}=$(field "${wantkv%%=*}")"
   else
-    bad "$name: status='$st' limit='$lim' rc=$rc, want $want${wantlim:+/$wantlim}; $(head -c 300 /tmp/err | tr '\n' ' ')"
+    wantkv=
+    [ -n "$(field limit)" ] && got="limit=$(field limit)"
+  fi
+  if [ "$st" = "$want" ] && [ "$got" = "$wantkv" ]; then
+    ok "$name: status=$st${got:+ $got} rc=$rc ($t0 -> $t1 s)"
+  else
+    bad "$name: status='$st' $got rc=$rc, want $want${wantkv:+ $wantkv}; $(head -c 300 /tmp/err | tr '\n' ' ')"
     head -c 600 /tmp/r.json 2>/dev/null
     echo
   fi
@@ -35,12 +41,13 @@ case_() {
 mounts0=$(wc -l < /proc/self/mountinfo)
 case_ ok ok - -- /payload hostile ok
 case_ memory memory - --memory 32M -- /payload hostile memory
-case_ cpu timeout cpu --time 0.5 -- /payload hostile spin
-case_ wall timeout wall --wall 0.5 -- /payload hostile sleep
+case_ cpu timeout limit=cpu --time 0.5 -- /payload hostile spin
+case_ wall timeout limit=wall --wall 0.5 -- /payload hostile sleep
 case_ pids pids - --pids 16 -- /payload hostile forkbomb
 case_ output output - --output 64K -- /payload hostile flood
 case_ segfault signaled - -- /payload hostile segv
 case_ daemon ok - -- /payload hostile daemon
+case_ syscall syscall syscall=socket --policy measure -- /payload hostile socket
 
 # kcage itself SIGKILLed mid-run: its cgroup stays until the next kcage reaps it
 leaves() { find /sys/fs/cgroup/kcage -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -51,6 +52,8 @@ static int hostile(const char *what) {
     volatile uintptr_t addr = 16; /* opaque to the compiler: a real fault */
     return *(volatile int *)addr;
   }
+  if (!strcmp(what, "socket")) /* forbidden under the measure policy */
+    return socket(AF_INET, SOCK_STREAM, 0) >= 0 ? 0 : 4;
   if (!strcmp(what, "daemon")) { /* a grandchild that outlives its parent */
     if (fork() == 0) {
       setsid();
