@@ -117,7 +117,7 @@ static inline bool kc_test_no_process_with(const char *marker) {
   while ((e = readdir(d))) {
     if (e->d_name[0] < '0' || e->d_name[0] > '9')
       continue;
-    char path[64], buf[4096];
+    char path[300], buf[4096];
     snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
     int fd = open(path, O_RDONLY);
     if (fd < 0)

@@ -1,0 +1,5 @@
+/* CPU spin (expected: timeout, limit cpu). */
+int main(void) {
+  for (volatile unsigned long i = 0;; i++)
+    ;
+}
