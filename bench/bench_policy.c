@@ -205,8 +205,8 @@ int main(void) {
   const int iters = 200000;
   double none_g = syscall_ns(NULL, SYS_getppid, iters);
   double none_m = syscall_ns(NULL, SYS_mprotect, iters);
-  printf("\n%-8s %14s %14s   (per call, best of 5 x %d)\n", "filter", "getppid ns",
-         "mprotect ns", iters);
+  printf("\n%-8s %14s %14s   (per call, best of 5 x %d)\n", "filter", "getppid ns", "mprotect ns",
+         iters);
   printf("%-8s %14.1f %14.1f\n", "none", none_g, none_m);
   kc_bench_set("policy", "none_getppid_ns", none_g);
   kc_bench_set("policy", "none_mprotect_ns", none_m);
@@ -236,8 +236,8 @@ int main(void) {
     return 1;
   double med = -1, p99 = -1;
   int got = notify_round_trip(np, 5000, &med, &p99);
-  printf("\nnotify round trip (supervisor answers errno), n=%d: median %.1f us, p99 %.1f us\n",
-         got, med, p99);
+  printf("\nnotify round trip (supervisor answers errno), n=%d: median %.1f us, p99 %.1f us\n", got,
+         med, p99);
   kc_bench_set("policy", "notify_round_trip_median_us", med);
   kc_bench_set("policy", "notify_round_trip_p99_us", p99);
   kc_policy_free(np);

@@ -8,18 +8,17 @@
 #include "kcage/policy.h"
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: kcage policy check FILE|NAME...\n"
-          "       kcage policy show [--filter] NAME|FILE\n"
-          "\n"
-          "check  parse each policy (includes too) and compile its seccomp filter;\n"
-          "       prints `FILE: ok` or `FILE:LINE: message`; exit 1 if any is bad.\n"
-          "show   print the resolved policy (includes expanded, overrides applied) in\n"
-          "       policy syntax; --filter prints the compiled seccomp filter instead.\n"
-          "\n"
-          "NAME is a built-in profile (exec, build, measure, ...) looked up in\n"
-          "$KCAGE_POLICY_DIR, the source tree, then the installed policies; a value\n"
-          "with a '/' or ending in .policy is a file.\n");
+  fprintf(f, "usage: kcage policy check FILE|NAME...\n"
+             "       kcage policy show [--filter] NAME|FILE\n"
+             "\n"
+             "check  parse each policy (includes too) and compile its seccomp filter;\n"
+             "       prints `FILE: ok` or `FILE:LINE: message`; exit 1 if any is bad.\n"
+             "show   print the resolved policy (includes expanded, overrides applied) in\n"
+             "       policy syntax; --filter prints the compiled seccomp filter instead.\n"
+             "\n"
+             "NAME is a built-in profile (exec, build, measure, ...) looked up in\n"
+             "$KCAGE_POLICY_DIR, the source tree, then the installed policies; a value\n"
+             "with a '/' or ending in .policy is a file.\n");
 }
 
 static int check(int argc, char **argv) {

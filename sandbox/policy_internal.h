@@ -17,7 +17,7 @@ typedef enum kc_sc_action {
 } kc_sc_action;
 
 typedef enum kc_sc_op {
-  KC_SC_EQ,     /* arg == value */
+  KC_SC_EQ, /* arg == value */
   KC_SC_NE,
   KC_SC_LT,
   KC_SC_LE,
@@ -37,13 +37,13 @@ typedef struct kc_sc_cond {
 #define KC_SC_MAX_CONDS 6
 
 typedef struct kc_sc_rule {
-  int nr;         /* libseccomp number (negative pseudo numbers for other arches) */
-  char *name;     /* as written */
+  int nr;     /* libseccomp number (negative pseudo numbers for other arches) */
+  char *name; /* as written */
   kc_sc_action action;
-  int errno_val;  /* KC_SC_ERRNO */
+  int errno_val; /* KC_SC_ERRNO */
   unsigned n_conds;
   kc_sc_cond conds[KC_SC_MAX_CONDS];
-  int file;       /* index into kc_policy.files: where it was written */
+  int file; /* index into kc_policy.files: where it was written */
   int line;
 } kc_sc_rule;
 
@@ -69,9 +69,9 @@ struct kc_policy {
 
 /* Names and numeric constants (policy_consts.c). */
 int kc_policy_const_lookup(const char *name, uint64_t *out);
-int kc_policy_errno_lookup(const char *name);          /* -1 when unknown */
-const char *kc_policy_errno_name(int e);               /* NULL when not in the table */
-int kc_policy_rlimit_lookup(const char *name);         /* RLIMIT_*, -1 when unknown */
+int kc_policy_errno_lookup(const char *name);  /* -1 when unknown */
+const char *kc_policy_errno_name(int e);       /* NULL when not in the table */
+int kc_policy_rlimit_lookup(const char *name); /* RLIMIT_*, -1 when unknown */
 const char *kc_policy_rlimit_name(int resource);
 
 /* Does a (syscall nr, args) pair match this rule's conditions (userspace mirror of

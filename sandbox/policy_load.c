@@ -34,8 +34,7 @@ int kc_policy_resolve(const char *name, char *path, size_t len, kc_error *err) {
     if (!(*s == '-' || *s == '_' || *s == '.' || (*s >= '0' && *s <= '9') ||
           (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
       return kc_error_set(err, EINVAL, "policy %s: bad name", name);
-  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), KC_SOURCE_POLICY_DIR,
-                        KC_INSTALL_POLICY_DIR};
+  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), KC_SOURCE_POLICY_DIR, KC_INSTALL_POLICY_DIR};
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
     if (!dirs[i] || !*dirs[i])
       continue;

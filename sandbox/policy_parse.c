@@ -56,8 +56,8 @@ typedef struct loc {
   int file_idx;
 } loc;
 
-__attribute__((format(printf, 3, 4))) static int perr(parse_ctx *c, const loc *l,
-                                                      const char *fmt, ...) {
+__attribute__((format(printf, 3, 4))) static int perr(parse_ctx *c, const loc *l, const char *fmt,
+                                                      ...) {
   char msg[KC_ERROR_MSG_MAX];
   va_list ap;
   va_start(ap, fmt);
@@ -107,10 +107,26 @@ static int parse_size(const char *s, uint64_t *out) {
   switch (*end) {
   case '\0':
     break;
-  case 'K': case 'k': shift = 10; end++; break;
-  case 'M': case 'm': shift = 20; end++; break;
-  case 'G': case 'g': shift = 30; end++; break;
-  case 'T': case 't': shift = 40; end++; break;
+  case 'K':
+  case 'k':
+    shift = 10;
+    end++;
+    break;
+  case 'M':
+  case 'm':
+    shift = 20;
+    end++;
+    break;
+  case 'G':
+  case 'g':
+    shift = 30;
+    end++;
+    break;
+  case 'T':
+  case 't':
+    shift = 40;
+    end++;
+    break;
   default:
     return -1;
   }
@@ -196,8 +212,9 @@ static int check_path(parse_ctx *c, const loc *l, const char *what, const char *
 static int do_namespaces(parse_ctx *c, const loc *l, char **w, int n) {
   kc_policy_namespaces ns = {0};
   if (n < 2)
-    return perr(c, l, "namespaces: expected names (user pid mount ipc uts cgroup net), "
-                      "'all' or 'none'");
+    return perr(c, l,
+                "namespaces: expected names (user pid mount ipc uts cgroup net), "
+                "'all' or 'none'");
   for (int i = 1; i < n; i++) {
     if (!strcmp(w[i], "all")) {
       ns = (kc_policy_namespaces){true, true, true, true, true, true, true};
@@ -372,8 +389,8 @@ static int do_rlimit(parse_ctx *c, const loc *l, char **w, int n) {
   return 0;
 }
 
-static int parse_action(parse_ctx *c, const loc *l, char **w, int n, int *i,
-                        kc_sc_action *a, int *e) {
+static int parse_action(parse_ctx *c, const loc *l, char **w, int n, int *i, kc_sc_action *a,
+                        int *e) {
   const char *s = w[*i];
   (*i)++;
   if (!strcmp(s, "allow"))
@@ -423,8 +440,9 @@ static int parse_conds(parse_ctx *c, const loc *l, char *s, kc_sc_rule *r) {
     *cd = (kc_sc_cond){.arg = (unsigned)(q[3] - '0')};
     for (unsigned j = 0; j < r->n_conds; j++)
       if (r->conds[j].arg == cd->arg)
-        return perr(c, l, "two conditions on arg%u (libseccomp allows one per argument; "
-                          "write a second rule)",
+        return perr(c, l,
+                    "two conditions on arg%u (libseccomp allows one per argument; "
+                    "write a second rule)",
                     cd->arg);
     q += 4;
     while (isspace((unsigned char)*q))
@@ -432,7 +450,7 @@ static int parse_conds(parse_ctx *c, const loc *l, char *s, kc_sc_rule *r) {
     static const struct {
       const char *tok;
       kc_sc_op op;
-    } ops[] = {{"==", KC_SC_EQ}, {"!=", KC_SC_NE}, {"<=", KC_SC_LE}, {">=", KC_SC_GE},
+    } ops[] = {{"==", KC_SC_EQ}, {"!=", KC_SC_NE}, {"<=", KC_SC_LE},   {">=", KC_SC_GE},
                {"<", KC_SC_LT},  {">", KC_SC_GT},  {"&", KC_SC_ANYBIT}};
     size_t k;
     for (k = 0; k < sizeof ops / sizeof ops[0]; k++)
@@ -446,8 +464,8 @@ static int parse_conds(parse_ctx *c, const loc *l, char *s, kc_sc_rule *r) {
     while (isspace((unsigned char)*q))
       q++;
     char *start = q;
-    while (*q && !isspace((unsigned char)*q) && *q != '=' && *q != '!' && *q != '<' &&
-           *q != '>' && *q != '&')
+    while (*q && !isspace((unsigned char)*q) && *q != '=' && *q != '!' && *q != '<' && *q != '>' &&
+           *q != '&')
       q++;
     char save = *q;
     *q = '\0';
@@ -484,8 +502,9 @@ static int parse_conds(parse_ctx *c, const loc *l, char *s, kc_sc_rule *r) {
         if (rc < 0)
           return -1;
         if (cd->value & ~cd->mask)
-          return perr(c, l, "arg%u & MASK == VALUE: VALUE has bits outside MASK, never "
-                            "matches",
+          return perr(c, l,
+                      "arg%u & MASK == VALUE: VALUE has bits outside MASK, never "
+                      "matches",
                       cd->arg);
         cd->op = KC_SC_MASKED;
       }
@@ -552,8 +571,8 @@ static int add_rule(parse_ctx *c, const loc *l, kc_sc_rule r) {
     kc_sc_rule *x = &p->rules[i];
     if (x->nr != r.nr)
       continue;
-    bool same_action = x->action == r.action &&
-                       (r.action != KC_SC_ERRNO || x->errno_val == r.errno_val);
+    bool same_action =
+        x->action == r.action && (r.action != KC_SC_ERRNO || x->errno_val == r.errno_val);
     if (same_conds(x, &r)) {
       if (same_action) {
         free(r.name); /* a harmless repeat */
@@ -565,8 +584,9 @@ static int add_rule(parse_ctx *c, const loc *l, kc_sc_rule r) {
     if (!x->n_conds || !r.n_conds) {
       int other = x->line;
       char *nm = x->name;
-      perr(c, l, "%s: a rule without conditions cannot be combined with conditional rules "
-                 "for the same syscall (line %d); use conditions on both or the default",
+      perr(c, l,
+           "%s: a rule without conditions cannot be combined with conditional rules "
+           "for the same syscall (line %d); use conditions on both or the default",
            nm, other);
       free(r.name);
       return -1;
@@ -603,8 +623,7 @@ static int do_rule(parse_ctx *c, const loc *l, char **w, int n) {
     int nr = seccomp_syscall_resolve_name(w[j]);
     if (nr == __NR_SCMP_ERROR)
       return perr(c, l, "unknown syscall '%s'", w[j]);
-    kc_sc_rule r = {.nr = nr, .action = a, .errno_val = e, .file = l->file_idx,
-                    .line = l->line};
+    kc_sc_rule r = {.nr = nr, .action = a, .errno_val = e, .file = l->file_idx, .line = l->line};
     if (cond_at > 0) {
       char buf[1024] = "";
       for (int k = cond_at; k < n; k++) {
@@ -771,8 +790,8 @@ static int parse_path(parse_ctx *c, const char *display, const loc *from) {
   if (fstat(fileno(f), &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > KC_POLICY_FILE_MAX)
     return from ? perr(c, from, "include %s: not a regular file of at most %d bytes", display,
                        KC_POLICY_FILE_MAX)
-                : kc_error_set(c->err, 0, "%s: not a regular file of at most %d bytes",
-                               display, KC_POLICY_FILE_MAX);
+                : kc_error_set(c->err, 0, "%s: not a regular file of at most %d bytes", display,
+                               KC_POLICY_FILE_MAX);
 
   kc_policy *p = c->p;
   size_t cap_seen = c->n_seen; /* seen grows one at a time */

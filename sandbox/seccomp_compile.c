@@ -28,11 +28,11 @@
 #include "seccomp_notify.h"
 
 #include <errno.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/filter.h>
-#include <linux/seccomp.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -128,8 +128,7 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
   if (!has_filter(p))
     return 0;
   bool listener = kc_policy_needs_listener(p);
-  uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno)
-                                : SCMP_ACT_ALLOW;
+  uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno) : SCMP_ACT_ALLOW;
   scmp_filter_ctx ctx = seccomp_init(def);
   if (!ctx)
     return kc_error_set(err, ENOMEM, "seccomp_init");
@@ -163,8 +162,8 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
       if (rc == -E2BIG)
         return kc_error_set(err, 0, "%s:%d: %s: bit masks expand to more than 256 rules",
                             p->files[r->file], r->line, r->name);
-      return kc_error_set(err, -rc, "%s:%d: %s: libseccomp rejected the rule",
-                          p->files[r->file], r->line, r->name);
+      return kc_error_set(err, -rc, "%s:%d: %s: libseccomp rejected the rule", p->files[r->file],
+                          r->line, r->name);
     }
   }
   if (handoff != KC_HANDOFF_NONE && kc_policy_needs_listener(p) && def != SCMP_ACT_ALLOW) {
@@ -189,11 +188,10 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
       if (k == 0 && handoff == KC_HANDOFF_ANY)
         rc = ruled ? 0 : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
       else if (k == 0)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 1,
-                              (struct scmp_arg_cmp){.arg = 0,
-                                                    .op = SCMP_CMP_EQ,
-                                                    .datum_a = (scmp_datum_t)handoff,
-                                                    .datum_b = 0});
+        rc = seccomp_rule_add(
+            ctx, SCMP_ACT_ALLOW, nrs[k], 1,
+            (struct scmp_arg_cmp){
+                .arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)handoff, .datum_b = 0});
       else if (!ruled)
         rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
       else
@@ -280,8 +278,7 @@ struct kc_seccomp_prog {
   bool listener;
 };
 
-int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out,
-                            kc_error *err) {
+int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
   *out = NULL;
   kc_seccomp_prog *prog = calloc(1, sizeof *prog);
   if (!prog)

@@ -6,11 +6,11 @@
 #include <errno.h>
 #include <linux/audit.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <seccomp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <poll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -109,8 +109,7 @@ int kc_seccomp_notify_continue(int listener, const kc_seccomp_event *ev, kc_erro
   return respond(listener, ev, 0, SECCOMP_USER_NOTIF_FLAG_CONTINUE, err);
 }
 
-int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum,
-                            kc_error *err) {
+int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum, kc_error *err) {
   if (errnum <= 0)
     return kc_error_set(err, EINVAL, "seccomp listener: errno must be positive");
   return respond(listener, ev, -errnum, 0, err);
@@ -232,8 +231,8 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
     char buf[CMSG_SPACE(sizeof(int))];
     struct cmsghdr align;
   } u;
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-                       .msg_controllen = sizeof u.buf};
+  struct msghdr msg = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
   ssize_t n;
   do
     n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
@@ -241,8 +240,9 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
   if (n < 0)
     return kc_error_set(err, errno, "seccomp: receive the listener");
   if (n == 0)
-    return kc_error_set(err, ECONNRESET, "seccomp: the child closed before sending its "
-                                         "listener");
+    return kc_error_set(err, ECONNRESET,
+                        "seccomp: the child closed before sending its "
+                        "listener");
   int fd = -1;
   for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
     if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&

@@ -76,8 +76,7 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
  * thread only (no TSYNC: a forked child has one thread).  Child functions return -1
  * with errno rather than a kc_error. */
 typedef struct kc_seccomp_prog kc_seccomp_prog;
-int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out,
-                            kc_error *err);
+int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err);
 void kc_seccomp_prog_free(kc_seccomp_prog *prog);
 size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
 int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);
@@ -91,13 +90,13 @@ int kc_seccomp_prog_load_and_send(const kc_seccomp_prog *prog, int sock);
 int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_error *err);
 
 typedef struct kc_seccomp_event {
-  uint64_t id;      /* the kernel's cookie for this notification */
-  pid_t pid;        /* the task, in the supervisor's pid namespace (0 if not visible) */
-  int nr;           /* syscall number for `arch` */
-  uint32_t arch;    /* AUDIT_ARCH_* */
+  uint64_t id;   /* the kernel's cookie for this notification */
+  pid_t pid;     /* the task, in the supervisor's pid namespace (0 if not visible) */
+  int nr;        /* syscall number for `arch` */
+  uint32_t arch; /* AUDIT_ARCH_* */
   uint64_t ip;
   uint64_t args[6];
-  char name[48];    /* "socket"; "i386:socket" for a foreign arch; "#123" when unknown */
+  char name[48]; /* "socket"; "i386:socket" for a foreign arch; "#123" when unknown */
 } kc_seccomp_event;
 
 /* Receive one notification.  Call after poll() reported POLLIN.  Returns 0, or -1 with
@@ -113,8 +112,7 @@ bool kc_seccomp_notify_id_valid(int listener, uint64_t id);
 /* Let the syscall run as if no filter had matched (SECCOMP_USER_NOTIF_FLAG_CONTINUE). */
 int kc_seccomp_notify_continue(int listener, const kc_seccomp_event *ev, kc_error *err);
 /* Fail the syscall with errnum (> 0) without running it. */
-int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum,
-                            kc_error *err);
+int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum, kc_error *err);
 
 typedef enum kc_notify_kind {
   KC_NOTIFY_VIOLATION, /* a "kill" rule, the kill default, or a foreign arch */

@@ -34,8 +34,8 @@ typedef struct kc_policy_mount {
   kc_policy_mount_kind kind;
   char *src;
   char *dst;
-  uint64_t size;  /* tmpfs */
-  bool optional;  /* a missing source is skipped rather than an error */
+  uint64_t size; /* tmpfs */
+  bool optional; /* a missing source is skipped rather than an error */
 } kc_policy_mount;
 
 typedef struct kc_policy_rlimit {

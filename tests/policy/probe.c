@@ -1,18 +1,18 @@
 /* A program run under a compiled policy by test_policy_seccomp: it makes one kind of
  * call named by argv[1].  Built without sanitizers (it runs under `measure`). */
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/sched.h>
 #include <pthread.h>
-#include <sys/mount.h>
-#include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

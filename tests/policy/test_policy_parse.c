@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <errno.h>
@@ -86,8 +87,7 @@ static void test_errors(void **state) {
   expect_error("e3.policy", "allow read write open_by_handle_att close\n", 1,
                "unknown syscall 'open_by_handle_att'");
   expect_error("e4.policy", "limit pids 12x\n", 1, "limit pids: bad number '12x'");
-  expect_error("e5.policy", "limit memory lots\n", 1,
-               "limit memory: bad size 'lots' (e.g. 256M)");
+  expect_error("e5.policy", "limit memory lots\n", 1, "limit memory: bad size 'lots' (e.g. 256M)");
   expect_error("e6.policy", "limit cpu -1\n", 1, "limit cpu: bad number '-1'");
   expect_error("e7.policy", "limit disk 1G\n", 1,
                "limit: unknown limit 'disk' (memory cpu wall pids cpus output)");
@@ -97,8 +97,7 @@ static void test_errors(void **state) {
                "bind: unexpected 'extra' (expected SRC [DST] [optional])");
   expect_error("e11.policy", "ro-bind /usr /x/../etc\n", 1,
                "destination '/x/../etc' must not contain '..'");
-  expect_error("e12.policy", "namespaces user time\n", 1,
-               "namespaces: unknown namespace 'time'");
+  expect_error("e12.policy", "namespaces user time\n", 1, "namespaces: unknown namespace 'time'");
   expect_error("e13.policy", "rlimit nofiles 10\n", 1, "rlimit: unknown resource 'nofiles'");
   expect_error("e14.policy", "rlimit nofile 20 10\n", 1,
                "rlimit nofile: soft limit above hard limit");
@@ -109,8 +108,7 @@ static void test_errors(void **state) {
   expect_error("e17.policy", "errno EPERMX socket\n", 1, "unknown errno name 'EPERMX'");
   expect_error("e18.policy", "errno 5000 socket\n", 1,
                "bad errno '5000' (1..4095 or a name such as EPERM)");
-  expect_error("e19.policy", "allow socket arg0 == AF_UNIXX\n", 1,
-               "unknown constant 'AF_UNIXX'");
+  expect_error("e19.policy", "allow socket arg0 == AF_UNIXX\n", 1, "unknown constant 'AF_UNIXX'");
   expect_error("e20.policy", "allow socket arg0 == 0x1g\n", 1, "bad number '0x1g'");
   expect_error("e21.policy", "allow socket arg9 == 1\n", 1,
                "expected a condition argN (N = 0..5) at 'arg9 == 1 '");
@@ -121,8 +119,7 @@ static void test_errors(void **state) {
                "rule)");
   expect_error("e24.policy", "allow socket bind arg0 == 1\n", 1,
                "conditions apply to one syscall; write one line per syscall");
-  expect_error("e25.policy", "allow read\nkill read\n", 2,
-               "read: contradicts the rule at line 1");
+  expect_error("e25.policy", "allow read\nkill read\n", 2, "read: contradicts the rule at line 1");
   expect_error("e26.policy", "errno EPERM socket\n\nallow socket arg0 == AF_UNIX\n", 3,
                "socket: a rule without conditions cannot be combined with conditional rules "
                "for the same syscall (line 1); use conditions on both or the default");
@@ -178,36 +175,35 @@ static void test_good_file_and_spec(void **state) {
   put("g_base.policy", "namespaces all\nro-bind /usr\ntmpfs /tmp 64M\nkill ptrace\n"
                        "errno EPERM bpf\nlimit memory 1G\n");
   put("g_other.policy", "include g_base\nallow getpid\n"); /* diamond, not a cycle */
-  kc_policy *p = parse_ok("g.policy",
-                          "# a good policy\n"
-                          "include g_base\n"
-                          "include g_other\n"
-                          "namespaces user pid mount\n"
-                          "ro-bind /opt/lib /lib2 optional\n"
-                          "bind /srv/scratch /work\n"
-                          "tmpfs /tmp 8M          # replaces the base's /tmp in place\n"
-                          "proc\n"
-                          "dev\n"
-                          "symlink usr/bin /bin\n"
-                          "limit memory 256M\n"
-                          "limit cpu 1.5\n"
-                          "limit wall 10\n"
-                          "limit pids 32\n"
-                          "limit cpus 0.5\n"
-                          "limit output 1M\n"
-                          "rlimit nofile 256 512\n"
-                          "rlimit core 0\n"
-                          "rlimit stack unlimited\n"
-                          "cwd /work\n"
-                          "default errno ENOSYS\n"
-                          "allow ptrace          # overrides the base's kill\n"
-                          "allow read write close\n"
-                          "allow socket arg0 == AF_UNIX\n"
-                          "errno EAFNOSUPPORT socket arg0 != AF_UNIX\n"
-                          "errno EPERM clone arg0 & CLONE_NEWUSER|CLONE_NEWNET\n"
-                          "kill mmap arg2 & PROT_EXEC and arg3 & MAP_ANONYMOUS\n"
-                          "notify execve\n"
-                          "allow mmap arg4 == -1 and arg3 & MAP_ANONYMOUS\n");
+  kc_policy *p = parse_ok("g.policy", "# a good policy\n"
+                                      "include g_base\n"
+                                      "include g_other\n"
+                                      "namespaces user pid mount\n"
+                                      "ro-bind /opt/lib /lib2 optional\n"
+                                      "bind /srv/scratch /work\n"
+                                      "tmpfs /tmp 8M          # replaces the base's /tmp in place\n"
+                                      "proc\n"
+                                      "dev\n"
+                                      "symlink usr/bin /bin\n"
+                                      "limit memory 256M\n"
+                                      "limit cpu 1.5\n"
+                                      "limit wall 10\n"
+                                      "limit pids 32\n"
+                                      "limit cpus 0.5\n"
+                                      "limit output 1M\n"
+                                      "rlimit nofile 256 512\n"
+                                      "rlimit core 0\n"
+                                      "rlimit stack unlimited\n"
+                                      "cwd /work\n"
+                                      "default errno ENOSYS\n"
+                                      "allow ptrace          # overrides the base's kill\n"
+                                      "allow read write close\n"
+                                      "allow socket arg0 == AF_UNIX\n"
+                                      "errno EAFNOSUPPORT socket arg0 != AF_UNIX\n"
+                                      "errno EPERM clone arg0 & CLONE_NEWUSER|CLONE_NEWNET\n"
+                                      "kill mmap arg2 & PROT_EXEC and arg3 & MAP_ANONYMOUS\n"
+                                      "notify execve\n"
+                                      "allow mmap arg4 == -1 and arg3 & MAP_ANONYMOUS\n");
   const kc_policy_spec *s = kc_policy_get_spec(p);
   assert_string_equal(s->name, "g");
   assert_true(s->ns.user && s->ns.pid && s->ns.mount);

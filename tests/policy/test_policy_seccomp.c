@@ -6,12 +6,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,10 +44,10 @@ static kc_policy *from_text(const char *text) {
 }
 
 typedef struct outcome {
-  int status;          /* wait status */
-  char violation[48];  /* "" when none */
+  int status;         /* wait status */
+  char violation[48]; /* "" when none */
   uint64_t args[6];
-  int asks;            /* notify-rule events seen */
+  int asks;              /* notify-rule events seen */
   bool syscall_returned; /* the child reported that the forbidden call came back */
 } outcome;
 
@@ -232,7 +233,7 @@ static void test_kill_names_syscall(void **state) {
 
 static int child_kill_default(int rep, void *arg) {
   (void)rep, (void)arg;
-  syscall(SYS_getppid); /* allowed */
+  syscall(SYS_getppid);         /* allowed */
   syscall(SYS_getcwd, NULL, 0); /* not listed: the default kills */
   return 12;
 }
@@ -414,19 +415,45 @@ static void expect_raw(const char *policy, const char *name) {
 
 static void test_forbidden_lists(void **state) {
   (void)state;
-  const char *measure_kills[] = {
-      "mount", "umount2", "pivot_root", "ptrace", "init_module", "finit_module",
-      "delete_module", "kexec_load", "bpf", "perf_event_open", "io_uring_setup",
-      "io_uring_enter", "io_uring_register", "userfaultfd", "keyctl", "add_key",
-      "request_key", "socket", "socketpair", "connect", "clone", "clone3", "fork", "vfork",
-      "memfd_create", "personality", "unshare", "setns", "process_vm_writev", "kill",
-      "open_by_handle_at", "reboot", "swapon"};
+  const char *measure_kills[] = {"mount",
+                                 "umount2",
+                                 "pivot_root",
+                                 "ptrace",
+                                 "init_module",
+                                 "finit_module",
+                                 "delete_module",
+                                 "kexec_load",
+                                 "bpf",
+                                 "perf_event_open",
+                                 "io_uring_setup",
+                                 "io_uring_enter",
+                                 "io_uring_register",
+                                 "userfaultfd",
+                                 "keyctl",
+                                 "add_key",
+                                 "request_key",
+                                 "socket",
+                                 "socketpair",
+                                 "connect",
+                                 "clone",
+                                 "clone3",
+                                 "fork",
+                                 "vfork",
+                                 "memfd_create",
+                                 "personality",
+                                 "unshare",
+                                 "setns",
+                                 "process_vm_writev",
+                                 "kill",
+                                 "open_by_handle_at",
+                                 "reboot",
+                                 "swapon"};
   for (size_t i = 0; i < sizeof measure_kills / sizeof measure_kills[0]; i++)
     expect_raw("measure", measure_kills[i]);
-  const char *exec_kills[] = {"mount",       "umount2",     "pivot_root",    "init_module",
+  const char *exec_kills[] = {"mount",        "umount2",       "pivot_root", "init_module",
                               "finit_module", "delete_module", "kexec_load", "kexec_file_load",
-                              "reboot",      "swapon",      "swapoff",       "open_by_handle_at",
-                              "fsopen",      "move_mount",  "open_tree"};
+                              "reboot",       "swapon",        "swapoff",    "open_by_handle_at",
+                              "fsopen",       "move_mount",    "open_tree"};
   for (size_t i = 0; i < sizeof exec_kills / sizeof exec_kills[0]; i++)
     expect_raw("exec", exec_kills[i]);
 }
