@@ -84,9 +84,10 @@ int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
  * The hand-off itself runs under the filter: under a policy whose default is kill
  * (measure), sendmsg and close would be violations that wait for a supervisor who does
  * not hold the listener yet.  So this call also allows sendmsg and close when the
- * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only) and
- * cheaper in a forked child: kc_seccomp_install_and_send() / kc_seccomp_prog_compile()
- * + kc_seccomp_prog_load_and_send() in sandbox/seccomp_notify.h. */
+ * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only):
+ * kc_seccomp_install_and_send(); tighter and cheaper in a forked child (compiled once
+ * by the parent): kc_seccomp_prog_compile() + kc_seccomp_prog_load_and_send(), both
+ * in sandbox/seccomp_notify.h. */
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
 /* Compile the filter without loading it: catches what libseccomp rejects (the
  * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's
