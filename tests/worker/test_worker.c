@@ -230,6 +230,32 @@ static void test_timeouts(void **state) {
   kc_worker_free(w);
 }
 
+/* Death is noticed through the pidfd at once, not at the call's deadline. */
+static void test_death_noticed(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  double best = 1e9;
+  for (int attempt = 0; attempt < 5 && best > 0.001; attempt++) {
+    kc_call_result r;
+    call(w, "echo", "", 0, 5, &r); /* a live worker */
+    kc_error err = {0};
+    assert_int_equal(kc_worker_send(w, H("sleeper"), "", 0, 10, &err), 0);
+    usleep(2000); /* let it reach the handler, with the parent asleep in ppoll */
+    double t0 = now_s();
+    kill(kc_worker_pid(w), SIGKILL);
+    assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+    double dt = now_s() - t0;
+    assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+    assert_int_equal(r.verdict.status, KC_STATUS_SIGNALED);
+    assert_int_equal(r.verdict.signal, SIGKILL);
+    if (dt < best)
+      best = dt;
+  }
+  print_message("death noticed after %.3f ms\n", best * 1e3);
+  assert_true(best < 0.001);
+  kc_worker_free(w);
+}
+
 static void test_segfault(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
@@ -571,7 +597,7 @@ int main(void) {
       cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_lockdown),
       cmocka_unit_test(test_pipelined_fifo),
       cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
-      cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
+      cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
       cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
       cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),   cmocka_unit_test(test_parent_sigkill),
