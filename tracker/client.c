@@ -178,7 +178,7 @@ int kc_tracker_call(kc_tracker_conn *c, const json_t *msg, double timeout_s, jso
   uint32_t n;
   if (kc_read_u32(c->fd, &n, deadline, err) < 0)
     return kc_error_prefix(err, "tracker");
-  if (n == 0 || n > KC_TRACKER_MAX_FRAME * 16u)
+  if (n == 0 || n > KC_TRACKER_MAX_REPLY)
     return kc_error_set(err, EPROTO, "tracker: bad reply length %u", n);
   kc_cleanup_free char *buf = malloc(n);
   if (!buf)

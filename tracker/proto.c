@@ -172,7 +172,7 @@ int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_err
   /* Two passes through jansson's callback writer: no temporary copy of the text. */
   size_t n = 0;
   json_dump_callback(value, count_cb, &n, KC_TRACKER_JSON_FLAGS);
-  if (n == 0 || n > KC_TRACKER_MAX_FRAME)
+  if (n == 0 || n > KC_TRACKER_MAX_REPLY)
     return kc_error_set(err, EMSGSIZE, "frame of %zu bytes", n);
   char *buf = malloc(n + 4);
   if (!buf)
@@ -195,7 +195,7 @@ void kc_frame_reader_init(kc_frame_reader *r, size_t max_frame) {
 void kc_frame_reader_free(kc_frame_reader *r) {
   free(r->buf);
   r->buf = NULL;
-  r->len = r->cap = 0;
+  r->off = r->len = r->cap = r->taken = 0;
 }
 
 int kc_frame_reader_push(kc_frame_reader *r, const void *data, size_t len, kc_error *err) {

@@ -31,6 +31,10 @@
 #define MAX_REQS_PER_CONN 4096
 #define MAX_OUT_BYTES (8u << 20)
 #define MAX_INFO_FIELDS 64
+#define MAX_INFO_BYTES 16384
+/* All connections' buffers together: a flood of half-sent 1 MiB frames cannot take
+ * the tracker's memory. */
+#define MAX_BUFFERED_BYTES (256u << 20)
 
 struct conn;
 struct keyq;
@@ -93,6 +97,7 @@ struct kc_tracker_server {
   struct conn *dead;
   bool stopping;
   size_t max_frame;
+  size_t buffered; /* sum of every connection's in+out buffer capacity */
 };
 
 void kc_tracker_opts_init(kc_tracker_opts *o) {
@@ -296,6 +301,7 @@ static void reap_dead(kc_tracker_server *s) {
   while (s->dead) {
     struct conn *c = s->dead;
     s->dead = c->dead_next;
+    s->buffered -= c->rd.cap + c->out_cap;
     conn_release(c);
   }
 }
@@ -331,11 +337,12 @@ static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size
     size_t cap = c->out_cap ? c->out_cap : 1024;
     while (cap < c->out_len + rest)
       cap *= 2;
-    char *nb = realloc(c->out, cap);
+    char *nb = s->buffered + (cap - c->out_cap) > MAX_BUFFERED_BYTES ? NULL : realloc(c->out, cap);
     if (!nb) {
       conn_kill(s, c);
       return -1;
     }
+    s->buffered += cap - c->out_cap;
     c->out = nb;
     c->out_cap = cap;
   }
@@ -361,6 +368,12 @@ static void conn_flush(kc_tracker_server *s, struct conn *c) {
     c->out_off += (size_t)n;
   }
   c->out_off = c->out_len = 0;
+  if (c->out_cap > 65536) {
+    s->buffered -= c->out_cap;
+    free(c->out);
+    c->out = NULL;
+    c->out_cap = 0;
+  }
   want_out(s, c, false);
 }
 
@@ -475,7 +488,8 @@ static int handle_update_info(kc_tracker_server *s, struct conn *c, kc_trk_msg *
     c->info = json_object();
   json_object_update(c->info, info);
   json_decref(info);
-  if (json_object_size(c->info) > MAX_INFO_FIELDS)
+  if (json_object_size(c->info) > MAX_INFO_FIELDS ||
+      json_dumpb(c->info, NULL, 0, KC_TRACKER_JSON_FLAGS) > MAX_INFO_BYTES)
     return -1;
   reply_code(s, c, KC_TRK_SUCCESS);
   return 0;
@@ -538,7 +552,13 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     return;
   }
   kc_error err;
+  size_t cap0 = c->rd.cap;
   if (kc_frame_reader_push(&c->rd, buf, (size_t)n, &err) < 0) {
+    conn_kill(s, c);
+    return;
+  }
+  s->buffered += c->rd.cap - cap0;
+  if (c->rd.cap > cap0 && s->buffered > MAX_BUFFERED_BYTES) {
     conn_kill(s, c);
     return;
   }
@@ -568,6 +588,9 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
       if (c->rd.len > c->rd.off) {
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
+      } else if (c->rd.cap > 65536) { /* after a big frame: give the memory back */
+        s->buffered -= c->rd.cap;
+        kc_frame_reader_free(&c->rd);
       }
       return;
     }

@@ -45,6 +45,8 @@ enum {
 };
 
 #define KC_TRACKER_MAX_FRAME (1u << 20) /* TVM main: length <= 0 or > 1 MiB closes */
+/* Replies may be larger (a SUMMARY of a big fleet); clients accept up to this. */
+#define KC_TRACKER_MAX_REPLY (64u << 20)
 #define KC_TRACKER_MAX_KEY 256          /* device key */
 #define KC_TRACKER_MAX_MATCHKEY 512
 #define KC_TRACKER_MAX_ADDR 256

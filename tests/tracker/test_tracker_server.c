@@ -167,6 +167,19 @@ static void test_bad_frames_close_only_their_connection(void **state) {
     assert_true(raw_closed(fd, 2));
     close(fd);
   }
+  /* An UPDATE_INFO whose info outgrows 16 KiB (info is kept for the connection's life). */
+  {
+    size_t big = 20000;
+    char *b = malloc(big + 128);
+    int n = snprintf(b, 128, "[5, {\"key\": \"server:x\", \"addr\": [null, 1], \"pad\": \"");
+    memset(b + n, 'a', big);
+    strcpy(b + n + big, "\"}]");
+    int fd = raw_connect(t->port, true);
+    raw_send(fd, b);
+    assert_true(raw_closed(fd, 2));
+    close(fd);
+    free(b);
+  }
   /* Truncated: half a frame, then the client goes away. */
   int fd = raw_connect(t->port, true);
   uint32_t l = htole32(100);
