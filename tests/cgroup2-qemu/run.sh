@@ -36,56 +36,59 @@ if file "$busybox" 2>/dev/null | grep -q 'dynamically linked'; then
 fi
 
 # --- kernel: resolve, download (retried), extract; cached -------------------------
-fetch_kernel() {
-  pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-        awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-  if [ -z "$pkg" ]; then
-    log "linux-image-amd64 not resolvable; running apt-get update"
-    apt-get update -qq >/dev/null 2>&1 || true
-    pkg=$(apt-cache depends linux-image-amd64 2>/dev/null |
-          awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-  fi
-  if [ -z "$pkg" ]; then
-    # offline with an older cache: any kernel we already unpacked will do
-    old=$(ls -1 "$cache"/*.vmlinux 2>/dev/null | tail -1 || true)
-    [ -n "$old" ] && { echo "$old"; return 0; }
-    return 1
-  fi
+resolve() {
+  apt-cache depends linux-image-amd64 2>/dev/null |
+    awk '/Depends: linux-image-[0-9]/{print $2; exit}'
+}
+
+# download + unpack $1 into $cache/$1.vmlinux (under a lock: one download at a time)
+download() (
+  pkg=$1
   k=$cache/$pkg.vmlinux
-  [ -s "$k" ] && { echo "$k"; return 0; }
-  (
-    flock 9
-    [ -s "$k" ] && exit 0
-    tmp=$(mktemp -d "$cache/dl.XXXXXX")
-    trap 'rm -rf "$tmp"' EXIT
-    ok=
-    for delay in 0 2 5 10 20; do
-      sleep $delay
-      if (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>"$tmp/apt.err"); then
-        ok=1
-        break
-      fi
-      log "apt-get download $pkg failed: $(tail -1 "$tmp/apt.err"); retrying"
-      [ $delay = 2 ] && apt-get update -qq >/dev/null 2>&1 || true
-    done
-    [ -n "$ok" ] || exit 1
-    deb=$(ls "$tmp"/*.deb)
-    dpkg-deb --fsys-tarfile "$deb" | tar -x -O --wildcards './boot/vmlinuz-*' > "$tmp/vmlinuz"
-    [ -s "$tmp/vmlinuz" ] || exit 1
-    # The uncompressed ELF boots through PVH, skipping SeaBIOS and the in-guest XZ
-    # decompression (~3 s faster under TCG).  xz complains about trailing data; the
-    # output is complete.
-    off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$tmp/vmlinuz" | head -1 | cut -d: -f1)
-    if [ -n "$off" ]; then
-      tail -c +$((off + 1)) "$tmp/vmlinuz" | xz -dc 2>/dev/null > "$tmp/vmlinux" || true
+  flock 9
+  [ -s "$k" ] && exit 0
+  tmp=$(mktemp -d "$cache/dl.XXXXXX")
+  trap 'rm -rf "$tmp"' EXIT
+  (cd "$tmp" && apt-get download -q "$pkg" >/dev/null 2>"$tmp/apt.err") ||
+    { log "apt-get download $pkg: $(tail -1 "$tmp/apt.err")"; exit 1; }
+  deb=$(ls "$tmp"/*.deb)
+  dpkg-deb --fsys-tarfile "$deb" | tar -x -O --wildcards './boot/vmlinuz-*' > "$tmp/vmlinuz"
+  [ -s "$tmp/vmlinuz" ] || { log "no /boot/vmlinuz-* in $deb"; exit 1; }
+  # The uncompressed ELF boots through PVH, skipping SeaBIOS and the in-guest XZ
+  # decompression (~3 s faster under TCG).  xz complains about trailing data; the
+  # output is complete.
+  off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$tmp/vmlinuz" | head -1 | cut -d: -f1)
+  if [ -n "$off" ]; then
+    tail -c +$((off + 1)) "$tmp/vmlinuz" | xz -dc 2>/dev/null > "$tmp/vmlinux" || true
+  fi
+  if [ -s "$tmp/vmlinux" ] && head -c 4 "$tmp/vmlinux" | grep -q 'ELF'; then
+    mv "$tmp/vmlinux" "$k"
+  else
+    mv "$tmp/vmlinuz" "$k" # bzImage: slower, still fine
+  fi
+) 9>"$cache/.lock"
+
+fetch_kernel() {
+  # The version behind linux-image-amd64 moves with bookworm point releases and the
+  # security archive keeps only the newest: on a failure refresh the lists, resolve
+  # again, retry with back-off.
+  for delay in 0 2 5 10 20; do
+    sleep $delay
+    [ $delay = 0 ] || apt-get update -qq >/dev/null 2>&1 || true
+    pkg=$(resolve)
+    if [ -z "$pkg" ]; then
+      [ $delay = 0 ] && { apt-get update -qq >/dev/null 2>&1 || true; pkg=$(resolve); }
+      [ -z "$pkg" ] && { log "linux-image-amd64 not resolvable (apt sources?)"; continue; }
     fi
-    if [ -s "$tmp/vmlinux" ] && head -c 4 "$tmp/vmlinux" | grep -q 'ELF'; then
-      mv "$tmp/vmlinux" "$k"
-    else
-      mv "$tmp/vmlinuz" "$k" # bzImage: slower, still fine
+    if [ -s "$cache/$pkg.vmlinux" ] || download "$pkg"; then
+      echo "$cache/$pkg.vmlinux"
+      return 0
     fi
-  ) 9>"$cache/.lock" || return 1
-  [ -s "$k" ] && echo "$k"
+  done
+  # offline or mirror trouble: any bookworm kernel unpacked earlier serves as well
+  old=$(ls -1 "$cache"/*.vmlinux 2>/dev/null | tail -1 || true)
+  [ -n "$old" ] && { log "using the cached $(basename "$old")"; echo "$old"; return 0; }
+  return 1
 }
 
 kernel=$(fetch_kernel) || die "could not download the bookworm kernel (Debian mirror reachable? apt sources set?)"
