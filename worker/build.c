@@ -154,6 +154,20 @@ static int resolve_cc(const char *cc, char *out, size_t len) {
   return -1;
 }
 
+static void cpu_identity(kc_sha256 *h) {
+  FILE *f = fopen("/proc/cpuinfo", "r");
+  if (!f)
+    return;
+  char line[4096];
+  int seen = 0;
+  while (seen < 2 && fgets(line, sizeof line, f))
+    if (!strncmp(line, "model name", 10) || !strncmp(line, "flags", 5)) {
+      kc_sha256_update(h, line, strlen(line));
+      seen++;
+    }
+  fclose(f);
+}
+
 #define MAX_FLAGS 64
 
 static int split_flags(char *s, char **argv, int max) {
@@ -315,6 +329,9 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
 
   kc_sha256 h;
   kc_sha256_init(&h);
+  /* -march=native makes the binary this CPU's: a cache shared between machines (an NFS
+   * home) must not hand it to another model. */
+  cpu_identity(&h);
   char hdr[PATH_MAX + 256];
   int hn = snprintf(hdr, sizeof hdr, "kcage-build-v1\n%s\n%lld %lld\n%s\n", cc_path,
                     (long long)cst.st_size, (long long)cst.st_mtime, o.cflags);

@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
-#include <pthread.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,38 +66,154 @@ typedef struct item {
   char message[2048];
 } item;
 
-typedef struct build_queue {
-  pthread_mutex_t mu;
-  item *items;
-  size_t n, next, done;
-  const kc_build_opts *opts;
-  const kc_bench_config *cfg;
-} build_queue;
-
-static void *build_thread(void *arg) {
-  build_queue *q = arg;
-  for (;;) {
-    pthread_mutex_lock(&q->mu);
-    size_t i = q->next;
-    while (i < q->n && (!q->items[i].is_source || q->items[i].dup_of >= 0))
-      i++;
-    q->next = i + 1;
-    pthread_mutex_unlock(&q->mu);
-    if (i >= q->n)
-      return NULL;
-    item *it = &q->items[i];
-    kc_error err = {0};
-    if (kc_build_kernel(q->opts, it->path, &it->build, &err) < 0) {
-      it->build.status = KC_BUILD_FAILED;
-      snprintf(it->build.message, sizeof it->build.message, "%s", err.msg);
-    }
-    pthread_mutex_lock(&q->mu);
-    it->build_done = true;
-    q->done++;
-    size_t done = q->done;
-    pthread_mutex_unlock(&q->mu);
-    (void)done;
+/* Builds run in helper processes, one per --workers slot, forked (glibc fork) while
+ * this process may have threads: each helper is single-threaded, so the sandbox's raw
+ * clone3 never copies a lock some other thread held (it would deadlock the child
+ * before exec).  Helpers are kcage's own code; they answer with the result struct. */
+static int io_all(int fd, void *buf, size_t len, bool wr) {
+  char *p = buf;
+  while (len) {
+    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= (size_t)n;
   }
+  return 0;
+}
+
+static void build_helper(int fd, const item *items, size_t total, const kc_build_opts *opts) {
+  for (;;) {
+    uint32_t i;
+    if (io_all(fd, &i, sizeof i, false) < 0 || i >= total)
+      _exit(0);
+    kc_build_result res;
+    kc_error err = {0};
+    if (kc_build_kernel(opts, items[i].path, &res, &err) < 0) {
+      memset(&res, 0, sizeof res);
+      res.status = KC_BUILD_FAILED;
+      snprintf(res.message, sizeof res.message, "%s", err.msg);
+    }
+    if (io_all(fd, &res, sizeof res, true) < 0)
+      _exit(0);
+  }
+}
+
+static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
+  size_t jobs[total + 1], nj = 0;
+  for (size_t i = 0; i < total; i++)
+    if (items[i].is_source && items[i].dup_of < 0)
+      jobs[nj++] = i;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  size_t nh = cfg->workers ? cfg->workers : (size_t)(ncpu > 0 ? ncpu : 1);
+  if (nh > nj)
+    nh = nj;
+  if (nh > 64)
+    nh = 64;
+  struct helper {
+    pid_t pid;
+    int fd;
+    long job; /* index into items, -1 when idle */
+  } h[64];
+  size_t next = 0, done = 0, alive = 0;
+  if (cfg->progress)
+    cfg->progress(cfg->progress_ctx, "build", 0, nj);
+  fflush(NULL); /* nothing buffered may be written twice */
+  for (size_t k = 0; k < nh; k++) {
+    int sv[2];
+    h[k].pid = -1;
+    h[k].fd = -1;
+    h[k].job = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+      continue;
+    pid_t pid = fork();
+    if (pid == 0) {
+      close(sv[0]);
+      build_helper(sv[1], items, total, &cfg->build);
+      _exit(0);
+    }
+    close(sv[1]);
+    if (pid < 0) {
+      close(sv[0]);
+      continue;
+    }
+    h[k].pid = pid;
+    h[k].fd = sv[0];
+    alive++;
+  }
+  /* Without helpers (fork failed): build here, one after another. */
+  if (!alive)
+    for (; next < nj; next++) {
+      item *it = &items[jobs[next]];
+      kc_error err = {0};
+      if (kc_build_kernel(&cfg->build, it->path, &it->build, &err) < 0) {
+        it->build.status = KC_BUILD_FAILED;
+        snprintf(it->build.message, sizeof it->build.message, "%s", err.msg);
+      }
+      it->build_done = true;
+      if (cfg->progress)
+        cfg->progress(cfg->progress_ctx, "build", next + 1, nj);
+    }
+  for (;;) {
+    for (size_t k = 0; k < nh; k++) /* hand out work */
+      if (h[k].fd >= 0 && h[k].job < 0) {
+        uint32_t idx = next < nj ? (uint32_t)jobs[next] : UINT32_MAX;
+        if (next < nj)
+          h[k].job = (long)jobs[next++];
+        if (io_all(h[k].fd, &idx, sizeof idx, true) < 0 || idx == UINT32_MAX) {
+          if (h[k].job >= 0) { /* lost with its helper: try again elsewhere */
+            next--;
+            jobs[next] = (size_t)h[k].job;
+            h[k].job = -1;
+          }
+          close(h[k].fd);
+          h[k].fd = -1;
+          alive--;
+        }
+      }
+    if (done == nj || !alive)
+      break;
+    struct pollfd pfd[64];
+    for (size_t k = 0; k < nh; k++)
+      pfd[k] = (struct pollfd){h[k].fd >= 0 && h[k].job >= 0 ? h[k].fd : -1, POLLIN, 0};
+    if (poll(pfd, (nfds_t)nh, -1) < 0 && errno != EINTR)
+      break;
+    for (size_t k = 0; k < nh; k++) {
+      if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        continue;
+      item *it = &items[h[k].job];
+      if (io_all(h[k].fd, &it->build, sizeof it->build, false) < 0) {
+        memset(&it->build, 0, sizeof it->build);
+        it->build.status = KC_BUILD_FAILED;
+        snprintf(it->build.message, sizeof it->build.message, "the build helper died");
+        close(h[k].fd);
+        h[k].fd = -1;
+        alive--;
+      }
+      it->build.message[sizeof it->build.message - 1] = 0;
+      it->build.artifact[sizeof it->build.artifact - 1] = 0;
+      it->build_done = true;
+      h[k].job = -1;
+      done++;
+      if (cfg->progress)
+        cfg->progress(cfg->progress_ctx, "build", done, nj);
+    }
+  }
+  for (size_t k = 0; k < nh; k++) {
+    if (h[k].fd >= 0)
+      close(h[k].fd);
+    if (h[k].pid > 0)
+      waitpid(h[k].pid, NULL, 0);
+  }
+  for (size_t j = 0; j < nj; j++) /* anything left unbuilt when every helper died */
+    if (!items[jobs[j]].build_done) {
+      items[jobs[j]].build.status = KC_BUILD_FAILED;
+      snprintf(items[jobs[j]].build.message, sizeof items[jobs[j]].build.message,
+               "no build helper could run");
+      items[jobs[j]].build_done = true;
+    }
 }
 
 static bool has_suffix(const char *s, const char *suf) {
@@ -446,26 +564,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
 
   /* Build. */
   {
-    build_queue q = {.mu = PTHREAD_MUTEX_INITIALIZER,
-                     .items = items,
-                     .n = total,
-                     .opts = &cfg->build,
-                     .cfg = cfg};
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned nt = cfg->workers ? cfg->workers : (unsigned)(ncpu > 0 ? ncpu : 1);
-    if (nt > 64)
-      nt = 64;
-    pthread_t th[64];
-    unsigned started = 0;
-    if (cfg->progress)
-      cfg->progress(cfg->progress_ctx, "build", 0, total);
-    for (unsigned t = 0; t < nt; t++)
-      if (pthread_create(&th[t], NULL, build_thread, &q) == 0)
-        started++;
-    if (!started)
-      build_thread(&q);
-    for (unsigned t = 0; t < started; t++)
-      pthread_join(th[t], NULL);
+    build_all(cfg, items, total);
     for (size_t i = 0; i < total; i++)
       if (items[i].dup_of >= 0) {
         items[i].build = items[items[i].dup_of].build;

@@ -170,7 +170,7 @@ typedef struct kc_bench_config {
   const char *key;
   int priority;
   double session_timeout_s;
-  /* Progress: called from the batch's own thread after each step. */
+  /* Progress after each step; build steps may come from build threads, one at a time. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;
 } kc_bench_config;
