@@ -62,5 +62,22 @@ json_lines)
   [[ $keys == '"build_s":"cv":"device":"kernel":"max_abs_err":"median_s":"message":"min_s":"number":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
   ;;
+timing_options)
+  # TVM's knobs reach the record: number fixed when min-repeat-ms is 0, repeat rounds.
+  "$kcage" bench --args "$small" --number 3 --repeat 2 --min-repeat-ms 0 --cooldown-ms 1 \
+    --flush-cache --sets 2 --checks 3 --json "$tmp/r.jsonl" "$ex/vectorised.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  cat "$tmp/r.jsonl"
+  grep -q '"status": *"ok"' "$tmp/r.jsonl" && grep -q '"number": *3[,}]' "$tmp/r.jsonl" &&
+    grep -q '"repeat": *2[,}]' "$tmp/r.jsonl" && grep -Eq '"run_secs": *\[[^],]+,[^],]+\]' "$tmp/r.jsonl"
+  ;;
+shared_object)
+  # A .so skips the build (build_s null) and is measured like a source.
+  cc -O2 -fPIC -shared -o "$tmp/k.so" "$ex/tiled.c" || exit 1
+  "$kcage" bench --args "$small" --reference "$ex/reference.c" --json "$tmp/r.jsonl" "$tmp/k.so" \
+    >"$tmp/out" 2>"$tmp/err" || exit 1
+  cat "$tmp/out" "$tmp/r.jsonl"
+  grep -q '"status": *"ok"' "$tmp/r.jsonl" && grep -q '"build_s": *null' "$tmp/r.jsonl" &&
+    grep -q '1.00x\|[0-9]x' "$tmp/out"
+  ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac
