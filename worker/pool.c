@@ -69,6 +69,8 @@ int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
     free(p);
     return kc_error_set(err, ENOMEM, "pool");
   }
+  if (!p->o.worker.policy && p->o.worker.isolation == KC_ISOLATION_SANDBOX)
+    p->o.worker.policy = "measure"; /* the zygote preloads it before its root moves */
   if (kc_zygote_start(&p->o.worker, &p->zyg, err) < 0) {
     kc_pool_shutdown(p, false);
     return kc_error_prefix(err, "pool");

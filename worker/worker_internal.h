@@ -59,7 +59,14 @@ typedef struct kc_worker_boot {
 } kc_worker_boot;
 
 /* kcage-worker entry points */
-int kc_zygote_main(int ctl_fd);
+typedef struct kc_zygote_args {
+  int ctl;
+  const char *policy;    /* preloaded (and compiled) before the root is pivoted */
+  bool setup_fs;         /* enter the sandbox's read-only file system */
+  const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
+  size_t n_mounts;
+} kc_zygote_args;
+int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
 

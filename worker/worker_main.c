@@ -14,9 +14,50 @@ const char *__asan_default_options(void) {
   return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0";
 }
 
+/* kcage-worker zygote FD [--policy NAME] [--fs] [--ro-bind|--bind SRC:DST]...
+ * [--tmpfs DST[:SIZE]]... */
 int main(int argc, char **argv) {
-  if (argc == 3 && !strcmp(argv[1], "zygote"))
-    return kc_zygote_main(atoi(argv[2]));
-  fprintf(stderr, "kcage-worker: started by the kcage library only (usage: kcage-worker zygote FD)\n");
-  return 2;
+  if (argc < 3 || strcmp(argv[1], "zygote")) {
+    fprintf(stderr, "kcage-worker: started by the kcage library only\n");
+    return 2;
+  }
+  kc_zygote_args a = {.ctl = atoi(argv[2])};
+  kc_mount mounts[64];
+  for (int i = 3; i < argc; i++) {
+    const char *o = argv[i];
+    if (!strcmp(o, "--fs")) {
+      a.setup_fs = true;
+      continue;
+    }
+    if (i + 1 >= argc)
+      return 2;
+    char *v = argv[++i];
+    if (!strcmp(o, "--policy")) {
+      a.policy = v;
+      continue;
+    }
+    if (a.n_mounts == sizeof mounts / sizeof mounts[0])
+      return 2;
+    kc_mount *m = &mounts[a.n_mounts++];
+    memset(m, 0, sizeof *m);
+    char *colon = strchr(v, ':');
+    if (!strcmp(o, "--tmpfs")) {
+      m->kind = KC_MOUNT_TMPFS;
+      if (colon) {
+        *colon = 0;
+        m->size = strtoull(colon + 1, NULL, 10);
+      }
+      m->dst = v;
+    } else if (!strcmp(o, "--ro-bind") || !strcmp(o, "--bind")) {
+      m->kind = o[2] == 'r' ? KC_MOUNT_RO_BIND : KC_MOUNT_BIND;
+      if (colon)
+        *colon = 0;
+      m->src = v;
+      m->dst = colon ? colon + 1 : v;
+    } else {
+      return 2;
+    }
+  }
+  a.mounts = mounts;
+  return kc_zygote_main(&a);
 }

@@ -22,6 +22,7 @@
 #include <unistd.h>
 
 #include "../sandbox/seccomp_notify.h"
+#include "kcage/sandbox_parts.h"
 #include "worker_internal.h"
 
 #ifndef CLONE_INTO_CGROUP
@@ -124,7 +125,43 @@ static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const zpolicy *
   return pid < 0 ? -errno : (pid_t)pid;
 }
 
-int kc_zygote_main(int ctl) {
+/* The sandbox's file system for the whole pool, set up by a helper in a new pid
+ * namespace: mounting a fresh /proc needs a pid namespace owned by our user namespace,
+ * and the zygote itself must stay in the parent's (workers are cloned with
+ * CLONE_PARENT, which pid 1 of a namespace may not use).  The helper shares our mount
+ * namespace, so its pivot_root moves our root too. */
+static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err) {
+  struct clone_args ca;
+  memset(&ca, 0, sizeof ca);
+  ca.flags = CLONE_NEWPID;
+  ca.exit_signal = SIGCHLD;
+  long pid = syscall(SYS_clone3, &ca, sizeof ca);
+  if (pid < 0)
+    return kc_error_set(err, errno, "zygote: clone the file-system helper");
+  if (pid == 0) {
+    kc_error e = {0};
+    if (kc_sandbox_setup_fs(pol, a->mounts, a->n_mounts, "/", &e) < 0) {
+      fprintf(stderr, "kcage-worker: %s\n", e.msg);
+      _exit(125);
+    }
+    _exit(0);
+  }
+  int st;
+  while (waitpid((pid_t)pid, &st, 0) < 0)
+    if (errno != EINTR)
+      return kc_error_set(err, errno, "zygote: wait for the file-system helper");
+  if (!WIFEXITED(st) || WEXITSTATUS(st))
+    return kc_error_set(err, 0, "zygote: the sandbox file system could not be set up");
+  const kc_policy_spec *s = pol ? kc_policy_get_spec(pol) : NULL;
+  if (chdir(s && s->cwd ? s->cwd : "/") < 0 && chdir("/") < 0)
+    return kc_error_set(err, errno, "zygote: chdir");
+  if (kc_sandbox_lo_up(err) < 0)
+    return -1;
+  return 0;
+}
+
+int kc_zygote_main(const kc_zygote_args *a) {
+  int ctl = a->ctl;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
   if (parent_pidfd < 0 || getppid() == 1)
@@ -133,6 +170,20 @@ int kc_zygote_main(int ctl) {
   if (poll(&p, 1, 0) != 0)
     return 1;
   signal(SIGPIPE, SIG_IGN);
+  /* Start-up: preload the pool's policy while its files are still visible, enter the
+   * sandbox's file system, then say hello (generation 0) with the outcome. */
+  kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
+  kc_error err = {0};
+  zpolicy *zp = NULL;
+  if (a->policy && policy_for(a->policy, &zp, &err) < 0) {
+    hello.pid = -(err.code ? err.code : EINVAL);
+    snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
+  } else if (a->setup_fs && enter_fs(a, zp ? zp->pol : NULL, &err) < 0) {
+    hello.pid = -(err.code ? err.code : EINVAL);
+    snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
+  }
+  if (kc_send_fds(ctl, &hello, sizeof hello, NULL, 0) < 0 || hello.pid < 0)
+    return 1;
   for (;;) {
     kc_zygote_req q;
     int fds[6] = {-1, -1, -1, -1, -1, -1}, nfds = 6;

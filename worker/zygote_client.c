@@ -46,6 +46,37 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return kc_error_set(err, errno, "zygote: socketpair");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
+  enum { MAXARG = 8 + 2 * 64 };
+  char *argv[MAXARG + 1];
+  char margs[64][1024];
+  int ac = 0;
+  argv[ac++] = "kcage-worker";
+  argv[ac++] = "zygote";
+  argv[ac++] = "3";
+  if (o->policy) {
+    argv[ac++] = "--policy";
+    argv[ac++] = (char *)o->policy;
+  }
+  if (sandboxed)
+    argv[ac++] = "--fs";
+  if (o->n_mounts > 64) {
+    close(sv[0]);
+    close(sv[1]);
+    return kc_error_set(err, E2BIG, "zygote: more than 64 mounts");
+  }
+  for (size_t i = 0; sandboxed && i < o->n_mounts; i++) {
+    const kc_mount *m = &o->mounts[i];
+    if (m->kind == KC_MOUNT_TMPFS) {
+      argv[ac++] = "--tmpfs";
+      snprintf(margs[i], sizeof margs[i], "%s:%llu", m->dst, (unsigned long long)m->size);
+    } else {
+      argv[ac++] = m->kind == KC_MOUNT_RO_BIND ? "--ro-bind" : "--bind";
+      snprintf(margs[i], sizeof margs[i], "%s:%s", m->src, m->dst ? m->dst : m->src);
+    }
+    argv[ac++] = margs[i];
+  }
+  argv[ac] = NULL;
   /* sync[0]: child -> parent "namespaces made"; sync[1]: parent -> child "maps written" */
   int up[2] = {-1, -1}, down[2] = {-1, -1};
   if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)) {
@@ -81,7 +112,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     if (dup3(sv[1], 3, 0) < 0)
       _exit(125);
     syscall(SYS_close_range, 4u, ~0U, 0);
-    execl(bin, "kcage-worker", "zygote", "3", (char *)NULL);
+    execv(bin, argv);
     _exit(127);
   }
   close(sv[1]);
@@ -123,6 +154,13 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ctl = sv[0];
   z->sandboxed = sandboxed;
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  /* its hello (generation 0): policy loaded, file system entered, or why not */
+  pid_t dummy;
+  kc_error e = {0};
+  if (kc_zygote_collect(z, 0, &dummy, &e) < 0) {
+    kc_zygote_stop(z);
+    return kc_error_set(err, e.code, "zygote did not start: %s", e.msg);
+  }
   *out = z;
   return 0;
 }
@@ -142,6 +180,8 @@ int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t
 }
 
 static int answer(const kc_zygote_early *a, pid_t *pid, kc_error *err) {
+  if (a->pid == 0 && a->generation == 0) /* the zygote's hello: started */
+    return 0;
   if (a->pid <= 0)
     return kc_error_set(err, -a->pid, "%s", a->msg);
   *pid = a->pid;

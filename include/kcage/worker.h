@@ -4,11 +4,11 @@
  *
  * Life of a worker (all of it inside the pool's sandbox):
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
- *      mount/ipc/uts namespaces and one empty netns shared by the pool's workers) with
- *      CLONE_PARENT|CLONE_NEWPID: its own pid namespace, a child of the kcage parent
- *      (which reaps it and gets its exact end), attached to its long-lived per-slot
- *      cgroup by the parent before it is sent anything.  (Not yet: the pivoted
- *      read-only root and the user namespace of the sandbox layer; see README);
+ *      user namespace (root = the host's nobody), mount/ipc/uts namespaces, the
+ *      sandbox layer's pivoted read-only root and one netns with only loopback, shared
+ *      by the pool's workers) with CLONE_PARENT|CLONE_NEWPID: its own pid namespace, a
+ *      child of the kcage parent (which reaps it and gets its exact end), attached to
+ *      its long-lived per-slot cgroup by the parent before it is sent anything;
  *   2. lockdown, in this order: rlimits, capability drop, no_new_privs, then the
  *      seccomp filter of the policy (opts.policy, default "measure").  The filter is
  *      installed BEFORE any initializer, handler or user code runs: nothing user-
@@ -130,10 +130,11 @@ typedef struct kc_worker_opts {
   uint32_t maximum_uses;    /* recycle after N calls; 0 = never (TVM: None/0) */
   kc_stdio stdout_;         /* default inherit */
   kc_stdio stderr_;
-  const char *policy;       /* policy name or file; NULL = "measure" */
+  const char *policy;       /* policy name or file; NULL = "measure"; loaded by the
+                               zygote before its root moves */
   kc_limits limits;         /* memory, pids, cpus per worker (cgroup); 0 = policy's */
-  const kc_mount *mounts;   /* extra mounts (e.g. ro-bind of the dir with lib.so); not
-                               applied until the zygote's root is pivoted (README) */
+  const kc_mount *mounts;   /* extra mounts (e.g. ro-bind of the dir with lib.so), after
+                               the policy's; paths of handlers are paths inside */
   size_t n_mounts;
   size_t max_arg_bytes;     /* largest request payload; 0 = 1 MiB */
   size_t max_result_bytes;  /* largest result payload; 0 = 1 MiB */
