@@ -63,6 +63,7 @@ struct kc_worker {
   kc_worker_opts o;
   char *initializer, *policy, *worker_path;
   void *initargs;
+  kc_mount *mounts; /* deep copy of opts.mounts: callers may pass a stack array */
   kc_zygote *zyg;
   bool own_zyg;
   kc_cgroup *cg;
@@ -183,6 +184,24 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
       memcpy(w->initargs, w->o.initargs, w->o.initargs_len);
+  }
+  if (w->o.n_mounts) {
+    if (w->o.n_mounts > 64 || !w->o.mounts) {
+      kc_worker_free(w);
+      return kc_error_set(err, EINVAL, "worker: bad mount list");
+    }
+    w->mounts = calloc(w->o.n_mounts, sizeof *w->mounts);
+    for (size_t i = 0; w->mounts && i < w->o.n_mounts; i++) {
+      w->mounts[i] = w->o.mounts[i];
+      w->mounts[i].src = dupstr(w->o.mounts[i].src);
+      w->mounts[i].dst = dupstr(w->o.mounts[i].dst);
+    }
+    w->o.mounts = w->mounts;
+    if (!w->mounts) {
+      w->o.n_mounts = 0;
+      kc_worker_free(w);
+      return kc_error_set(err, ENOMEM, "worker");
+    }
   }
   w->o.initializer = w->initializer;
   w->o.policy = w->policy;
@@ -836,6 +855,11 @@ void kc_worker_free(kc_worker *w) {
     kc_zygote_stop(w->zyg);
   if (w->cg)
     kc_cgroup_destroy(w->cg);
+  for (size_t i = 0; w->mounts && i < w->o.n_mounts; i++) {
+    free((char *)w->mounts[i].src);
+    free((char *)w->mounts[i].dst);
+  }
+  free(w->mounts);
   free(w->initializer);
   free(w->policy);
   free(w->worker_path);

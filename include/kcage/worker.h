@@ -174,7 +174,8 @@ const char *kc_call_status_name(kc_call_status s); /* "complete", "exception", .
 
 typedef struct kc_worker kc_worker;
 
-/* Like TVM, no process starts until the first send. */
+/* Like TVM, no process starts until the first send.  opts and everything it points to
+ * are copied. */
 int kc_worker_new(const kc_worker_opts *opts, kc_worker **out, kc_error *err);
 
 /* Queue one call.  fn: handler name (see above, at most 255 bytes); timeout_s <= 0 =
