@@ -8,12 +8,62 @@
 #include <string.h>
 #include <sys/random.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
 static uint64_t rng_next(uint64_t *st) {
   return kc_splitmix64(st);
+}
+
+int kc_minputs_place(kc_minputs *in, const uint32_t *perm, kc_error *err) {
+  for (uint32_t j = 0; j < in->n_sets; j++) {
+    if (in->slot_set[j] == perm[j])
+      continue;
+    const unsigned char *src = in->data + perm[j] * in->in_region;
+    size_t left = (size_t)in->in_region;
+    off_t off = (off_t)(j * in->in_region);
+    while (left) {
+      ssize_t w = pwrite(in->fd, src, left, off);
+      if (w < 0 && errno == EINTR)
+        continue;
+      if (w <= 0)
+        return kc_error_set(err, errno, "rewrite inputs");
+      src += w;
+      off += w;
+      left -= (size_t)w;
+    }
+    in->slot_set[j] = perm[j];
+  }
+  return 0;
+}
+
+/* Which set is in slot j now. */
+static uint32_t set_of(const kc_mctx *x, uint32_t slot) {
+  return x->slots ? x->slots->slot_set[slot] : slot;
+}
+
+/* A random arrangement of the sets over the slots; with derange, no set stays. */
+static int shuffle_slots(kc_mctx *x, uint64_t *st, bool derange, kc_error *err) {
+  if (!x->slots || x->slots->fd < 0 || x->n_sets < 2)
+    return 0;
+  uint32_t perm[64];
+  if (derange) { /* rotate by 1..n-1: every set moves */
+    uint32_t r = 1 + (uint32_t)(rng_next(st) % (x->n_sets - 1));
+    for (uint32_t j = 0; j < x->n_sets; j++)
+      perm[j] = x->slots->slot_set[(j + r) % x->n_sets];
+  } else {
+    for (uint32_t j = 0; j < x->n_sets; j++)
+      perm[j] = j;
+    for (uint32_t j = x->n_sets - 1; j > 0; j--) {
+      uint32_t k = (uint32_t)(rng_next(st) % (j + 1));
+      uint32_t t = perm[j];
+      perm[j] = perm[k];
+      perm[k] = t;
+    }
+  }
+  return kc_minputs_place(x->slots, perm, err);
 }
 
 static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
@@ -87,9 +137,10 @@ static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_erro
 
 /* Check the outputs of one call (set `set`, poisoned with `word`).  false when the
  * kernel's status was set. */
-static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, uint32_t set,
+static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, uint32_t slot,
                          uint64_t word, const char *when) {
   const kc_args_spec *a = x->spec;
+  uint32_t set = set_of(x, slot);
   uint64_t region = kc_args_region_bytes(a, true);
   for (uint32_t i = 0; i < a->n; i++) {
     const kc_tensor_spec *t = &a->t[i];
@@ -212,6 +263,15 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   uint64_t region = kc_args_region_bytes(x->spec, true);
   kc_mcall c;
 
+  /* Every kernel starts with set i in slot i (a previous kernel may have moved them). */
+  if (x->slots && x->slots->fd >= 0) {
+    uint32_t id[64];
+    for (uint32_t j = 0; j < x->n_sets; j++)
+      id[j] = j;
+    if (kc_minputs_place(x->slots, id, err) < 0)
+      return -1;
+  }
+
   /* 1. Load (the worker seals itself once the code is in). */
   unsigned char lbuf[4 * 4096 + 64];
   size_t ln = fill_load(x, lbuf, sizeof lbuf);
@@ -238,14 +298,20 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   if (r <= 0)
     return r;
 
-  /* 3. Every set twice, under different poison (seeds differ in the low bit): the
-   * outputs must match the reference and each other bit for bit. */
+  /* 3. Every set twice, under different poison (seeds differ in the low bit) and, the
+   * second time, in another slot (another address): the outputs must match the
+   * reference and each other bit for bit. */
   uint32_t nv = x->n_sets < KC_MPROTO_MAX_CHECKS ? x->n_sets : KC_MPROTO_MAX_CHECKS;
-  unsigned char *first = malloc(nv * region);
+  unsigned char *first = malloc((size_t)x->n_sets * region);
+  bool seen[64] = {false};
   if (!first)
     return kc_error_set(err, ENOMEM, "verify");
   uint64_t vseed = rng_next(&st) & ~1ull;
   for (int pass = 0; pass < 2; pass++) {
+    if (pass == 1 && shuffle_slots(x, &st, true, err) < 0) {
+      free(first);
+      return -1;
+    }
     memset(&req, 0, sizeof req);
     req.magic = KC_MPROTO_MAGIC;
     req.op = KC_MOP_RUN;
@@ -264,6 +330,7 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
     for (uint32_t i = 0; i < nv && m->status == KC_BENCH_OK; i++) {
       const unsigned char *g = outs + i * region;
       uint64_t word = kc_poison_word(req.poison_seed, i);
+      uint32_t set = set_of(x, i);
       /* Left as poison first: that is the clearest explanation. */
       for (uint32_t t = 0; t < x->spec->n; t++)
         if (x->spec->t[t].out &&
@@ -275,21 +342,25 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
       if (m->status != KC_BENCH_OK)
         break;
       if (pass == 0) {
-        memcpy(first + i * region, g, region);
+        memcpy(first + set * region, g, region);
+        seen[set] = true;
         continue;
       }
-      for (uint32_t t = 0; t < x->spec->n; t++) {
+      /* The reference first: an answer that belongs to another set (the one this slot
+       * held before) is a cache keyed by address, the clearer explanation. */
+      if (!check_output(x, m, g, i, word, "verify"))
+        break;
+      for (uint32_t t = 0; t < x->spec->n && seen[set]; t++) {
         uint64_t off = kc_args_offset(x->spec, t);
-        if (x->spec->t[t].out && memcmp(first + i * region + off, g + off, x->spec->t[t].nbytes)) {
+        if (x->spec->t[t].out &&
+            memcmp(first + set * region + off, g + off, x->spec->t[t].nbytes)) {
           set_status(m, KC_BENCH_SUSPICIOUS,
                      "verify: output %u for input set %u changed between two runs (it depends "
                      "on the poison or is not deterministic)",
-                     t, i);
+                     t, set);
           break;
         }
       }
-      if (m->status == KC_BENCH_OK)
-        check_output(x, m, g, i, word, "verify");
     }
     kc_mcall_clear(&c);
     if (m->status != KC_BENCH_OK) {
@@ -307,6 +378,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
     return kc_error_set(err, ENOMEM, "run_secs");
   for (uint32_t rep = 0; rep < x->repeat; rep++) {
     for (unsigned zero = 0;;) {
+      if (shuffle_slots(x, &st, false, err) < 0) /* untimed: before the clock starts */
+        return -1;
       if (x->flush_cache) {
         kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
         if (do_call(x, &f, 8, &c, err) < 0)
@@ -330,8 +403,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
         return r;
       }
       for (uint32_t k = 0; k < req.n_checks; k++) {
-        uint32_t set = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
-        if (!check_output(x, m, outs + k * region, set,
+        uint32_t slot = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
+        if (!check_output(x, m, outs + k * region, slot,
                           kc_poison_word(req.poison_seed, req.checks[k]), "timed run")) {
           /* It passed the untimed checks and failed a timed one: it behaves differently
            * when it is being timed. */

@@ -7,13 +7,13 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
@@ -337,6 +337,8 @@ static bool build_verdict(item *it) {
 }
 
 typedef struct session {
+  kc_minputs slots;
+  unsigned char *in_data;
   char dir[PATH_MAX];
   char inputs[PATH_MAX + 16];
   kc_args_spec spec;
@@ -361,9 +363,24 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
       if (!s->spec.t[i].out)
         kc_data_fill(&s->spec.t[i], buf + k * in_region + kc_args_offset(&s->spec, i), cfg->seed, k,
                      i);
-  int rc = kc_write_file(s->inputs, buf, len, 0444, err);
-  free(buf);
-  return rc;
+  /* Read-only for everyone else (the worker's ro bind); the parent keeps its own
+   * read-write descriptor to move the sets between slots. */
+  int fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (fd < 0) {
+    free(buf);
+    return kc_error_set(err, errno, "create %s", s->inputs);
+  }
+  s->slots.fd = fd;
+  s->slots.data = buf;
+  s->in_data = buf;
+  s->slots.in_region = in_region;
+  s->slots.n_sets = s->n_sets;
+  for (uint32_t k = 0; k < s->n_sets; k++)
+    s->slots.slot_set[k] = UINT32_MAX; /* nothing written yet */
+  uint32_t id[64];
+  for (uint32_t k = 0; k < s->n_sets; k++)
+    id[k] = k;
+  return kc_minputs_place(&s->slots, id, err);
 }
 
 static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
@@ -386,6 +403,7 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->flush_cache = cfg->flush_cache;
   x->checks = cfg->checks ? cfg->checks : 2;
   x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
+  x->slots = (kc_minputs *)&s->slots;
 }
 
 /* The truth: the reference's outputs for every set, computed twice in its own worker
@@ -667,5 +685,8 @@ out:
   free(items);
   if (have_session)
     kc_rm_rf(s.dir);
+  if (s.slots.fd > 0)
+    close(s.slots.fd);
+  free(s.in_data);
   return rc;
 }

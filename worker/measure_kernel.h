@@ -7,6 +7,20 @@
 
 #include "measure_internal.h"
 
+/* The inputs file as the parent keeps it: which input set's data sits in each slot (the
+ * kernel sees slots, at fixed addresses).  Between rounds the parent moves the sets to
+ * other slots, so a cache keyed by the input's address replays the wrong answer. */
+typedef struct kc_minputs {
+  int fd;                    /* read-write, the parent's own; -1 = never permute */
+  const unsigned char *data; /* n_sets input regions, set order */
+  uint64_t in_region;
+  uint32_t n_sets;
+  uint32_t slot_set[64];
+} kc_minputs;
+
+/* Put set perm[j] into slot j, for every slot.  -1 on a write failure. */
+int kc_minputs_place(kc_minputs *in, const uint32_t *perm, kc_error *err);
+
 typedef struct kc_mctx {
   kc_mrunner *runner;
   const kc_args_spec *spec;
@@ -22,7 +36,8 @@ typedef struct kc_mctx {
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
   uint32_t checks;
-  double deadline; /* kc_now_s() clock */
+  double deadline;   /* kc_now_s() clock */
+  kc_minputs *slots; /* NULL: slot i always holds set i */
 } kc_mctx;
 
 typedef struct kc_kmeasure {
