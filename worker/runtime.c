@@ -99,6 +99,9 @@ static int lockdown(const kc_worker_boot *b, kc_error *err) {
     return kc_error_set(err, errno, "drop capabilities");
   if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
     return kc_error_set(err, errno, "no_new_privs");
+  /* the pool's workers share a uid: no ptrace or /proc/PID access between them */
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+    return kc_error_set(err, errno, "dumpable");
   return 0;
 }
 

@@ -187,6 +187,40 @@ static void test_lockdown(void **state) {
   kc_worker_free(w);
 }
 
+static void test_exec_handler(void **state) {
+  (void)state;
+  kc_worker_opts o;
+  opts_init(&o);
+  o.policy = "exec"; /* measure forbids fork and exec */
+  kc_worker *w;
+  kc_error err = {0};
+  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  const struct {
+    const char *argv;
+    size_t len;
+    int status;
+  } cases[] = {{"/bin/true", 10, 0}, {"sh\0-c\0exit 3", 15, 3 << 8}, {"/nonexistent", 13, 127 << 8}};
+  for (size_t i = 0; i < 3; i++) {
+    kc_call_result r;
+    call(w, "exec", cases[i].argv, cases[i].len, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(r.value_len, 4);
+    int32_t st;
+    memcpy(&st, r.value, 4);
+    assert_int_equal(st, cases[i].status);
+    kc_call_result_clear(&r);
+  }
+  kc_worker_free(w);
+  /* under measure the same call is a violation, named */
+  kc_worker *m = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(m, "exec", "/bin/true", 10, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  assert_int_equal(r.verdict.status, KC_STATUS_SYSCALL);
+  print_message("exec under measure: %s\n", r.message);
+  kc_worker_free(m);
+}
+
 static void test_pipelined_fifo(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
@@ -658,7 +692,7 @@ static void test_pool_map(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_lockdown),
-      cmocka_unit_test(test_pipelined_fifo),
+      cmocka_unit_test(test_exec_handler),      cmocka_unit_test(test_pipelined_fifo),
       cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
       cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
