@@ -226,7 +226,6 @@ int kc_cmd_run(int argc, char **argv) {
     rc = 125;
     goto done;
   }
-  kc_cgroup_reap_stale(&err); /* leftovers of a kcage that was SIGKILLed */
   cfg.policy = policy;
   cfg.mounts = mounts;
   cfg.n_mounts = n_mounts;
@@ -236,9 +235,22 @@ int kc_cmd_run(int argc, char **argv) {
   cfg.stdout_fd = 1;
   cfg.stderr_fd = 2;
   kc_result res;
-  if (kc_sandbox_run(&cfg, &res, &err) < 0) {
-    kc_cli_error("run", "%s", err.msg);
-    if (res.status != KC_STATUS_SETUP_ERROR) {
+  kc_sandbox *sb = NULL;
+  if (kc_sandbox_spawn(&cfg, &sb, &err) < 0) {
+    kc_result_init(&res);
+    res.status = KC_STATUS_SETUP_ERROR;
+    snprintf(res.message, sizeof res.message, "%.*s", (int)sizeof res.message - 1, err.msg);
+  } else {
+    /* Leftovers of a kcage that was SIGKILLed, reaped while the sandbox sets itself up
+     * (off the start-up path; our own cgroup's owner is alive), by runs that use
+     * cgroups at all. */
+    kc_error ignored;
+    if (kc_sandbox_cgroup(sb))
+      kc_cgroup_reap_stale(&ignored);
+    int wrc = kc_sandbox_wait(sb, &res, &err);
+    kc_sandbox_free(sb);
+    if (wrc < 0) {
+      kc_cli_error("run", "%s", err.msg);
       kc_policy_free(policy);
       rc = 125;
       goto done;

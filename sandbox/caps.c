@@ -17,7 +17,7 @@ int kc_sandbox_drop_caps(kc_error *err) {
     if (cap_drop_bound(c) < 0)
       return kc_error_set(err, errno, "drop bounding capability %d", (int)c);
   }
-  if (cap_reset_ambient() < 0 && errno != EINVAL)
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
     return kc_error_set(err, errno, "clear ambient capabilities");
   cap_t none = cap_init(); /* all three sets empty */
   if (!none)

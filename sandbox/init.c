@@ -166,9 +166,10 @@ void kc__child_main(kc_plan *p) {
   kc_error err = {0};
   compact_fds(p);
   report_fd = p->report_wr;
-  /* The parent writes our id maps and puts us in the cgroups first; EOF = it died. */
+  /* The parent writes our id maps ("m"), then puts us in the cgroups ("g") while we
+   * build the file system; EOF = it died. */
   char go;
-  if (read(p->sync_rd, &go, 1) != 1)
+  if (read(p->sync_rd, &go, 1) != 1 || go != 'm')
     _exit(125);
   if (setgroups(0, NULL) < 0 && errno != EPERM)
     fail(KC_REPORT_SETUP, errno, "setgroups");
@@ -182,9 +183,8 @@ void kc__child_main(kc_plan *p) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0)
     fail(KC_REPORT_SETUP, errno, "pdeathsig");
   struct pollfd alive = {p->sync_rd, POLLIN, 0};
-  if (poll(&alive, 1, 0) != 0)
+  if (poll(&alive, 1, 0) > 0 && (alive.revents & (POLLHUP | POLLERR)))
     _exit(125);
-  close(p->sync_rd);
   if (p->new_net && kc_sandbox_lo_up(&err) < 0)
     fail_err(&err);
   if (p->ns.uts && sethostname("kcage", 5) < 0)
@@ -193,6 +193,10 @@ void kc__child_main(kc_plan *p) {
     fail_err(&err);
   if (!p->ns.mount && p->cwd[0] && chdir(p->cwd) < 0)
     fail(KC_REPORT_SETUP, errno, "chdir");
+  /* Nothing of the program may run before it is in every cgroup. */
+  if (read(p->sync_rd, &go, 1) != 1 || go != 'g')
+    _exit(125);
+  close(p->sync_rd);
   /* init itself keeps no privilege either, and cannot be ptraced by the program. */
   if (kc_sandbox_drop_caps(&err) < 0)
     fail_err(&err);

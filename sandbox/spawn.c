@@ -114,6 +114,7 @@ void kc_sandbox_free(kc_sandbox *sb) {
 }
 
 pid_t kc_sandbox_pid(const kc_sandbox *sb) { return sb ? sb->pid : -1; }
+kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb) { return sb ? sb->cg : NULL; }
 
 int kc_sandbox_kill(kc_sandbox *sb) {
   if (!sb || sb->reaped)
@@ -184,7 +185,14 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
   int devnull = -1, self_net = -1;
 
-  if (kc_cgroup_detect() != KC_CGROUP_NONE) {
+  /* A cgroup only when something needs one: a limit it enforces or counts (CPU time
+   * of a whole tree), or no pid namespace to take the tree down with our init.  A
+   * plain run saves the cgroup round trips (mkdir/attach/rmdir in every hierarchy, the
+   * slowest part of a start on a busy v1 host); its tree still dies with our PID 1,
+   * and cpu_s / peak memory then come from init's rusage. */
+  bool need_cg = l->memory_bytes || l->pids || l->cpus > 0 || l->cpu_s > 0 || !plan.ns.pid ||
+                 c->always_cgroup;
+  if (need_cg && kc_cgroup_detect() != KC_CGROUP_NONE) {
     kc_cgroup_limits cl = {.memory_bytes = l->memory_bytes, .pids = l->pids, .cpus = l->cpus};
     char name[64];
     snprintf(name, sizeof name, "run-%d-%u", (int)getpid(), atomic_fetch_add(&run_counter, 1));
@@ -197,7 +205,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
     plan.cgroup_cpu = sb->base.cpu_usec >= 0;
-  } else if (l->memory_bytes || l->pids || l->cpus) {
+  } else if (need_cg && (l->memory_bytes || l->pids || l->cpus)) {
     kc_error_set(err, ENOTSUP, "memory/pids/cpus limits need cgroups, and this host has none");
     goto out;
   }
@@ -272,7 +280,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   sb->pid = (pid_t)pid;
   sb->pidfd = pidfd;
   close_fd(&sync_p[0]);
-  if (write_id_maps(sb->pid, err) < 0 ||
+  /* Maps first, so the child builds its file system while we attach it to the v1
+   * hierarchies (a cgroup.procs write can take milliseconds here). */
+  if (write_id_maps(sb->pid, err) < 0 || write(sync_p[1], "m", 1) != 1 ||
       (sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) ||
       write(sync_p[1], "g", 1) != 1) {
     kc_error_prefix(err, "start sandbox");

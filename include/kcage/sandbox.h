@@ -80,6 +80,9 @@ typedef struct kc_sandbox_config {
   int stdout_fd;           /* where the program's stdout goes (after the output cap) */
   int stderr_fd;           /* likewise for stderr */
   int netns_fd;            /* -1 = a fresh netns with lo up; else setns() into this one */
+  bool always_cgroup;      /* make a cgroup even when no limit needs one (for its
+                              counters); by default a run without memory/pids/cpus/cpu
+                              limits has none, and its tree dies with its pid namespace */
 } kc_sandbox_config;
 
 void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else zero */
@@ -92,7 +95,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
  * remove the cgroup.  Kills the whole tree before returning. */
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
 int kc_sandbox_kill(kc_sandbox *sb);
-pid_t kc_sandbox_pid(const kc_sandbox *sb);
+pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
+/* The run's cgroup (NULL when the run needed none); owned by the sandbox. */
+struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);
 
 /* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0):
