@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <poll.h>
+#include <sched.h>
 #include <time.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,12 +183,14 @@ static void drive(kc_pool *p, uint64_t until_ns) {
   if (harvest(p))
     return;
   uint64_t t0 = kc_ring_now_ns();
-  while (kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns) {
+  for (unsigned n = 1; kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns; n++) {
     for (int i = 0; i < 16; i++) {
       __builtin_ia32_pause();
       if (harvest(p))
         return;
     }
+    if (n % 8 == 0)
+      sched_yield(); /* a worker may be waiting for this CPU */
   }
   for (;;) {
     struct pollfd fds[3 * 64];

@@ -545,6 +545,9 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
       uint64_t now = kc_ring_now_ns();
       if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
         break;
+      /* On 2 vCPUs the worker may be waiting for this very CPU: let it run. */
+      if (i % 256 == 0)
+        sched_yield();
     }
   }
   for (;;) {
