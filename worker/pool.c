@@ -256,8 +256,22 @@ static int send_to(kc_pool *p, kc_future *f, kc_error *err) {
       continue;
     }
     slot *s = &p->slots[best];
-    if (kc_worker_send(s->w, f->fn, f->arg, f->len, p->o.timeout_s, err) < 0)
-      return -1;
+    if (kc_worker_send(s->w, f->fn, f->arg, f->len, p->o.timeout_s, err) < 0) {
+      /* A dead zygote (killed from outside, or OOM) is replaced once, for every slot;
+       * running workers are the parent's children and carry on. */
+      if (kc_zygote_alive(p->zyg))
+        return -1;
+      kc_zygote *nz;
+      kc_error e2 = {0};
+      if (kc_zygote_start(&p->o.worker, &nz, &e2) < 0)
+        return -1;
+      kc_zygote_stop(p->zyg);
+      p->zyg = nz;
+      for (unsigned i = 0; i < p->n; i++)
+        kc_worker_set_zygote(p->slots[i].w, nz);
+      if (kc_worker_send(s->w, f->fn, f->arg, f->len, p->o.timeout_s, err) < 0)
+        return -1;
+    }
     s->q[(s->head + s->count) % s->cap] = f;
     s->count++;
     return 0;

@@ -431,6 +431,8 @@ void kc_worker_set_waiting(kc_worker *w, bool on) {
     atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
 }
 
+void kc_worker_set_zygote(kc_worker *w, kc_zygote *z) { w->zyg = z; }
+
 uint64_t kc_worker_take_orphans(kc_worker *w) {
   uint64_t n = w->orphans;
   w->orphans = 0;

@@ -126,6 +126,9 @@ uint64_t kc_worker_outstanding(kc_worker *w);
 /* Calls that were queued behind a failed call and never ran: the pool takes them back
  * (and sends them again) instead of failing them. */
 uint64_t kc_worker_take_orphans(kc_worker *w);
+/* The pool replaces a dead zygote for all its workers. */
+void kc_worker_set_zygote(kc_worker *w, kc_zygote *z);
+bool kc_zygote_alive(const kc_zygote *z);
 uint32_t kc_worker_depth(kc_worker *w);
 void kc_sched_short_slice(void);
 void kc_sched_slice(uint64_t ns);

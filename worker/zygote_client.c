@@ -225,6 +225,11 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
   return kc_zygote_collect(z, generation, pid, err);
 }
 
+bool kc_zygote_alive(const kc_zygote *z) {
+  struct pollfd p = {.fd = z->pidfd, .events = POLLIN};
+  return z->pidfd >= 0 && poll(&p, 1, 0) == 0;
+}
+
 void kc_zygote_stop(kc_zygote *z) {
   if (!z)
     return;

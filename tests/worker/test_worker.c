@@ -199,7 +199,9 @@ static void test_exec_handler(void **state) {
     const char *argv;
     size_t len;
     int status;
-  } cases[] = {{"/bin/true", 10, 0}, {"sh\0-c\0exit 3", 15, 3 << 8}, {"/nonexistent", 13, 127 << 8}};
+  } cases[] = {{"/bin/true", sizeof "/bin/true", 0},
+               {"sh\0-c\0exit 3", sizeof "sh\0-c\0exit 3", 3 << 8},
+               {"/nonexistent", sizeof "/nonexistent", 127 << 8}};
   for (size_t i = 0; i < 3; i++) {
     kc_call_result r;
     call(w, "exec", cases[i].argv, cases[i].len, 5, &r);
@@ -211,6 +213,23 @@ static void test_exec_handler(void **state) {
     kc_call_result_clear(&r);
   }
   kc_worker_free(w);
+  /* stdout into a pipe of ours (KC_STDIO_FD); stderr discarded */
+  int pfd[2];
+  assert_int_equal(pipe(pfd), 0);
+  o.stdout_ = (kc_stdio){KC_STDIO_FD, pfd[1]};
+  o.stderr_ = (kc_stdio){KC_STDIO_DISCARD, -1};
+  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  kc_call_result r0;
+  static const char shout[] = "sh\0-c\0echo out; echo err >&2";
+  call(w, "exec", shout, sizeof shout, 5, &r0);
+  assert_int_equal(r0.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r0);
+  kc_worker_free(w);
+  close(pfd[1]);
+  char buf[64] = "";
+  assert_int_equal(read(pfd[0], buf, sizeof buf - 1), 4);
+  assert_string_equal(buf, "out\n");
+  close(pfd[0]);
   /* under measure the same call is a violation, named */
   kc_worker *m = new_worker(KC_ISOLATION_SANDBOX, 0);
   kc_call_result r;
@@ -618,6 +637,17 @@ static void test_policy_violation(void **state) {
   kc_worker_free(w);
 }
 
+/* the zygote's argv is "kcage-worker zygote ..." (workers are its forks: same argv,
+ * but they are in their own pid namespace) */
+static bool n_is_zygote(pid_t pid) {
+  char a[64], b[64], la[128] = "", lb[128] = "";
+  snprintf(a, sizeof a, "/proc/%d/ns/pid", (int)pid);
+  snprintf(b, sizeof b, "/proc/self/ns/pid");
+  if (readlink(a, la, sizeof la - 1) <= 0 || readlink(b, lb, sizeof lb - 1) <= 0)
+    return false;
+  return !strcmp(la, lb);
+}
+
 static void test_pool_map(void **state) {
   (void)state;
   kc_pool_opts o;
@@ -673,6 +703,38 @@ static void test_pool_map(void **state) {
     assert_int_equal(*(int *)r.value, i);
     kc_call_result_clear(&r);
     kc_future_free(f[i]);
+  }
+  /* the zygote killed from outside: the next spawn starts a new one */
+  {
+    pid_t w0 = kc_pool_worker_pid(p, 0), w1 = kc_pool_worker_pid(p, 1), zyg = 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+    FILE *cf = fopen(path, "r");
+    int c;
+    while (cf && fscanf(cf, "%d", &c) == 1) {
+      char comm[64] = "", cp[64];
+      snprintf(cp, sizeof cp, "/proc/%d/cmdline", c);
+      FILE *cm = fopen(cp, "r");
+      if (cm) {
+        size_t n = fread(comm, 1, sizeof comm - 1, cm);
+        comm[n] = 0;
+        fclose(cm);
+      }
+      if (c != w0 && c != w1 && strstr(comm, "kcage-worker") && n_is_zygote(c))
+        zyg = c;
+    }
+    if (cf)
+      fclose(cf);
+    assert_true(zyg > 0);
+    kill(zyg, SIGKILL);
+    waitpid(zyg, NULL, 0);
+    kc_blob crash = {"s", 1}, ok = {"e-after", 7};
+    kc_call_result rr;
+    assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &crash, 1, &rr, &err), 0);
+    assert_int_equal(rr.status, KC_CALL_CHILD_ERROR);
+    assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &ok, 1, &rr, &err), 0);
+    assert_int_equal(rr.status, KC_CALL_COMPLETE);
+    kc_call_result_clear(&rr);
   }
   /* a future freed before it is done, and one still pending at shutdown */
   kc_future *g = kc_pool_submit(p, H("mixed"), "h", 1, &err);
