@@ -213,6 +213,8 @@ static void part_trials(void) {
            tps[warm]);
   }
   printf("  ratio warm/cold: %.2fx\n", tps[1] / tps[0]);
+  printf("  (published anchor, not measured here: TVM/Ansor measure ~0.1-2 trials/s per device,\n"
+         "   reference/measurement.md §3; their floor is min_repeat_ms and RPC, ours the build)\n");
   kc_bench_set("measure", "trials_per_s_cold_cache", tps[0]);
   kc_bench_set("measure", "trials_per_s_warm_cache", tps[1]);
 }

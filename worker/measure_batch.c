@@ -102,7 +102,16 @@ static void build_helper(int fd, const item *items, size_t total, const kc_build
 }
 
 static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
-  size_t jobs[total + 1], nj = 0;
+  size_t *jobs = calloc(total + 1, sizeof *jobs), nj = 0;
+  if (!jobs) { /* no memory for the plan: every build fails alike */
+    for (size_t i = 0; i < total; i++)
+      if (items[i].is_source && items[i].dup_of < 0) {
+        items[i].build.status = KC_BUILD_FAILED;
+        snprintf(items[i].build.message, sizeof items[i].build.message, "out of memory");
+        items[i].build_done = true;
+      }
+    return;
+  }
   for (size_t i = 0; i < total; i++)
     if (items[i].is_source && items[i].dup_of < 0)
       jobs[nj++] = i;
@@ -214,6 +223,7 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
                "no build helper could run");
       items[jobs[j]].build_done = true;
     }
+  free(jobs);
 }
 
 static bool has_suffix(const char *s, const char *suf) {
