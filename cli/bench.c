@@ -42,6 +42,7 @@ static void usage(FILE *out) {
           "  --cc CC              compiler (default $CC or cc)\n"
           "  --cflags FLAGS       compiler flags (default '-O2 -march=native -fPIC -shared')\n"
           "  --build-timeout SEC  per build (default 60)\n"
+          "  --build-memory SIZE  per build (default 1G)\n"
           "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
           "  --no-cache           compile even when a build is cached\n"
           "output:\n"
@@ -74,6 +75,7 @@ enum {
   O_BTIMEOUT,
   O_CACHE,
   O_NOCACHE,
+  O_BMEMORY,
   O_TRACKER,
   O_KEY,
   O_PRIO,
@@ -104,6 +106,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"build-timeout", 1, 0, O_BTIMEOUT},
                                      {"cache-dir", 1, 0, O_CACHE},
                                      {"no-cache", 0, 0, O_NOCACHE},
+                                     {"build-memory", 1, 0, O_BMEMORY},
                                      {"tracker", 1, 0, O_TRACKER},
                                      {"key", 1, 0, O_KEY},
                                      {"priority", 1, 0, O_PRIO},
@@ -291,6 +294,13 @@ int kc_cmd_bench(int argc, char **argv) {
       break;
     case O_CACHE:
       cfg.build.cache_dir = a;
+      break;
+    case O_BMEMORY:
+      if (kc_cli_parse_size(a, &cfg.build.memory_bytes) < 0 ||
+          cfg.build.memory_bytes < (16u << 20)) {
+        kc_cli_error("bench", "--build-memory %s: want a size of at least 16M", a);
+        return KC_EXIT_USAGE;
+      }
       break;
     case O_NOCACHE:
       cfg.build.no_cache = true;
