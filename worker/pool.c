@@ -164,12 +164,22 @@ static int harvest(kc_pool *p) {
   for (unsigned i = 0; i < p->n; i++) {
     slot *s = &p->slots[i];
     while (s->count) {
-      kc_call_result r;
-      if (kc_worker_try(s->w, &r, NULL) != 1)
+      /* straight into the future: a result is 1.6 KB, not worth a copy per call */
+      kc_future *f = s->q[s->head];
+      kc_call_result tmp, *r = f->abandoned ? &tmp : &f->res;
+      if (kc_worker_try(s->w, r, NULL) != 1)
         break;
-      complete(s, &r);
+      kc_call_status st = r->status;
+      pop(s);
+      release_call(f);
+      if (f->abandoned) {
+        kc_call_result_clear(&tmp);
+        free(f);
+      } else {
+        f->done = true;
+      }
       got++;
-      if (r.status == KC_CALL_TIMEOUT || r.status == KC_CALL_CHILD_ERROR)
+      if (st == KC_CALL_TIMEOUT || st == KC_CALL_CHILD_ERROR)
         take_back_orphans(p, s);
     }
   }

@@ -108,6 +108,26 @@ void kc_call_result_init(kc_call_result *r) {
   kc_result_init(&r->verdict);
 }
 
+/* The same without touching the 1.3 KB of message buffers: this is on the path of
+ * every completed call (a pool does several hundred thousand a second). */
+static void result_init_fast(kc_call_result *r) {
+  r->status = KC_CALL_COMPLETE;
+  r->value = NULL;
+  r->value_len = 0;
+  r->message[0] = 0;
+  r->verdict.status = KC_STATUS_OK;
+  r->verdict.exit_code = -1;
+  r->verdict.signal = 0;
+  r->verdict.syscall[0] = 0;
+  r->verdict.limit = NULL;
+  r->verdict.cpu_s = r->verdict.wall_s = -1;
+  r->verdict.peak_memory_bytes = -1;
+  r->verdict.message[0] = 0;
+  r->pid = 0;
+  r->generation = 0;
+  r->elapsed_s = 0;
+}
+
 void kc_call_result_clear(kc_call_result *r) {
   free(r->value);
   r->value = NULL;
@@ -478,11 +498,13 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   if (!w->pid || !kc_ring_outstanding(&w->ring))
     return -1;
   kc_ring_completion c;
-  kc_error rerr = {0};
+  kc_error rerr; /* not zeroed: 1 KB per call; filled whenever it is read */
+  rerr.code = 0;
+  rerr.msg[0] = 0;
   int r = kc_ring_reap(&w->ring, &c, &rerr);
   if (r == 1) {
     uint64_t now = kc_ring_now_ns();
-    kc_call_result_init(res);
+    result_init_fast(res);
     fill_common(w, res, now);
     if (c.status == KC_CQE_COMPLETE) {
       res->status = KC_CALL_COMPLETE;
