@@ -258,7 +258,8 @@ static int send_to(kc_pool *p, kc_future *f, kc_error *err) {
     unsigned best = p->n;
     for (unsigned i = 0; i < p->n; i++) {
       slot *s = &p->slots[i];
-      if (s->count < s->cap && (best == p->n || s->count < p->slots[best].count))
+      if (s->count < s->cap && kc_worker_can_take(s->w) &&
+          (best == p->n || s->count < p->slots[best].count))
         best = i;
     }
     if (best == p->n) {

@@ -463,6 +463,13 @@ uint64_t kc_worker_outstanding(kc_worker *w) {
   return w->orphans + (w->pid ? kc_ring_outstanding(&w->ring) : 0);
 }
 
+bool kc_worker_can_take(kc_worker *w) {
+  uint64_t n = kc_worker_outstanding(w);
+  if (n >= KC_DEFAULT_DEPTH)
+    return false;
+  return !(w->pid && w->o.maximum_uses && w->uses_left == 0 && n);
+}
+
 uint32_t kc_worker_depth(kc_worker *w) { (void)w; return KC_DEFAULT_DEPTH; }
 
 uint64_t kc_worker_deadline(kc_worker *w) {
@@ -813,8 +820,11 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
   if (len > w->o.max_arg_bytes)
     return kc_error_set(err, E2BIG, "send: argument of %zu bytes over the limit of %zu", len,
                         w->o.max_arg_bytes);
-  /* TVM step 1: recycle when the uses are spent (only between calls) */
-  if (w->pid && w->o.maximum_uses && w->uses_left == 0 && !kc_ring_outstanding(&w->ring)) {
+  /* TVM step 1: recycle when the uses are spent (only between calls: with calls still
+   * in flight the process may not take one more) */
+  if (w->pid && w->o.maximum_uses && w->uses_left == 0) {
+    if (kc_ring_outstanding(&w->ring))
+      return kc_error_set(err, EAGAIN, "send: maximum_uses reached with calls in flight: recv first");
     siginfo_t si;
     kill_and_reap(w, &si);
     drop_process(w);

@@ -130,5 +130,7 @@ uint64_t kc_worker_take_orphans(kc_worker *w);
 void kc_worker_set_zygote(kc_worker *w, kc_zygote *z);
 bool kc_zygote_alive(const kc_zygote *z);
 uint32_t kc_worker_depth(kc_worker *w);
+/* Would a send be taken now (room in the ring, maximum_uses not spent while busy)? */
+bool kc_worker_can_take(kc_worker *w);
 void kc_sched_short_slice(void);
 void kc_sched_slice(uint64_t ns);

@@ -449,6 +449,35 @@ static void test_maximum_uses(void **state) {
   kc_worker_free(w);
 }
 
+/* maximum_uses in a pool with calls in flight: still N calls per process */
+static void test_pool_maximum_uses(void **state) {
+  (void)state;
+  kc_pool_opts o;
+  kc_pool_opts_init(&o);
+  opts_init(&o.worker);
+  o.max_workers = 2;
+  o.timeout_s = 5;
+  o.worker.maximum_uses = 3;
+  kc_pool *p;
+  kc_error err = {0};
+  assert_int_equal(kc_pool_new(&o, &p, &err), 0);
+  enum { N = 30 };
+  kc_blob args[N];
+  for (int i = 0; i < N; i++)
+    args[i] = (kc_blob){"e", 1};
+  kc_call_result res[N];
+  assert_int_equal(kc_pool_map_with_error_catching(p, "echo", args, N, res, &err), 0);
+  for (int i = 0; i < N; i++) {
+    assert_int_equal(res[i].status, KC_CALL_COMPLETE);
+    int same = 0;
+    for (int k = 0; k < N; k++)
+      same += res[k].pid == res[i].pid;
+    assert_true(same <= 3);
+    kc_call_result_clear(&res[i]);
+  }
+  kc_pool_shutdown(p, true);
+}
+
 static void test_corrupt_ring(void **state) {
   (void)state;
   const char *bad[] = {H("corrupt_tail"), H("forge_completion")};
@@ -758,7 +787,7 @@ int main(void) {
       cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
       cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
-      cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
+      cmocka_unit_test(test_pool_maximum_uses), cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),   cmocka_unit_test(test_parent_sigkill),
       cmocka_unit_test(test_policy_violation),  cmocka_unit_test(test_pool_map),
   };
