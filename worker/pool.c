@@ -40,6 +40,7 @@ struct kc_pool {
   slot *slots;
   unsigned n;
   kc_future *retry_head, *retry_tail; /* to send again, in order */
+  struct pollfd *pfds;                /* 3 per worker: eventfd, pidfd, listener */
 };
 
 static void release_call(kc_future *f) {
@@ -66,7 +67,10 @@ int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
   if (!p->n)
     p->n = 1;
   p->slots = calloc(p->n, sizeof *p->slots);
-  if (!p->slots) {
+  p->pfds = calloc(3 * (size_t)p->n, sizeof *p->pfds);
+  if (!p->slots || !p->pfds) {
+    free(p->pfds);
+    free(p->slots);
     free(p);
     return kc_error_set(err, ENOMEM, "pool");
   }
@@ -203,7 +207,7 @@ static void drive(kc_pool *p, uint64_t until_ns) {
       sched_yield(); /* a worker may be waiting for this CPU */
   }
   for (;;) {
-    struct pollfd fds[3 * 64];
+    struct pollfd *fds = p->pfds;
     unsigned nf = 0;
     uint64_t dl = until_ns;
     bool any = false;
@@ -216,7 +220,7 @@ static void drive(kc_pool *p, uint64_t until_ns) {
       if (d < dl)
         dl = d;
       int f[3];
-      if (kc_worker_pollfds(s->w, f) && nf + 3 <= sizeof fds / sizeof fds[0]) {
+      if (kc_worker_pollfds(s->w, f)) {
         kc_worker_set_waiting(s->w, true);
         for (int k = 0; k < 3; k++)
           if (f[k] >= 0)
@@ -408,6 +412,7 @@ void kc_pool_shutdown(kc_pool *p, bool wait) {
     free(s->q);
   }
   free(p->slots);
+  free(p->pfds);
   kc_zygote_stop(p->zyg);
   free(p);
 }

@@ -196,7 +196,10 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
  * those again instead).  A worker that dies between calls is noticed by the next
  * call (CHILD_ERROR with the death's verdict), as in TVM.
  * Threads: a kc_worker (and a kc_pool) is used by one thread at a time, and the
- * thread that starts its processes must outlive them (PDEATHSIG follows that thread). */
+ * thread that starts its processes must outlive them (PDEATHSIG follows that thread).
+ * kc_worker_new/kc_pool_new give the calling thread a short scheduler slice (EEVDF
+ * custom slice, 0.1 ms, Linux >= 6.12) so that its deadline timer preempts a worker
+ * spinning on the same CPU; workers and the zygote keep the default. */
 int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err);
 
 /* Non-blocking variant: 1 when res was filled, 0 when the oldest call is still
