@@ -2,9 +2,12 @@
  * result record of DESIGN.md §3.1. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/signalfd.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -234,6 +237,16 @@ int kc_cmd_run(int argc, char **argv) {
   cfg.stdin_fd = 0;
   cfg.stdout_fd = 1;
   cfg.stderr_fd = 2;
+  /* Interrupted: kill the tree and clean up (cgroups, mounts) rather than die and leave
+   * it to PDEATHSIG and the next start's reaping; then exit as killed by that signal. */
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGHUP);
+  sigprocmask(SIG_BLOCK, &stop, NULL);
+  int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+  cfg.cancel_fd = sfd;
   kc_result res;
   kc_sandbox *sb = NULL;
   if (kc_sandbox_spawn(&cfg, &sb, &err) < 0) {
@@ -258,6 +271,11 @@ int kc_cmd_run(int argc, char **argv) {
   }
   kc_policy_free(policy);
   rc = kc_result_exit_status(&res);
+  struct signalfd_siginfo ssi;
+  if (sfd >= 0 && read(sfd, &ssi, sizeof ssi) == (ssize_t)sizeof ssi)
+    rc = 128 + (int)ssi.ssi_signo;
+  if (sfd >= 0)
+    close(sfd);
   if (res.status == KC_STATUS_SETUP_ERROR)
     kc_cli_error("run", "%s", res.message);
   if (report) {

@@ -35,7 +35,7 @@ double kc__now(void) {
 
 void kc_sandbox_config_init(kc_sandbox_config *c) {
   memset(c, 0, sizeof *c);
-  c->stdin_fd = c->stdout_fd = c->stderr_fd = c->netns_fd = -1;
+  c->stdin_fd = c->stdout_fd = c->stderr_fd = c->netns_fd = c->cancel_fd = -1;
 }
 
 static void close_fd(int *fd) {
@@ -148,6 +148,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   sb->out_rd = sb->err_rd = -1;
   sb->fwd_out = c->stdout_fd;
   sb->fwd_err = c->stderr_fd;
+  sb->cancel_fd = c->cancel_fd;
   sb->policy = c->policy;
   kc_limits *l = &sb->lim;
   *l = c->limits;

@@ -31,6 +31,7 @@ typedef enum kill_reason {
   KILL_CPU,
   KILL_WALL,
   KILL_OUTPUT,
+  KILL_CANCEL,
 } kill_reason;
 
 typedef struct wait_state {
@@ -164,10 +165,12 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
   double kill_deadline = INFINITY; /* bounded wait for the tree to die once killed */
 
   while (!ws.init_exited) {
-    struct pollfd pf[6];
+    struct pollfd pf[7];
     int n = 0;
     pf[n++] = (struct pollfd){sb->pidfd, POLLIN, 0};
-    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1;
+    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1;
+    if (sb->cancel_fd >= 0 && ws.reason == KILL_NONE)
+      i_can = n, pf[n++] = (struct pollfd){sb->cancel_fd, POLLIN, 0};
     if (sb->report_rd >= 0)
       i_rep = n, pf[n++] = (struct pollfd){sb->report_rd, POLLIN, 0};
     if (sb->sock_rd >= 0)
@@ -211,6 +214,8 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
         pump(sb, &ws, &sb->out_rd, sb->fwd_out);
       if (i_err >= 0 && pf[i_err].revents && sb->err_rd >= 0)
         pump(sb, &ws, &sb->err_rd, sb->fwd_err);
+      if (i_can >= 0 && pf[i_can].revents)
+        do_kill(sb, &ws, KILL_CANCEL);
       if (pf[0].revents)
         ws.init_exited = true;
     }
@@ -335,6 +340,11 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
     res->status = KC_STATUS_TIMEOUT;
     res->limit = "wall";
     snprintf(res->message, sizeof res->message, "wall-clock limit of %g s exceeded", sb->lim.wall_s);
+  } else if (ws.reason == KILL_CANCEL) {
+    res->status = KC_STATUS_SIGNALED;
+    res->exit_code = -1;
+    res->signal = SIGKILL;
+    snprintf(res->message, sizeof res->message, "killed by kcage: the run was cancelled");
   } else if (ws.reason == KILL_OUTPUT) {
     res->status = KC_STATUS_OUTPUT;
     human_size(sb->lim.output_bytes, sz, sizeof sz);

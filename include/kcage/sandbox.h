@@ -80,6 +80,9 @@ typedef struct kc_sandbox_config {
   int stdout_fd;           /* where the program's stdout goes (after the output cap) */
   int stderr_fd;           /* likewise for stderr */
   int netns_fd;            /* -1 = a fresh netns with lo up; else setns() into this one */
+  int cancel_fd;           /* -1 = none; when it turns readable (e.g. a signalfd for
+                              SIGINT/SIGTERM) the wait kills the tree and returns
+                              status signaled with the SIGKILL it sent */
   bool always_cgroup;      /* make a cgroup even when no limit needs one (for its
                               counters); by default a run without memory/pids/cpus/cpu
                               limits has none, and its tree dies with its pid namespace */

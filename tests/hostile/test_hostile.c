@@ -51,9 +51,16 @@ static void run_case(kc_run_out *o, const char *prog, const char *const *opts, c
 
 static void expect(kc_run_out *o, const char *status, int exit_status) {
   const char *st = kc_test_str(o, "status");
-  if (!st || strcmp(st, status) != 0 || o->exit_status != exit_status)
-    fail_msg("expected %s/%d, got %s/%d (%s)", status, exit_status, st ? st : "?",
-             o->exit_status, kc_test_str(o, "message") ? kc_test_str(o, "message") : "");
+  if (!st || strcmp(st, status) != 0 || o->exit_status != exit_status) {
+    char msg[300];
+    snprintf(msg, sizeof msg, "%s", kc_test_str(o, "message") ? kc_test_str(o, "message") : "");
+    int es = o->exit_status;
+    char got[32];
+    snprintf(got, sizeof got, "%s", st ? st : "?");
+    json_decref(o->report);
+    o->report = NULL;
+    fail_msg("expected %s/%d, got %s/%d (%s)", status, exit_status, got, es, msg);
+  }
   /* Nothing left: the tree, its cgroups, its mounts. */
   assert_true(kc_test_no_process_with(marker));
   assert_true(kc_test_no_cgroup_left(o->kcage_pid));

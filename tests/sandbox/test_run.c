@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 
 #include "kc_run_helper.h"
@@ -169,6 +170,40 @@ static void test_binds_and_tmpfs(void **s) {
   rmdir(dir);
 }
 
+/* SIGTERM to kcage: the tree is killed, the cgroup removed, the record says so and
+ * kcage exits as terminated by that signal. */
+static void test_cancel(void **s) {
+  (void)s;
+  char report[] = "/tmp/kc-test-cancel-XXXXXX";
+  int rfd = mkstemp(report);
+  assert_true(rfd >= 0);
+  close(rfd);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    int dn = open("/dev/null", O_RDWR);
+    dup2(dn, 0);
+    dup2(dn, 1);
+    execl(KC_KCAGE_BIN, KC_KCAGE_BIN, "run", "--memory", "256M", "--report", report, "--",
+          "sh", "-c", "sleep 30", "kc-cancel-marker-30", (char *)NULL);
+    _exit(99);
+  }
+  usleep(300 * 1000);
+  kill(pid, SIGTERM);
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 128 + SIGTERM);
+  json_error_t je;
+  json_t *r = json_load_file(report, 0, &je);
+  unlink(report);
+  assert_non_null(r);
+  assert_string_equal(json_string_value(json_object_get(r, "status")), "signaled");
+  json_decref(r);
+  assert_true(kc_test_no_cgroup_left(pid));
+  assert_true(kc_test_no_process_with("kc-cancel-marker-30"));
+}
+
 /* The library API directly. */
 static void test_api(void **s) {
   (void)s;
@@ -199,7 +234,7 @@ int main(void) {
       cmocka_unit_test(test_not_executable_126), cmocka_unit_test(test_bad_usage_2),
       cmocka_unit_test(test_help),             cmocka_unit_test(test_output_env_cwd),
       cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
-      cmocka_unit_test(test_api),
+      cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
