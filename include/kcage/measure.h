@@ -151,14 +151,14 @@ typedef struct kc_bench_config {
   const char *args;      /* the --args text (required) */
   uint64_t seed;         /* default 0 */
   const char *reference; /* trusted kernel (.c or .so) or NULL */
-  double rtol, atol;     /* defaults 1e-4, 1e-5 (when both are negative) */
+  double rtol, atol;     /* negative (as init leaves them) = 1e-4, 1e-5 */
   const char *entry;     /* NULL = "kernel" */
   uint32_t number;       /* starting calls per round; 0 = 1 */
   uint32_t repeat;       /* rounds; 0 = 5 */
-  double min_repeat_ms;  /* grow number until a round lasts this long; default 20 when < 0 */
+  double min_repeat_ms;  /* grow number until a round lasts this long; < 0 = 20 */
   double cooldown_ms;    /* sleep between rounds */
   bool flush_cache;      /* evict the tensors from the CPU caches before each round */
-  uint32_t workers;      /* parallel builds; 0 = online CPUs */
+  uint32_t workers;      /* parallel builds (helper processes); 0 = online CPUs */
   double timeout_s;      /* per kernel measurement; 0 = 10 */
   uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
@@ -170,7 +170,7 @@ typedef struct kc_bench_config {
   const char *key;
   int priority;
   double session_timeout_s;
-  /* Progress after each step; build steps may come from build threads, one at a time. */
+  /* Progress after each step, from the calling thread. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;
 } kc_bench_config;
