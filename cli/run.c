@@ -255,11 +255,10 @@ int kc_cmd_run(int argc, char **argv) {
     snprintf(res.message, sizeof res.message, "%.*s", (int)sizeof res.message - 1, err.msg);
   } else {
     /* Leftovers of a kcage that was SIGKILLed, reaped while the sandbox sets itself up
-     * (off the start-up path; our own cgroup's owner is alive), by runs that use
-     * cgroups at all. */
+     * (off the start-up path: the child builds its file system meanwhile; our own
+     * cgroup's owner is alive). */
     kc_error ignored;
-    if (kc_sandbox_cgroup(sb))
-      kc_cgroup_reap_stale(&ignored);
+    kc_cgroup_reap_stale(&ignored);
     int wrc = kc_sandbox_wait(sb, &res, &err);
     kc_sandbox_free(sb);
     if (wrc < 0) {

@@ -51,7 +51,8 @@ case_ syscall syscall syscall=socket --policy measure -- /payload hostile socket
 
 # kcage itself SIGKILLed mid-run: its cgroup stays until the next kcage reaps it
 leaves() { find /sys/fs/cgroup/kcage -mindepth 1 -maxdepth 1 -type d 2>/dev/null | wc -l; }
-/kcage run --ro-bind /payload -- /payload hostile sleep >/dev/null 2>&1 &
+# (a limit, so that this run has a cgroup: kcage makes one only when a limit needs it)
+/kcage run --memory 64M --ro-bind /payload -- /payload hostile sleep >/dev/null 2>&1 &
 kpid=$!
 i=0
 while [ "$(leaves)" = 0 ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
