@@ -287,10 +287,56 @@ static void test_session_timeout_mid_batch(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
 }
 
+/* `kcage query` prints what TVM's query_rpc_tracker prints, finding the tracker via
+ * TVM_TRACKER_HOST / TVM_TRACKER_PORT. */
+static void test_query_output(void **state) {
+  fixture *f = *state;
+  char port[16], cmd[512];
+  snprintf(port, sizeof port, "%u", f->t.port);
+  setenv("TVM_TRACKER_HOST", "127.0.0.1", 1);
+  setenv("TVM_TRACKER_PORT", port, 1);
+  snprintf(cmd, sizeof cmd, "%s query", KCAGE_BIN);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char out[4096];
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  assert_int_equal(pclose(p), 0);
+  unsetenv("TVM_TRACKER_HOST");
+  unsetenv("TVM_TRACKER_PORT");
+  char want[2048];
+  /* The agent's port is not known here: compare around it. */
+  const char *line = strstr(out, "127.0.0.1:");
+  line = line ? strstr(line + 1, "127.0.0.1:") : NULL;
+  assert_non_null(line);
+  char agent_port[8] = "";
+  sscanf(line, "127.0.0.1:%7[0-9]", agent_port);
+  char addr[32];
+  snprintf(addr, sizeof addr, "127.0.0.1:%s", agent_port);
+  snprintf(want, sizeof want,
+           "Tracker address 127.0.0.1:%u\n\n"
+           "Server List\n"
+           "------------------------------\n"
+           "server-address           key\n"
+           "------------------------------\n"
+           "%-21s    server:cpu\n"
+           "------------------------------\n"
+           "\n"
+           "Queue Status\n"
+           "---------------------------\n"
+           "key   total  free  pending\n"
+           "---------------------------\n"
+           "cpu   1      1     0      \n"
+           "---------------------------\n\n",
+           f->t.port, addr);
+  assert_string_equal(out, want);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_roundtrip, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_query_output, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_killed_mid_session, setup, teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout, setup, teardown),
       cmocka_unit_test_setup_teardown(test_taken_unused_matchkey_reput, setup, teardown),
