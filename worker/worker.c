@@ -66,6 +66,7 @@ struct kc_worker {
   kc_mount *mounts; /* deep copy of opts.mounts: callers may pass a stack array */
   kc_zygote *zyg;
   bool own_zyg;
+  kc_zygote *slot; /* forked from zyg, lives in cg: workers are born in the cgroup */
   kc_cgroup *cg;
   bool cg_tried;
   int64_t oom_base, pids_base;
@@ -671,6 +672,8 @@ static void ensure_cgroup(kc_worker *w) {
   snprintf(name, sizeof name, "worker-%d-%u", (int)getpid(), atomic_fetch_add(&slot, 1));
   kc_cgroup_limits lim = {.memory_bytes = w->o.limits.memory_bytes, .pids = w->o.limits.pids,
                           .cpus = w->o.limits.cpus};
+  if (lim.pids && w->o.isolation == KC_ISOLATION_SANDBOX)
+    lim.pids++; /* the slot's zygote */
   kc_error e = {0};
   if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0)
     w->cg = NULL; /* no cgroups here: kill by pid namespace, no memory verdicts */
@@ -681,15 +684,48 @@ static void ensure_cgroup(kc_worker *w) {
  *   respawn_start: ring, eventfd, socket, and the request to the zygote (no wait);
  *   respawn_finish: the zygote's answer (pid), pidfd, cgroup attach, the worker's
  *                   hand-off (lockdown done), the initializer. */
+static uint32_t next_gen(void) {
+  uint32_t g = atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
+  return g ? g : 1; /* 0 is the zygote's hello */
+}
+
+/* The slot's own zygote, inside the slot's cgroup (attached once, here). */
+static void ensure_slot(kc_worker *w) {
+  if (w->slot && !kc_zygote_alive(w->slot)) {
+    kc_zygote_stop(w->slot);
+    w->slot = NULL;
+  }
+  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX)
+    return;
+  kc_error e = {0};
+  if (kc_zygote_slot(w->zyg, next_gen(), &w->slot, &e) < 0)
+    return; /* workers are then attached one by one */
+  /* The OOM killer should pick the worker, not the slot's zygote: it does anyway by
+   * size (a few hundred KiB against the worker's allocation), and where we may (with
+   * CAP_SYS_RESOURCE, which this CI machine does not give) the zygote is exempted.
+   * Were it killed, the next spawn starts a new one. */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/oom_score_adj", (int)w->slot->pid);
+  int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ssize_t n = write(fd, "-1000", 5);
+    (void)n;
+    close(fd);
+  }
+  if (kc_cgroup_attach(w->cg, w->slot->pid, &e) < 0) {
+    kc_zygote_stop(w->slot);
+    w->slot = NULL;
+  }
+}
+
 static int respawn_start(kc_worker *w, kc_error *err) {
   if (!w->zyg) {
     if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
       return kc_error_prefix(err, "worker");
   }
   ensure_cgroup(w);
-  uint32_t gen = atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
-  if (!gen)
-    gen = 1;
+  ensure_slot(w);
+  uint32_t gen = next_gen();
   kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
                        (uint32_t)w->o.max_result_bytes};
   if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
@@ -716,7 +752,7 @@ static int respawn_start(kc_worker *w, kc_error *err) {
    * sequence of the wrong cgroup), and slots are long-lived and killed on every
    * timeout.  The parent attaches by pid instead (every hierarchy), before the worker
    * is sent anything: until then it runs only our own lockdown code. */
-  int rc = kc_zygote_request(w->zyg, flags, w->policy, gen, fds, 5, err);
+  int rc = kc_zygote_request(w->slot ? w->slot : w->zyg, flags, w->policy, gen, fds, 5, err);
   close(sv[1]);
   if (devnull >= 0)
     close(devnull);
@@ -737,9 +773,12 @@ static int respawn_start(kc_worker *w, kc_error *err) {
 static int collect_pid(kc_worker *w, kc_error *err) {
   w->spawning = false;
   pid_t pid = 0;
-  if (kc_zygote_collect(w->zyg, w->gen, &pid, err) < 0) {
+  if (kc_zygote_collect(w->slot ? w->slot : w->zyg, w->gen, &pid, err) < 0) {
     drop_process(w);
-    if (w->own_zyg) {
+    if (w->slot) { /* replaced at the next spawn */
+      kc_zygote_stop(w->slot);
+      w->slot = NULL;
+    } else if (w->own_zyg) {
       kc_zygote_stop(w->zyg);
       w->zyg = NULL;
     }
@@ -756,7 +795,7 @@ static int collect_pid(kc_worker *w, kc_error *err) {
     drop_process(w);
     return kc_error_set(err, e, "worker: pidfd_open");
   }
-  if (w->cg)
+  if (w->cg && !w->slot)
     kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (w->cg)
@@ -832,8 +871,10 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
   /* A worker that died between calls is not looked for here (that would be a syscall
    * on every send): the call comes back as CHILD_ERROR with the death's verdict, as
    * in TVM, and the send after it starts a new worker. */
+  /* Killed workers still count against the slot's pids.max until they are reaped:
+   * with a process limit the replacement waits for its predecessor to be gone. */
   if (w->ngraves)
-    reap_graves(w, false);
+    reap_graves(w, w->o.limits.pids != 0);
   if (!w->pid && !w->spawning && respawn_start(w, err) < 0)
     return -1;
   if (w->handoff >= 0 && respawn_finish(w, err) < 0)
@@ -888,6 +929,7 @@ void kc_worker_free(kc_worker *w) {
     drop_process(w);
   }
   reap_graves(w, true);
+  kc_zygote_stop(w->slot);
   if (w->own_zyg)
     kc_zygote_stop(w->zyg);
   if (w->cg)

@@ -16,7 +16,7 @@ struct kc_seccomp_prog;
 
 #define KC_ZYGOTE_MAGIC 0x6b637a67u /* "kczg" */
 
-enum { KC_ZOP_SPAWN = 1, KC_ZOP_EXIT = 2 };
+enum { KC_ZOP_SPAWN = 1, KC_ZOP_EXIT = 2, KC_ZOP_SLOT = 3 };
 
 /* Zygote policy flags. */
 enum {
@@ -109,6 +109,8 @@ int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t
                       const int *fds, int nfds, kc_error *err);
 int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err);
 void kc_zygote_stop(kc_zygote *z);
+/* A slot zygote forked from z (see zygote.c): a kc_zygote of its own. */
+int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err);
 const char *kc_worker_binary(const kc_worker_opts *o);
 
 /* worker.c: used by the pool, which shares one zygote between its workers */

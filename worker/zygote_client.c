@@ -225,6 +225,37 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
   return kc_zygote_collect(z, generation, pid, err);
 }
 
+int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err) {
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return kc_error_set(err, errno, "zygote: socketpair");
+  kc_zygote_req q;
+  memset(&q, 0, sizeof q);
+  q.magic = KC_ZYGOTE_MAGIC;
+  q.op = KC_ZOP_SLOT;
+  q.generation = generation;
+  pid_t pid = 0;
+  int rc = kc_send_fds(z->ctl, &q, sizeof q, &sv[1], 1) < 0
+               ? kc_error_set(err, errno, "zygote: send")
+               : kc_zygote_collect(z, generation, &pid, err);
+  close(sv[1]);
+  kc_zygote *s = rc < 0 ? NULL : calloc(1, sizeof *s);
+  if (!s) {
+    close(sv[0]);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, NULL, 0);
+    }
+    return rc < 0 ? -1 : kc_error_set(err, ENOMEM, "zygote: slot");
+  }
+  s->pid = pid;
+  s->ctl = sv[0];
+  s->sandboxed = z->sandboxed;
+  s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  *out = s;
+  return 0;
+}
+
 bool kc_zygote_alive(const kc_zygote *z) {
   struct pollfd p = {.fd = z->pidfd, .events = POLLIN};
   return z->pidfd >= 0 && poll(&p, 1, 0) == 0;
