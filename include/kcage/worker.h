@@ -6,9 +6,10 @@
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
  *      user namespace (root = the host's nobody), mount/ipc/uts namespaces, the
  *      sandbox layer's pivoted read-only root and one netns with only loopback, shared
- *      by the pool's workers) with CLONE_PARENT|CLONE_NEWPID: its own pid namespace, a
- *      child of the kcage parent (which reaps it and gets its exact end), attached to
- *      its long-lived per-slot cgroup by the parent before it is sent anything;
+ *      by the pool's workers) through the slot's own zygote, which lives in the slot's
+ *      long-lived cgroup, with CLONE_PARENT|CLONE_NEWPID: born in that cgroup, in its
+ *      own pid namespace, a child of the kcage parent (which reaps it and gets its
+ *      exact end);
  *   2. lockdown, in this order: rlimits, capability drop, no_new_privs, then the
  *      seccomp filter of the policy (opts.policy, default "measure").  The filter is
  *      installed BEFORE any initializer, handler or user code runs: nothing user-
