@@ -239,6 +239,13 @@ static double runq_s(pid_t pid) {
   return (double)wait * 1e-9;
 }
 
+static kc_tracker_server *g_server;
+static void on_term(int sig) {
+  (void)sig;
+  if (g_server)
+    kc_tracker_server_stop(g_server);
+}
+
 static pid_t start_tracker(void) {
   int p[2];
   if (pipe(p) < 0)
@@ -257,6 +264,9 @@ static pid_t start_tracker(void) {
       fprintf(stderr, "tracker: %s\n", err.msg);
       _exit(1);
     }
+    g_server = s;
+    struct sigaction sa = {.sa_handler = on_term};
+    sigaction(SIGTERM, &sa, NULL);
     uint16_t port = kc_tracker_server_port(s);
     if (write(p[1], &port, 2) != 2)
       _exit(1);
@@ -406,6 +416,8 @@ int main(void) {
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median under that load", med * 1e3, "43.99 ms");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease p99 under that load", p99 * 1e3, "44.66 ms");
   printf("%-58s %11.0f %% %16s\n", "  tracker CPU during that phase (of one core)", 100 * trk_cpu / run_s, "4 %");
+  printf("%-58s %11.1f us %16s\n", "  tracker CPU per request (user+kernel)", 1e6 * trk_cpu / (double)want, "28 us");
+  printf("%-58s %12.0f/s %16s\n", "  => one-core capacity at that cost", (double)want / trk_cpu, "35 359/s");
   printf("%-58s %11.0f %% %16s\n", "  load generator CPU during that phase (of one core)", 100 * gen_cpu / run_s, "-");
   printf("%-58s %11.0f %% %16s\n", "  both waiting for a CPU (run queue; other tenants)", 100 * runq / run_s, "-");
   printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n", "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0],
@@ -426,6 +438,7 @@ int main(void) {
   kc_bench_set("tracker", "lease_p99_loaded_s", p99);
   kc_bench_set("tracker", "tracker_cpu_fraction", trk_cpu / run_s);
   kc_bench_set("tracker", "loadgen_cpu_fraction", gen_cpu / run_s);
+  kc_bench_set("tracker", "tracker_cpu_per_request_s", trk_cpu / (double)want);
   kc_bench_set("tracker", "runqueue_wait_fraction", runq / run_s);
   kc_bench_set("tracker", "rss_kb_start", (double)rss[0]);
   kc_bench_set("tracker", "rss_kb_after_200k_leases", (double)rss[4]);
