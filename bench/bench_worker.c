@@ -71,7 +71,9 @@ struct pingpong {
 static void futex_wait(_Atomic uint32_t *w, uint32_t v) {
   syscall(SYS_futex, w, FUTEX_WAIT, v, NULL, NULL, 0);
 }
-static void futex_wake(_Atomic uint32_t *w) { syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0); }
+static void futex_wake(_Atomic uint32_t *w) {
+  syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
+}
 
 /* wait until *w != old: spin ~20 us, then sleep (eventcount with a waiter flag) */
 static uint32_t await_change(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t old) {
@@ -309,8 +311,8 @@ int main(void) {
   printf("%-52s %12s %12s %10s\n", "worker (issue 3)", "median", "p99", "target");
   printf("%-52s %9.2f us %9.2f us %10s\n", "warm empty call round trip, kcage worker (sandboxed)",
          rt_med * 1e6, rt_p99 * 1e6, "<=2/<=10us");
-  printf("%-52s %9.2f us %9.2f us\n", "  raw spin(20us)+futex shared-memory ping-pong", raw_med * 1e6,
-         raw_p99 * 1e6);
+  printf("%-52s %9.2f us %9.2f us\n", "  raw spin(20us)+futex shared-memory ping-pong",
+         raw_med * 1e6, raw_p99 * 1e6);
   printf("%-52s %9.2f us %9.2f us\n", "  pipe ping-pong", pipe_med * 1e6, pipe_p99 * 1e6);
   printf("%-52s %9.2fx\n", "  kcage / raw ring (median)", rt_med / raw_med);
   printf("%-52s %9.2fx\n", "  pipe / kcage (median)", pipe_med / rt_med);

@@ -42,8 +42,8 @@ ssize_t kc_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds) {
     char b[CMSG_SPACE(sizeof(int) * KC_MAX_FDS)];
     struct cmsghdr align;
   } u;
-  struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b,
-                     .msg_controllen = sizeof u.b};
+  struct msghdr m = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.b, .msg_controllen = sizeof u.b};
   int want = nfds ? *nfds : 0, got = 0;
   ssize_t n;
   do

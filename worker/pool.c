@@ -3,12 +3,12 @@
  * waits: it spins on every ring briefly, then sleeps in one poll() over every worker's
  * eventfd, pidfd and seccomp listener, bounded by the earliest call deadline. */
 #include <errno.h>
-#include <stdio.h>
 #include <poll.h>
 #include <sched.h>
-#include <time.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kcage/pool.h"
@@ -97,7 +97,9 @@ int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
   return 0;
 }
 
-unsigned kc_pool_size(const kc_pool *p) { return p->n; }
+unsigned kc_pool_size(const kc_pool *p) {
+  return p->n;
+}
 
 pid_t kc_pool_worker_pid(const kc_pool *p, unsigned i) {
   return i < p->n ? kc_worker_pid(p->slots[i].w) : 0;
@@ -197,7 +199,8 @@ static void drive(kc_pool *p, uint64_t until_ns) {
   if (harvest(p))
     return;
   uint64_t t0 = kc_ring_now_ns();
-  for (unsigned n = 1; kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns; n++) {
+  for (unsigned n = 1; kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns;
+       n++) {
     for (int i = 0; i < 16; i++) {
       __builtin_ia32_pause();
       if (harvest(p))

@@ -14,7 +14,9 @@
 
 #define KC_PAGE 4096u
 
-static uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+static uint64_t round_up(uint64_t v, uint64_t a) {
+  return (v + a - 1) / a * a;
+}
 
 uint64_t kc_ring_now_ns(void) {
   struct timespec ts;
@@ -85,7 +87,8 @@ void kc_ring_reset(kc_ring *r, uint32_t generation) {
 int kc_ring_create(kc_ring *r, const kc_ring_params *p, uint32_t generation, kc_error *err) {
   memset(r, 0, sizeof *r);
   r->memfd = -1;
-  if (!p->depth || (p->depth & (p->depth - 1)) || p->depth > 4096 || p->max_result < KC_RING_MSG_MAX)
+  if (!p->depth || (p->depth & (p->depth - 1)) || p->depth > 4096 ||
+      p->max_result < KC_RING_MSG_MAX)
     return kc_error_set(err, EINVAL, "ring: bad parameters");
   fill_view(r, p);
   int fd = memfd_create("kcage-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -150,7 +153,9 @@ int kc_ring_attach(kc_ring *r, int memfd, kc_error *err) {
   return 0;
 }
 
-uint64_t kc_ring_outstanding(const kc_ring *r) { return r->sent - r->reaped; }
+uint64_t kc_ring_outstanding(const kc_ring *r) {
+  return r->sent - r->reaped;
+}
 
 int kc_ring_submit(kc_ring *r, const char *fn, size_t fn_len, const void *arg, size_t len,
                    kc_error *err) {
@@ -161,8 +166,8 @@ int kc_ring_submit(kc_ring *r, const char *fn, size_t fn_len, const void *arg, s
   if (len > r->max_arg)
     return kc_error_set(err, E2BIG, "argument of %zu bytes over the limit of %u", len, r->max_arg);
   uint8_t *slot = r->base + r->sq_off + (r->sent & r->mask) * r->sq_slot_size;
-  kc_sqe h = {.seq = r->sent, .generation = r->generation, .fn_len = (uint16_t)fn_len,
-              .arg_len = len};
+  kc_sqe h = {
+      .seq = r->sent, .generation = r->generation, .fn_len = (uint16_t)fn_len, .arg_len = len};
   memcpy(slot, &h, sizeof h);
   memcpy(slot + sizeof h, fn, fn_len);
   if (len)

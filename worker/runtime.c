@@ -7,6 +7,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,12 +18,11 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "kcage/policy.h"
 #include "../sandbox/seccomp_notify.h"
+#include "kcage/policy.h"
 #include "worker_internal.h"
 
 static kc_ring g_ring;
@@ -51,9 +51,9 @@ int kc_runtime_seal_exec(void) {
   /* no_new_privs is already set by the worker's lockdown, and `measure` forbids the
    * prctl that libseccomp would make to set it again */
   int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
-  const int plain[] = {SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork), SCMP_SYS(vfork),
-                       SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(ptrace),
-                       SCMP_SYS(process_vm_writev)};
+  const int plain[] = {
+      SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork),   SCMP_SYS(vfork),
+      SCMP_SYS(clone),  SCMP_SYS(clone3),   SCMP_SYS(ptrace), SCMP_SYS(process_vm_writev)};
   for (size_t i = 0; i < sizeof plain / sizeof plain[0] && !rc; i++)
     rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, plain[i], 0);
   const int prot[] = {SCMP_SYS(mmap), SCMP_SYS(mprotect), SCMP_SYS(pkey_mprotect)};
@@ -221,9 +221,15 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
       head++;
       continue;
     }
-    kc_call call = {.arg = arg, .arg_len = h.arg_len, .out = out, .out_cap = r->max_result,
-                    .error = error, .error_cap = sizeof error, .seq = head,
-                    .generation = r->generation, .uses = uses};
+    kc_call call = {.arg = arg,
+                    .arg_len = h.arg_len,
+                    .out = out,
+                    .out_cap = r->max_result,
+                    .error = error,
+                    .error_cap = sizeof error,
+                    .seq = head,
+                    .generation = r->generation,
+                    .uses = uses};
     int rc = f(&call);
     uses++;
     if (rc == 0 && call.out_len <= r->max_result) {

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <linux/seccomp.h>
 #include <poll.h>
-#include <time.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,13 +16,14 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <seccomp.h>
 
+#include "../sandbox/seccomp_notify.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
-#include "../sandbox/seccomp_notify.h"
 #include "worker_internal.h"
 
 /* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
@@ -97,7 +97,6 @@ static uint32_t g_gen_counter;
 
 static int respawn_start(kc_worker *w, kc_error *err);
 
-
 void kc_worker_opts_init(kc_worker_opts *o) {
   memset(o, 0, sizeof *o);
   o->stdout_.fd = -1;
@@ -158,7 +157,9 @@ __attribute__((weak)) void kc_result_init(kc_result *r) {
   r->peak_memory_bytes = -1;
 }
 
-static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+static char *dupstr(const char *s) {
+  return s ? strdup(s) : NULL;
+}
 
 /* The supervising thread asks for a short scheduler slice (EEVDF custom slice, Linux
  * >= 6.12; ignored elsewhere).  Without it, a worker spinning on the parent's CPU keeps
@@ -199,7 +200,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   else
     kc_worker_opts_init(&w->o);
   w->initializer = dupstr(w->o.initializer);
-  w->policy = dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
+  w->policy =
+      dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
   w->worker_path = dupstr(w->o.worker_path);
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
@@ -314,7 +316,8 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
     kc_cgroup_kill(w->cg, NULL);
   int rc;
   do
-    rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, si, WEXITED) : waitid(P_PID, (id_t)w->pid, si, WEXITED);
+    rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, si, WEXITED)
+                       : waitid(P_PID, (id_t)w->pid, si, WEXITED);
   while (rc < 0 && errno == EINTR);
 }
 
@@ -452,7 +455,9 @@ void kc_worker_set_waiting(kc_worker *w, bool on) {
     atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
 }
 
-void kc_worker_set_zygote(kc_worker *w, kc_zygote *z) { w->zyg = z; }
+void kc_worker_set_zygote(kc_worker *w, kc_zygote *z) {
+  w->zyg = z;
+}
 
 uint64_t kc_worker_take_orphans(kc_worker *w) {
   uint64_t n = w->orphans;
@@ -471,7 +476,10 @@ bool kc_worker_can_take(kc_worker *w) {
   return !(w->pid && w->o.maximum_uses && w->uses_left == 0 && n);
 }
 
-uint32_t kc_worker_depth(kc_worker *w) { (void)w; return KC_DEFAULT_DEPTH; }
+uint32_t kc_worker_depth(kc_worker *w) {
+  (void)w;
+  return KC_DEFAULT_DEPTH;
+}
 
 uint64_t kc_worker_deadline(kc_worker *w) {
   if (w->orphans || !w->pid)
@@ -614,7 +622,6 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
   }
 }
 
-
 int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
   if (!kc_worker_outstanding(w))
     return kc_error_set(err, EINVAL, "recv: no call outstanding");
@@ -670,8 +677,8 @@ static void ensure_cgroup(kc_worker *w) {
   static _Atomic unsigned slot;
   char name[64];
   snprintf(name, sizeof name, "worker-%d-%u", (int)getpid(), atomic_fetch_add(&slot, 1));
-  kc_cgroup_limits lim = {.memory_bytes = w->o.limits.memory_bytes, .pids = w->o.limits.pids,
-                          .cpus = w->o.limits.cpus};
+  kc_cgroup_limits lim = {
+      .memory_bytes = w->o.limits.memory_bytes, .pids = w->o.limits.pids, .cpus = w->o.limits.cpus};
   if (lim.pids && w->o.isolation == KC_ISOLATION_SANDBOX)
     lim.pids++; /* the slot's zygote */
   kc_error e = {0};
@@ -685,7 +692,8 @@ static void ensure_cgroup(kc_worker *w) {
  *   respawn_finish: the zygote's answer (pid), pidfd, cgroup attach, the worker's
  *                   hand-off (lockdown done), the initializer. */
 static uint32_t next_gen(void) {
-  uint32_t g = atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
+  uint32_t g =
+      atomic_fetch_add((_Atomic uint32_t *)&g_gen_counter, 1) * 2654435761u + (uint32_t)getpid();
   return g ? g : 1; /* 0 is the zygote's hello */
 }
 
@@ -739,10 +747,12 @@ static int respawn_start(kc_worker *w, kc_error *err) {
     return -1;
   }
   int devnull = open("/dev/null", O_WRONLY | O_CLOEXEC);
-  int outfd = w->o.stdout_.mode == KC_STDIO_FD ? w->o.stdout_.fd
-              : w->o.stdout_.mode == KC_STDIO_DISCARD ? devnull : 1;
-  int errfd = w->o.stderr_.mode == KC_STDIO_FD ? w->o.stderr_.fd
-              : w->o.stderr_.mode == KC_STDIO_DISCARD ? devnull : 2;
+  int outfd = w->o.stdout_.mode == KC_STDIO_FD        ? w->o.stdout_.fd
+              : w->o.stdout_.mode == KC_STDIO_DISCARD ? devnull
+                                                      : 1;
+  int errfd = w->o.stderr_.mode == KC_STDIO_FD        ? w->o.stderr_.fd
+              : w->o.stderr_.mode == KC_STDIO_DISCARD ? devnull
+                                                      : 2;
   int fds[5] = {w->ring.memfd, w->evfd, sv[1], outfd, errfd};
   uint32_t flags = 0;
   if (w->o.isolation == KC_ISOLATION_SANDBOX)
@@ -863,7 +873,8 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
    * in flight the process may not take one more) */
   if (w->pid && w->o.maximum_uses && w->uses_left == 0) {
     if (kc_ring_outstanding(&w->ring))
-      return kc_error_set(err, EAGAIN, "send: maximum_uses reached with calls in flight: recv first");
+      return kc_error_set(err, EAGAIN,
+                          "send: maximum_uses reached with calls in flight: recv first");
     siginfo_t si;
     kill_and_reap(w, &si);
     drop_process(w);
@@ -916,9 +927,13 @@ int kc_worker_join(kc_worker *w, double timeout_s) {
   return 0;
 }
 
-bool kc_worker_is_alive(kc_worker *w) { return w->pid && !pidfd_dead(w->pidfd); }
+bool kc_worker_is_alive(kc_worker *w) {
+  return w->pid && !pidfd_dead(w->pidfd);
+}
 
-pid_t kc_worker_pid(const kc_worker *w) { return w->pid; }
+pid_t kc_worker_pid(const kc_worker *w) {
+  return w->pid;
+}
 
 void kc_worker_free(kc_worker *w) {
   if (!w)

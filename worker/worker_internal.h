@@ -20,23 +20,23 @@ enum { KC_ZOP_SPAWN = 1, KC_ZOP_EXIT = 2, KC_ZOP_SLOT = 3 };
 
 /* Zygote policy flags. */
 enum {
-  KC_ZF_NEWPID = 1u << 0,   /* worker in its own pid namespace */
+  KC_ZF_NEWPID = 1u << 0,    /* worker in its own pid namespace */
   KC_ZF_CGROUP_FD = 1u << 1, /* a v2 cgroup fd follows: CLONE_INTO_CGROUP */
-  KC_ZF_LOCKDOWN = 1u << 2, /* caps drop + no_new_privs + policy seccomp + rlimits */
+  KC_ZF_LOCKDOWN = 1u << 2,  /* caps drop + no_new_privs + policy seccomp + rlimits */
 };
 
 /* parent -> zygote, with SCM_RIGHTS fds: ring memfd, eventfd, worker socket, stdout,
  * stderr, [v2 cgroup dir]. */
 typedef struct kc_zygote_req {
   uint32_t magic, op, flags, generation;
-  char policy[512]; /* policy name/path ("" = none) */
+  char policy[512];   /* policy name/path ("" = none) */
   uint64_t rlimit_as; /* reserved */
 } kc_zygote_req;
 
 /* zygote -> parent */
 typedef struct kc_zygote_rep {
   uint32_t magic;
-  int32_t pid; /* > 0, or -errno */
+  int32_t pid;         /* > 0, or -errno */
   uint32_t generation; /* of the request: several may be in flight (a pool) */
   char msg[256];
 } kc_zygote_rep;
@@ -54,15 +54,15 @@ typedef struct kc_worker_boot {
   int memfd, evfd, sock;
   int parent_pidfd; /* closed after the PDEATHSIG race check */
   uint32_t flags;
-  const kc_policy *pol; /* parsed once by the zygote; NULL = no filter */
+  const kc_policy *pol;               /* parsed once by the zygote; NULL = no filter */
   const struct kc_seccomp_prog *prog; /* its filter, compiled once by the zygote */
 } kc_worker_boot;
 
 /* kcage-worker entry points */
 typedef struct kc_zygote_args {
   int ctl;
-  const char *policy;    /* preloaded (and compiled) before the root is pivoted */
-  bool setup_fs;         /* enter the sandbox's read-only file system */
+  const char *policy;     /* preloaded (and compiled) before the root is pivoted */
+  bool setup_fs;          /* enter the sandbox's read-only file system */
   const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
   size_t n_mounts;
 } kc_zygote_args;

@@ -29,7 +29,9 @@
 #define CLONE_INTO_CGROUP 0x200000000ULL
 #endif
 
-static void close_from(int lo) { syscall(SYS_close_range, (unsigned)lo, ~0U, 0); }
+static void close_from(int lo) {
+  syscall(SYS_close_range, (unsigned)lo, ~0U, 0);
+}
 
 /* Policies parsed once per zygote: a fork inherits the parsed form. */
 typedef struct zpolicy {
@@ -102,8 +104,13 @@ __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_z
     close(devnull);
   }
   signal(SIGPIPE, SIG_IGN);
-  kc_worker_boot b = {.memfd = 3, .evfd = 4, .sock = 5, .parent_pidfd = -1, .flags = q->flags,
-                      .pol = zp ? zp->pol : NULL, .prog = zp ? zp->prog : NULL};
+  kc_worker_boot b = {.memfd = 3,
+                      .evfd = 4,
+                      .sock = 5,
+                      .parent_pidfd = -1,
+                      .flags = q->flags,
+                      .pol = zp ? zp->pol : NULL,
+                      .prog = zp ? zp->prog : NULL};
   kc_runtime_run(&b);
 }
 
@@ -227,7 +234,7 @@ static int serve(int ctl, int parent_pidfd) {
       if (rep.pid < 0)
         snprintf(rep.msg, sizeof rep.msg, "zygote: slot: %s", strerror(-rep.pid));
     } else if (n != (ssize_t)sizeof q || q.magic != KC_ZYGOTE_MAGIC || q.op != KC_ZOP_SPAWN ||
-        nfds < 5) {
+               nfds < 5) {
       if (n == (ssize_t)sizeof q && q.op == KC_ZOP_EXIT)
         return 0;
       rep.pid = -EINVAL;

@@ -1,6 +1,7 @@
 /* Parent side of the zygote: start it (exec kcage-worker), ask it for workers. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -14,7 +15,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
-#include <grp.h>
 #include <unistd.h>
 
 #include "kcage/cgroup.h"
@@ -29,7 +29,8 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
   const char *e = getenv("KCAGE_WORKER");
   if (e && *e)
     return e;
-  static const char *cands[] = {KC_BUILD_DIR "/kcage-worker", KC_INSTALL_LIBEXECDIR "/kcage-worker"};
+  static const char *cands[] = {KC_BUILD_DIR "/kcage-worker",
+                                KC_INSTALL_LIBEXECDIR "/kcage-worker"};
   for (size_t i = 0; i < 2; i++)
     if (access(cands[i], X_OK) == 0)
       return cands[i];
@@ -127,7 +128,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     for (int i = 0; ok && i < 2; i++) {
       snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
       int fd = open(path, O_WRONLY | O_CLOEXEC);
-      ok = fd >= 0 && write(fd, KC_ZYGOTE_IDMAP, strlen(KC_ZYGOTE_IDMAP)) == (ssize_t)strlen(KC_ZYGOTE_IDMAP);
+      ok = fd >= 0 &&
+           write(fd, KC_ZYGOTE_IDMAP, strlen(KC_ZYGOTE_IDMAP)) == (ssize_t)strlen(KC_ZYGOTE_IDMAP);
       if (fd >= 0)
         close(fd);
     }

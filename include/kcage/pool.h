@@ -18,8 +18,8 @@ extern "C" {
 #endif
 
 typedef struct kc_pool_opts {
-  unsigned max_workers; /* 0 = number of online CPUs */
-  double timeout_s;     /* per call; <= 0 = none (like TVM's pool timeout) */
+  unsigned max_workers;  /* 0 = number of online CPUs */
+  double timeout_s;      /* per call; <= 0 = none (like TVM's pool timeout) */
   kc_worker_opts worker; /* initializer, initargs, maximum_uses (TVM:
                             maximum_process_uses), stdout/stderr, policy, limits... */
 } kc_pool_opts;

@@ -43,18 +43,18 @@ enum { KC_CQE_COMPLETE = 1, KC_CQE_EXCEPTION = 2 };
  * false-share. */
 typedef struct kc_ring_ctl {
   uint32_t magic;
-  uint32_t depth;          /* informational for the worker; the parent keeps its own */
+  uint32_t depth; /* informational for the worker; the parent keeps its own */
   uint64_t sq_slot_size, cq_slot_size, sq_off, cq_off;
   uint32_t generation;
   uint32_t max_arg, max_result;
-  _Alignas(64) _Atomic uint64_t sq_tail; /* parent writes */
-  _Alignas(64) _Atomic uint64_t sq_head; /* worker writes (informational) */
-  _Alignas(64) _Atomic uint32_t sq_epoch;   /* futex word the worker sleeps on */
-  _Atomic uint32_t sq_waiters;              /* worker sets while (about to be) asleep */
-  _Alignas(64) _Atomic uint64_t cq_tail; /* worker writes: untrusted */
-  _Alignas(64) _Atomic uint64_t cq_head; /* parent writes */
-  _Atomic uint32_t cq_waiters;           /* parent sets while asleep in poll() */
-  _Atomic uint32_t parent_gone;          /* parent sets at shutdown */
+  _Alignas(64) _Atomic uint64_t sq_tail;  /* parent writes */
+  _Alignas(64) _Atomic uint64_t sq_head;  /* worker writes (informational) */
+  _Alignas(64) _Atomic uint32_t sq_epoch; /* futex word the worker sleeps on */
+  _Atomic uint32_t sq_waiters;            /* worker sets while (about to be) asleep */
+  _Alignas(64) _Atomic uint64_t cq_tail;  /* worker writes: untrusted */
+  _Alignas(64) _Atomic uint64_t cq_head;  /* parent writes */
+  _Atomic uint32_t cq_waiters;            /* parent sets while asleep in poll() */
+  _Atomic uint32_t parent_gone;           /* parent sets at shutdown */
   /* worker writes (untrusted, only ever printed): the syscall number its seal filter
    * trapped, set by the worker's SIGSYS handler just before it dies. */
   _Alignas(64) _Atomic uint32_t trapped_syscall;
@@ -94,8 +94,8 @@ typedef struct kc_ring {
   uint64_t sq_slot_size, cq_slot_size, sq_off, cq_off;
   uint32_t max_arg, max_result;
   uint32_t generation;
-  uint64_t sent;     /* parent: requests published */
-  uint64_t reaped;   /* parent: completions taken */
+  uint64_t sent;   /* parent: requests published */
+  uint64_t reaped; /* parent: completions taken */
   int memfd;
 } kc_ring;
 

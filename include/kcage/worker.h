@@ -72,12 +72,12 @@ typedef struct kc_call {
   size_t arg_len;
   void *out;
   size_t out_cap;
-  size_t out_len;    /* set by the handler; 0 by default */
-  char *error;       /* exception message buffer (NUL-terminated), error_cap bytes */
+  size_t out_len; /* set by the handler; 0 by default */
+  char *error;    /* exception message buffer (NUL-terminated), error_cap bytes */
   size_t error_cap;
-  uint64_t seq;      /* sequence number of this request in this worker's life */
+  uint64_t seq;        /* sequence number of this request in this worker's life */
   uint32_t generation; /* changes at every worker restart */
-  uint32_t uses;     /* calls served by this worker before this one */
+  uint32_t uses;       /* calls served by this worker before this one */
 } kc_call;
 
 /* Return 0: the call completed and out[0..out_len) is its value.
@@ -125,23 +125,23 @@ typedef enum kc_isolation {
 } kc_isolation;
 
 typedef struct kc_worker_opts {
-  const char *initializer;  /* "lib.so:symbol" or NULL */
-  const void *initargs;     /* copied */
+  const char *initializer; /* "lib.so:symbol" or NULL */
+  const void *initargs;    /* copied */
   size_t initargs_len;
-  uint32_t maximum_uses;    /* recycle after N calls; 0 = never (TVM: None/0) */
-  kc_stdio stdout_;         /* default inherit */
+  uint32_t maximum_uses; /* recycle after N calls; 0 = never (TVM: None/0) */
+  kc_stdio stdout_;      /* default inherit */
   kc_stdio stderr_;
-  const char *policy;       /* policy name or file; NULL = "measure"; loaded by the
-                               zygote before its root moves */
-  kc_limits limits;         /* memory, pids, cpus per worker (cgroup); 0 = policy's */
-  const kc_mount *mounts;   /* extra mounts (e.g. ro-bind of the dir with lib.so), after
-                               the policy's; paths of handlers are paths inside */
+  const char *policy;     /* policy name or file; NULL = "measure"; loaded by the
+                             zygote before its root moves */
+  kc_limits limits;       /* memory, pids, cpus per worker (cgroup); 0 = policy's */
+  const kc_mount *mounts; /* extra mounts (e.g. ro-bind of the dir with lib.so), after
+                             the policy's; paths of handlers are paths inside */
   size_t n_mounts;
-  size_t max_arg_bytes;     /* largest request payload; 0 = 1 MiB */
-  size_t max_result_bytes;  /* largest result payload; 0 = 1 MiB */
+  size_t max_arg_bytes;    /* largest request payload; 0 = 1 MiB */
+  size_t max_result_bytes; /* largest result payload; 0 = 1 MiB */
   kc_isolation isolation;
-  const char *worker_path;  /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
-                               build dir, then the installed libexec copy */
+  const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
+                              build dir, then the installed libexec copy */
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
@@ -156,7 +156,7 @@ typedef enum kc_call_status {
 
 typedef struct kc_call_result {
   kc_call_status status;
-  void *value;        /* COMPLETE: malloc'd copy of the result (NULL when empty) */
+  void *value; /* COMPLETE: malloc'd copy of the result (NULL when empty) */
   size_t value_len;
   char message[1024]; /* EXCEPTION: the handler's message, intact (truncated only past
                          1023 bytes); otherwise one human sentence */
@@ -164,13 +164,13 @@ typedef struct kc_call_result {
    * / syscall (verdict.syscall = name) / pids / exited, or setup_error when the worker
    * corrupted its ring or could not start; verdict.signal set when signaled. */
   kc_result verdict;
-  pid_t pid;          /* host pid of the worker that ran the call */
+  pid_t pid; /* host pid of the worker that ran the call */
   uint32_t generation;
-  double elapsed_s;   /* parent's clock: request published -> completion observed */
+  double elapsed_s; /* parent's clock: request published -> completion observed */
 } kc_call_result;
 
 void kc_call_result_init(kc_call_result *r);
-void kc_call_result_clear(kc_call_result *r); /* frees value; safe to call twice */
+void kc_call_result_clear(kc_call_result *r);      /* frees value; safe to call twice */
 const char *kc_call_status_name(kc_call_status s); /* "complete", "exception", ... */
 
 typedef struct kc_worker kc_worker;
@@ -212,7 +212,7 @@ int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err);
 void kc_worker_kill(kc_worker *w);
 /* Wait until the worker process has exited (timeout_s < 0 = forever); does not kill. */
 int kc_worker_join(kc_worker *w, double timeout_s);
-bool kc_worker_is_alive(kc_worker *w); /* false while a replacement is still starting */
+bool kc_worker_is_alive(kc_worker *w);   /* false while a replacement is still starting */
 pid_t kc_worker_pid(const kc_worker *w); /* host pid, 0 when none */
 /* Kills (when alive) and frees.  Safe with NULL. */
 void kc_worker_free(kc_worker *w);

@@ -10,7 +10,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 8)
     return 0;
-  kc_ring_params p = {.depth = 4u << (data[0] & 1), .max_arg = 64, .max_result = 1024 + (data[1] & 63)};
+  kc_ring_params p = {
+      .depth = 4u << (data[0] & 1), .max_arg = 64, .max_result = 1024 + (data[1] & 63)};
   kc_ring r;
   memset(&r, 0, sizeof r);
   r.memfd = -1;

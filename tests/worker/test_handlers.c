@@ -13,7 +13,8 @@
 #include "kcage/worker.h"
 
 int raise_value_error(kc_call *c) {
-  snprintf(c->error, c->error_cap, "ValueError: bad input %.*s", (int)c->arg_len, (const char *)c->arg);
+  snprintf(c->error, c->error_cap, "ValueError: bad input %.*s", (int)c->arg_len,
+           (const char *)c->arg);
   return 1;
 }
 

@@ -1,5 +1,8 @@
 /* Real workers in real sandboxes (issue 3 "Must show"). */
+#include <dirent.h>
 #include <errno.h>
+#include <poll.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -8,9 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <poll.h>
-#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
@@ -787,14 +787,24 @@ static void test_pool_map(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_lockdown),
-      cmocka_unit_test(test_exec_handler),      cmocka_unit_test(test_pipelined_fifo),
-      cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
-      cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
-      cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
-      cmocka_unit_test(test_pool_maximum_uses), cmocka_unit_test(test_corrupt_ring),      cmocka_unit_test(test_initializer),
-      cmocka_unit_test(test_many_calls_flat),   cmocka_unit_test(test_parent_sigkill),
-      cmocka_unit_test(test_policy_violation),  cmocka_unit_test(test_pool_map),
+      cmocka_unit_test(test_echo_roundtrip),
+      cmocka_unit_test(test_lockdown),
+      cmocka_unit_test(test_exec_handler),
+      cmocka_unit_test(test_pipelined_fifo),
+      cmocka_unit_test(test_exception_message),
+      cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_death_noticed),
+      cmocka_unit_test(test_segfault),
+      cmocka_unit_test(test_oom),
+      cmocka_unit_test(test_seccomp_seal),
+      cmocka_unit_test(test_maximum_uses),
+      cmocka_unit_test(test_pool_maximum_uses),
+      cmocka_unit_test(test_corrupt_ring),
+      cmocka_unit_test(test_initializer),
+      cmocka_unit_test(test_many_calls_flat),
+      cmocka_unit_test(test_parent_sigkill),
+      cmocka_unit_test(test_policy_violation),
+      cmocka_unit_test(test_pool_map),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
