@@ -9,10 +9,10 @@
  * once; requests/s and latency with 1 000 agents, 50 clients, 10 000 REQUESTs, 3 keys;
  * tracker RSS over 200 000 leases.  TVM's figures are quoted from tracker-load.md
  * (TVM is not installed here, so they are not re-measured in this run). */
+#include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
 #include <netinet/in.h>
-#include <arpa/inet.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -98,8 +98,8 @@ static int tcp_connect_nb(void) {
 
 static void agent_put(lconn *a) {
   char buf[256];
-  snprintf(buf, sizeof buf, "[3, \"key%d\", [9000, \"key%d:0.%d_%u\"], null]", a->key, a->key, a->idx,
-           a->gen++);
+  snprintf(buf, sizeof buf, "[3, \"key%d\", [9000, \"key%d:0.%d_%u\"], null]", a->key, a->key,
+           a->idx, a->gen++);
   send_frame(a->fd, buf, false);
 }
 
@@ -187,8 +187,12 @@ static void watch(lconn *c) {
     die("epoll_ctl");
 }
 
-static bool all_registered(void *arg) { return g_registered >= *(int *)arg; }
-static bool leases_reached(void *arg) { return g_leases >= *(long *)arg; }
+static bool all_registered(void *arg) {
+  return g_registered >= *(int *)arg;
+}
+static bool leases_reached(void *arg) {
+  return g_leases >= *(long *)arg;
+}
 
 static long rss_kb(pid_t pid) {
   char path[64], line[256];
@@ -364,7 +368,8 @@ int main(void) {
   for (int i = 0; i < g_nagents; i++) {
     char buf[256];
     xsend(g_agents[i].fd, &magic, 4);
-    snprintf(buf, sizeof buf, "[5, {\"key\": \"server:key%d\", \"addr\": [null, 9000]}]", g_agents[i].key);
+    snprintf(buf, sizeof buf, "[5, {\"key\": \"server:key%d\", \"addr\": [null, 9000]}]",
+             g_agents[i].key);
     send_frame(g_agents[i].fd, buf, false);
     agent_put(&g_agents[i]);
   }
@@ -408,26 +413,37 @@ int main(void) {
   printf("%-58s %14s %16s\n", "figure", "kcage", "TVM (reference*)");
   printf("%-58s %11.3f ms %16s\n", "REQUEST->lease median, unloaded, split writes (TVM client)",
          lat_split[0] * 1e3, "43.99 ms");
-  printf("%-58s %11.3f ms %16s\n", "REQUEST->lease p99, unloaded, split writes", lat_split[1] * 1e3, "44.66 ms");
-  printf("%-58s %11.3f ms %16s\n", "REQUEST->lease median, unloaded, one write", lat_single[0] * 1e3, "-");
+  printf("%-58s %11.3f ms %16s\n", "REQUEST->lease p99, unloaded, split writes", lat_split[1] * 1e3,
+         "44.66 ms");
+  printf("%-58s %11.3f ms %16s\n", "REQUEST->lease median, unloaded, one write",
+         lat_single[0] * 1e3, "-");
   printf("%-58s %11.3f s  %16s\n", "1 000 agents connecting at once: all registered after", reg_s,
          "263/1000 then RST");
-  printf("%-58s %12.0f/s %14s/s\n", "requests/s: 1 000 agents, 50 clients, 10 000 REQUESTs", rps, "1 136");
-  printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median under that load", med * 1e3, "43.99 ms");
+  printf("%-58s %12.0f/s %14s/s\n", "requests/s: 1 000 agents, 50 clients, 10 000 REQUESTs", rps,
+         "1 136");
+  printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median under that load", med * 1e3,
+         "43.99 ms");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease p99 under that load", p99 * 1e3, "44.66 ms");
-  printf("%-58s %11.0f %% %16s\n", "  tracker CPU during that phase (of one core)", 100 * trk_cpu / run_s, "4 %");
-  printf("%-58s %11.1f us %16s\n", "  tracker CPU per request (user+kernel)", 1e6 * trk_cpu / (double)want, "28 us");
-  printf("%-58s %12.0f/s %16s\n", "  => one-core capacity at that cost", (double)want / trk_cpu, "35 359/s");
-  printf("%-58s %11.0f %% %16s\n", "  load generator CPU during that phase (of one core)", 100 * gen_cpu / run_s, "-");
-  printf("%-58s %11.0f %% %16s\n", "  both waiting for a CPU (run queue; other tenants)", 100 * runq / run_s, "-");
-  printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n", "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0],
-         rss[1], rss[2], rss[3], rss[4]);
+  printf("%-58s %11.0f %% %16s\n", "  tracker CPU during that phase (of one core)",
+         100 * trk_cpu / run_s, "4 %");
+  printf("%-58s %11.1f us %16s\n", "  tracker CPU per request (user+kernel)",
+         1e6 * trk_cpu / (double)want, "28 us");
+  printf("%-58s %12.0f/s %16s\n", "  => one-core capacity at that cost", (double)want / trk_cpu,
+         "35 359/s");
+  printf("%-58s %11.0f %% %16s\n", "  load generator CPU during that phase (of one core)",
+         100 * gen_cpu / run_s, "-");
+  printf("%-58s %11.0f %% %16s\n", "  both waiting for a CPU (run queue; other tenants)",
+         100 * runq / run_s, "-");
+  printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n",
+         "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0], rss[1], rss[2], rss[3],
+         rss[4]);
   printf("\nratios: %.0fx TVM's requests/s, median latency %.0fx lower (targets: >= 50 000/s, "
          "median <= 0.5 ms, all 1 000 registered within 1 s, flat RSS)\n",
          rps / 1136.0, 43.99e-3 / med);
-  printf("* TVM's figures are from reference/tracker-load.md (same kind of machine, same load); TVM\n"
-         "  is not installed here, so they are quoted, not re-measured in this run.  The load\n"
-         "  generator shares the 2 vCPUs with the tracker, so requests/s is a lower bound.\n");
+  printf(
+      "* TVM's figures are from reference/tracker-load.md (same kind of machine, same load); TVM\n"
+      "  is not installed here, so they are quoted, not re-measured in this run.  The load\n"
+      "  generator shares the 2 vCPUs with the tracker, so requests/s is a lower bound.\n");
 
   kc_bench_set("tracker", "lease_median_unloaded_split_s", lat_split[0]);
   kc_bench_set("tracker", "lease_p99_unloaded_split_s", lat_split[1]);

@@ -18,12 +18,10 @@ int kc_cmd_query(int argc, char **argv) {
   uint16_t port;
   kc_tracker_env_default(host, sizeof host, &port);
   bool json = false;
-  static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
-                                        {"host", required_argument, 0, 'H'},
-                                        {"port", required_argument, 0, 'p'},
-                                        {"json", no_argument, 0, 'j'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {0, 0, 0, 0}};
+  static const struct option longs[] = {
+      {"tracker", required_argument, 0, 't'}, {"host", required_argument, 0, 'H'},
+      {"port", required_argument, 0, 'p'},    {"json", no_argument, 0, 'j'},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   kc_error err = {0};
   uint64_t v;
   int ch;

@@ -16,16 +16,15 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *out) {
-  fprintf(out,
-          "usage: kcage tracker [--host H] [--port P] [--port-end E] [--verbose]\n\n"
-          "Run an RPC tracker that speaks TVM's protocol: TVM's rpc_server, its clients,\n"
-          "`python -m tvm.exec.query_rpc_tracker` and kcage agents all use it unchanged.\n\n"
-          "  --host H        address to listen on (default 0.0.0.0)\n"
-          "  --port P        first port to try (default 9190)\n"
-          "  --port-end E    try ports up to E-1 when P is taken (default P+10, like TVM)\n"
-          "  --keepalive S   drop silent peers after about S seconds (default 15)\n"
-          "  --verbose       log connections to stderr\n"
-          "The port bound is printed on stdout as `tracker listening on HOST:PORT`.\n");
+  fprintf(out, "usage: kcage tracker [--host H] [--port P] [--port-end E] [--verbose]\n\n"
+               "Run an RPC tracker that speaks TVM's protocol: TVM's rpc_server, its clients,\n"
+               "`python -m tvm.exec.query_rpc_tracker` and kcage agents all use it unchanged.\n\n"
+               "  --host H        address to listen on (default 0.0.0.0)\n"
+               "  --port P        first port to try (default 9190)\n"
+               "  --port-end E    try ports up to E-1 when P is taken (default P+10, like TVM)\n"
+               "  --keepalive S   drop silent peers after about S seconds (default 15)\n"
+               "  --verbose       log connections to stderr\n"
+               "The port bound is printed on stdout as `tracker listening on HOST:PORT`.\n");
 }
 
 int kc_cmd_tracker(int argc, char **argv) {
@@ -96,7 +95,8 @@ int kc_cmd_tracker(int argc, char **argv) {
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
-  printf("tracker listening on %s:%u\n", o.host ? o.host : "0.0.0.0", kc_tracker_server_port(g_server));
+  printf("tracker listening on %s:%u\n", o.host ? o.host : "0.0.0.0",
+         kc_tracker_server_port(g_server));
   fflush(stdout);
   int rc = kc_tracker_server_run(g_server, &err);
   kc_tracker_server_free(g_server);

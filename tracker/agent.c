@@ -5,24 +5,24 @@
  * never gives up on the tracker (backoff capped at a few seconds), notices a lost
  * tracker at once (EOF on the idle connection), and kills a session at its deadline. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <fcntl.h>
-#include <dirent.h>
 #include <ftw.h>
-#include <sys/stat.h>
 #include <math.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,7 +86,10 @@ static int bind_listen(kc_agent *a, kc_error *err) {
   for (unsigned p = first; p < end; p++) {
     char ps[8];
     snprintf(ps, sizeof ps, "%u", p);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE}, *ai;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC,
+                             .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE},
+                    *ai;
     int g = getaddrinfo(host, ps, &hints, &ai);
     if (g)
       return kc_error_set(err, 0, "resolve %s: %s", host, gai_strerror(g));
@@ -188,7 +191,9 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   return 0;
 }
 
-uint16_t kc_agent_port(const kc_agent *a) { return a->port; }
+uint16_t kc_agent_port(const kc_agent *a) {
+  return a->port;
+}
 
 static int g_chld_fd = -1;
 static void on_sigchld(int sig) {
@@ -235,8 +240,9 @@ static json_t *custom_addr(kc_agent *a) {
 }
 
 static int do_put(kc_agent *a, kc_error *err) {
-  if (call0(a, json_pack("[i, s, [i, s], o]", KC_TRK_PUT, a->o.key, (int)a->port, a->matchkey,
-                         custom_addr(a)),
+  if (call0(a,
+            json_pack("[i, s, [i, s], o]", KC_TRK_PUT, a->o.key, (int)a->port, a->matchkey,
+                      custom_addr(a)),
             err) < 0)
     return -1;
   a->put_pending = false;
@@ -256,8 +262,9 @@ static void connect_tracker(kc_agent *a) {
   kc_tcp_keepalive(kc_tracker_fd(a->trk), 15);
   char sk[KC_TRACKER_MAX_KEY + 16];
   snprintf(sk, sizeof sk, "server:%s", a->o.key);
-  if (call0(a, json_pack("[i, {s:s, s:[o, i]}]", KC_TRK_UPDATE_INFO, "key", sk, "addr",
-                         custom_addr(a), (int)a->port),
+  if (call0(a,
+            json_pack("[i, {s:s, s:[o, i]}]", KC_TRK_UPDATE_INFO, "key", sk, "addr", custom_addr(a),
+                      (int)a->port),
             &err) < 0) {
     drop_tracker(a, err.msg);
     return;
@@ -370,8 +377,11 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
       close(a->lfd);
     if (a->trk)
       close(kc_tracker_fd(a->trk));
-    kc_session_serve_opts so = {.device = a->device, .dir = a->child_dir, .workers = a->o.workers,
-                                .deadline = deadline, .timeout_s = timeout_s};
+    kc_session_serve_opts so = {.device = a->device,
+                                .dir = a->child_dir,
+                                .workers = a->o.workers,
+                                .deadline = deadline,
+                                .timeout_s = timeout_s};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
     _exit(rc < 0 ? 1 : 0);

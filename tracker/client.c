@@ -162,7 +162,9 @@ void kc_tracker_close(kc_tracker_conn *c) {
   free(c);
 }
 
-int kc_tracker_fd(const kc_tracker_conn *c) { return c->fd; }
+int kc_tracker_fd(const kc_tracker_conn *c) {
+  return c->fd;
+}
 
 int kc_tracker_call(kc_tracker_conn *c, const json_t *msg, double timeout_s, json_t **reply,
                     kc_error *err) {
@@ -409,8 +411,8 @@ static json_t *number(double v) {
   return json_real(v);
 }
 
-int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority,
-                             double timeout_s, kc_lease *lease, kc_error *err) {
+int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority, double timeout_s,
+                             kc_lease *lease, kc_error *err) {
   json_t *msg = json_pack("[i, s, s, o]", KC_TRK_REQUEST, key, "", number(priority)), *r = NULL;
   if (!msg)
     return kc_error_set(err, EINVAL, "REQUEST: bad key");
@@ -423,12 +425,13 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
   }
   json_t *v = json_array_get(r, 1);
   json_t *h = json_array_get(v, 0), *p = json_array_get(v, 1), *m = json_array_get(v, 2);
-  long port = json_is_integer(p) ? (long)json_integer_value(p)
+  long port = json_is_integer(p)  ? (long)json_integer_value(p)
               : json_is_string(p) ? strtol(json_string_value(p), NULL, 10)
                                   : -1;
   if (!json_is_array(r) || json_integer_value(json_array_get(r, 0)) != KC_TRK_SUCCESS ||
       !json_is_string(h) || !json_is_string(m) || port <= 0 || port > 65535 ||
-      json_string_length(h) >= sizeof lease->host || json_string_length(m) >= sizeof lease->matchkey) {
+      json_string_length(h) >= sizeof lease->host ||
+      json_string_length(m) >= sizeof lease->matchkey) {
     char *t = json_dumps(r, KC_TRACKER_JSON_FLAGS);
     kc_error_set(err, EPROTO, "Invalid return value %s", t ? t : "?");
     free(t);
@@ -577,8 +580,7 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
     if (rc == 0)
       return 0;
     double took = kc_now() - t0;
-    if (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95)
-    {
+    if (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95) {
       kc_error_set(err, 0, "Session timeout when running on %s: %s", key, last.msg);
       if (err)
         err->code = ETIMEDOUT;

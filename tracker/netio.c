@@ -2,9 +2,9 @@
 
 #include <endian.h>
 #include <errno.h>
-#include <poll.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -15,7 +15,9 @@ double kc_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double kc_deadline(double timeout_s) { return timeout_s < 0 ? -1 : kc_now() + timeout_s; }
+double kc_deadline(double timeout_s) {
+  return timeout_s < 0 ? -1 : kc_now() + timeout_s;
+}
 
 static int wait_fd(int fd, short ev, double deadline, kc_error *err) {
   for (;;) {

@@ -1,15 +1,17 @@
 /* The TVM tracker wire: frames (int32 LE length + JSON) and the message shapes of
  * reference/tvm.md §2.2, validated strictly: anything TVM's own peers never send is
  * refused, and the caller closes only that connection. */
+#include <endian.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <endian.h>
 
 #include "kcage/tracker.h"
 
-static int bad(kc_error *err, const char *what) { return kc_error_set(err, EPROTO, "%s", what); }
+static int bad(kc_error *err, const char *what) {
+  return kc_error_set(err, EPROTO, "%s", what);
+}
 
 static bool short_string(const json_t *v, size_t max) {
   return json_is_string(v) && json_string_length(v) > 0 && json_string_length(v) <= max &&

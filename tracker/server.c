@@ -39,7 +39,7 @@
 struct conn;
 struct keyq;
 
-struct res { /* one free PUT */
+struct res {                 /* one free PUT */
   struct res *kprev, *knext; /* the key's FIFO */
   struct res *cprev, *cnext; /* the owner's list */
   struct conn *owner;
@@ -60,8 +60,8 @@ struct req { /* one waiting REQUEST */
 
 struct keyq {
   char *key;
-  struct keyq *hnext;     /* hash chain */
-  struct keyq *order_next;/* creation order (queue_info order, like a Python dict) */
+  struct keyq *hnext;      /* hash chain */
+  struct keyq *order_next; /* creation order (queue_info order, like a Python dict) */
   struct res *head, *tail;
   size_t nfree;
   struct req **heap;
@@ -356,7 +356,8 @@ static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size
 
 static void conn_flush(kc_tracker_server *s, struct conn *c) {
   while (c->out_off < c->out_len) {
-    ssize_t n = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n =
+        send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK)
         return;
@@ -498,8 +499,9 @@ static int handle_update_info(kc_tracker_server *s, struct conn *c, kc_trk_msg *
 static json_t *summary(kc_tracker_server *s) {
   json_t *q = json_object();
   for (struct keyq *k = s->order_head; k; k = k->order_next)
-    json_object_set_new(q, k->key, json_pack("{s:I, s:I}", "free", (json_int_t)k->nfree, "pending",
-                                             (json_int_t)k->nheap));
+    json_object_set_new(
+        q, k->key,
+        json_pack("{s:I, s:I}", "free", (json_int_t)k->nfree, "pending", (json_int_t)k->nheap));
   json_t *si = json_array();
   for (struct conn *c = s->conns_head; c; c = c->next) {
     const char *key = json_string_value(json_object_get(c->info, "key"));
@@ -611,8 +613,8 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
 }
 
 static void set_keepalive(int fd, double ka) {
-  int one = 1, idle = (int)(ka / 3) > 0 ? (int)(ka / 3) : 1, intvl = (int)(ka / 6) > 0 ? (int)(ka / 6) : 1,
-      cnt = 3;
+  int one = 1, idle = (int)(ka / 3) > 0 ? (int)(ka / 3) : 1,
+      intvl = (int)(ka / 6) > 0 ? (int)(ka / 6) : 1, cnt = 3;
   unsigned uto = (unsigned)(ka * 1000);
   setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
   setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
@@ -689,7 +691,8 @@ static int bind_listen(kc_tracker_server *s, kc_error *err) {
   for (unsigned p = first; p < end; p++) {
     char ps[8];
     snprintf(ps, sizeof ps, "%u", p);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *ai;
     int g = getaddrinfo(host, ps, &hints, &ai);
     if (g)
@@ -739,7 +742,8 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
     uint64_t r = 0;
     if (getrandom(&r, sizeof r, 0) != sizeof r)
       r = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
-    snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu", (unsigned long long)(r % 10000000000000000ull));
+    snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu",
+             (unsigned long long)(r % 10000000000000000ull));
   }
   if (!s->buckets) {
     kc_tracker_server_free(s);
@@ -764,8 +768,12 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
   return 0;
 }
 
-uint16_t kc_tracker_server_port(const kc_tracker_server *s) { return s->port; }
-const char *kc_tracker_server_stop_key(const kc_tracker_server *s) { return s->stop_key; }
+uint16_t kc_tracker_server_port(const kc_tracker_server *s) {
+  return s->port;
+}
+const char *kc_tracker_server_stop_key(const kc_tracker_server *s) {
+  return s->stop_key;
+}
 
 void kc_tracker_server_stop(kc_tracker_server *s) {
   uint64_t one = 1;

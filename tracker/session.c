@@ -84,7 +84,8 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
                     kc_error *err) {
   double deadline = kc_deadline(timeout_s);
   json_t *r;
-  if (kc_session_send(s->fd, msg, deadline, err) < 0 || kc_session_recv(s->fd, deadline, &r, err) < 0)
+  if (kc_session_send(s->fd, msg, deadline, err) < 0 ||
+      kc_session_recv(s->fd, deadline, &r, err) < 0)
     return lost(err);
   if (!strcmp(json_string_value(json_object_get(r, "op")), "error")) {
     const char *m = json_string_value(json_object_get(r, "message"));
@@ -125,7 +126,8 @@ int kc_session_open(int fd, double timeout_s, kc_session **out, json_t **hello, 
   return 0;
 }
 
-int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len, kc_error *err) {
+int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len,
+                      kc_error *err) {
   if (len > KC_SESSION_MAX_FILE)
     return kc_error_set(err, EFBIG, "%s: %zu bytes is over the %u-byte upload limit", name, len,
                         KC_SESSION_MAX_FILE);
@@ -167,7 +169,9 @@ int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc
   return kc_session_upload(s, name, buf, got, err);
 }
 
-int kc_session_fd(const kc_session *s) { return s->fd; }
+int kc_session_fd(const kc_session *s) {
+  return s->fd;
+}
 
 void kc_session_close(kc_session *s) {
   if (!s)
@@ -202,8 +206,10 @@ static void on_alarm(int sig) {
 
 static char *timeout_message(double t) {
   char *m = NULL;
-  if (asprintf(&m, "RPCSessionTimeoutError: Your %gs session has expired, try to increase the "
-                   "\"session_timeout\" value.", t) < 0)
+  if (asprintf(&m,
+               "RPCSessionTimeoutError: Your %gs session has expired, try to increase the "
+               "\"session_timeout\" value.",
+               t) < 0)
     return NULL;
   return m;
 }
@@ -248,7 +254,8 @@ static int do_file(struct serve_state *st, json_t *m, kc_error *err) {
     return kc_error_set(err, EFBIG, "file: session upload limit reached");
   char path[4096];
   snprintf(path, sizeof path, "%s/%s", st->o->dir, name);
-  kc_cleanup_close int out = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+  kc_cleanup_close int out =
+      open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (out < 0)
     return kc_error_set(err, errno, "file: %s", name);
   char buf[65536];
@@ -278,8 +285,9 @@ static double num(json_t *c, const char *k, double def) {
 static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error *err) {
   json_t *ks = json_object_get(m, "kernels"), *c = json_object_get(m, "config");
   const char *ref = json_string_value(json_object_get(m, "reference"));
-  if (!json_is_array(ks) || json_array_size(ks) == 0 || json_array_size(ks) > KC_SESSION_MAX_FILES ||
-      !json_is_object(c) || !json_is_string(json_object_get(c, "args")))
+  if (!json_is_array(ks) || json_array_size(ks) == 0 ||
+      json_array_size(ks) > KC_SESSION_MAX_FILES || !json_is_object(c) ||
+      !json_is_string(json_object_get(c, "args")))
     return kc_error_set(err, EPROTO, "run: expected kernels, config.args");
   size_t n = json_array_size(ks);
   char **paths = calloc(n, sizeof *paths);
@@ -485,13 +493,13 @@ static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *e
     if (kc_session_upload_file(s, refname, cfg->reference, err) < 0)
       goto out;
   }
-  json_t *c = json_pack("{s:s, s:I, s:f, s:f, s:i, s:i, s:f, s:f, s:b, s:f, s:I, s:i, s:i}", "args",
-                        cfg->args ? cfg->args : "", "seed", (json_int_t)cfg->seed, "rtol", cfg->rtol,
-                        "atol", cfg->atol, "number", (int)cfg->number, "repeat", (int)cfg->repeat,
-                        "min_repeat_ms", cfg->min_repeat_ms, "cooldown_ms", cfg->cooldown_ms,
-                        "flush_cache", cfg->flush_cache, "timeout_s", cfg->timeout_s,
-                        "memory_bytes", (json_int_t)cfg->memory_bytes, "sets", (int)cfg->sets,
-                        "checks", (int)cfg->checks);
+  json_t *c =
+      json_pack("{s:s, s:I, s:f, s:f, s:i, s:i, s:f, s:f, s:b, s:f, s:I, s:i, s:i}", "args",
+                cfg->args ? cfg->args : "", "seed", (json_int_t)cfg->seed, "rtol", cfg->rtol,
+                "atol", cfg->atol, "number", (int)cfg->number, "repeat", (int)cfg->repeat,
+                "min_repeat_ms", cfg->min_repeat_ms, "cooldown_ms", cfg->cooldown_ms, "flush_cache",
+                cfg->flush_cache, "timeout_s", cfg->timeout_s, "memory_bytes",
+                (json_int_t)cfg->memory_bytes, "sets", (int)cfg->sets, "checks", (int)cfg->checks);
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
   json_t *m = json_pack("{s:s, s:O, s:o}", "op", "run", "kernels", names, "config", c);

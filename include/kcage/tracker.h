@@ -47,7 +47,7 @@ enum {
 #define KC_TRACKER_MAX_FRAME (1u << 20) /* TVM main: length <= 0 or > 1 MiB closes */
 /* Replies may be larger (a SUMMARY of a big fleet); clients accept up to this. */
 #define KC_TRACKER_MAX_REPLY (64u << 20)
-#define KC_TRACKER_MAX_KEY 256          /* device key */
+#define KC_TRACKER_MAX_KEY 256 /* device key */
 #define KC_TRACKER_MAX_MATCHKEY 512
 #define KC_TRACKER_MAX_ADDR 256
 #define KC_TRACKER_DEFAULT_PORT 9190
@@ -61,14 +61,14 @@ enum {
  * ------------------------------------------------------------------------------- */
 typedef struct kc_trk_msg {
   int code;
-  json_t *root;           /* owns everything below */
-  const char *key;        /* PUT, REQUEST */
-  json_t *port;           /* PUT: integer (or digit string) */
-  const char *matchkey;   /* PUT */
-  const char *custom_addr;/* PUT: NULL = the peer's address */
-  double priority;        /* REQUEST */
-  json_t *info;           /* UPDATE_INFO: the object */
-  const char *stop_key;   /* STOP */
+  json_t *root;            /* owns everything below */
+  const char *key;         /* PUT, REQUEST */
+  json_t *port;            /* PUT: integer (or digit string) */
+  const char *matchkey;    /* PUT */
+  const char *custom_addr; /* PUT: NULL = the peer's address */
+  double priority;         /* REQUEST */
+  json_t *info;            /* UPDATE_INFO: the object */
+  const char *stop_key;    /* STOP */
 } kc_trk_msg;
 
 /* Parse one frame payload (no length prefix).  Returns 0, or -1 with err for anything
@@ -99,13 +99,13 @@ int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *len, 
  * Tracker server (tracker/server.c): single thread, epoll.
  * ------------------------------------------------------------------------------- */
 typedef struct kc_tracker_opts {
-  const char *host;       /* NULL = "0.0.0.0" */
-  uint16_t port;          /* first port to try; 0 = any free port */
-  uint16_t port_end;      /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
-  const char *stop_key;   /* the key STOP must carry; NULL = a random one */
-  size_t max_frame;       /* 0 = KC_TRACKER_MAX_FRAME */
-  double keepalive_s;     /* silent peers are dropped after about this; 0 = 15 */
-  bool verbose;           /* log connections to stderr */
+  const char *host;     /* NULL = "0.0.0.0" */
+  uint16_t port;        /* first port to try; 0 = any free port */
+  uint16_t port_end;    /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
+  const char *stop_key; /* the key STOP must carry; NULL = a random one */
+  size_t max_frame;     /* 0 = KC_TRACKER_MAX_FRAME */
+  double keepalive_s;   /* silent peers are dropped after about this; 0 = 15 */
+  bool verbose;         /* log connections to stderr */
 } kc_tracker_opts;
 void kc_tracker_opts_init(kc_tracker_opts *o);
 
@@ -164,8 +164,8 @@ typedef struct kc_request_opts {
 void kc_request_opts_init(kc_request_opts *o);
 
 /* REQUEST on an open tracker connection only (no device connect). */
-int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority,
-                             double timeout_s, kc_lease *lease, kc_error *err);
+int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority, double timeout_s,
+                             kc_lease *lease, kc_error *err);
 
 /* TVM's RPC handshake as the client: RPC_MAGIC, "client:<matchkey>[ -timeout=N]";
  * returns the connected fd (the data plane follows). */
@@ -185,7 +185,6 @@ typedef int (*kc_session_fn)(int fd, const kc_lease *lease, void *ctx, kc_error 
 int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, const char *key,
                                const kc_request_opts *o, unsigned max_retry, kc_session_fn fn,
                                void *ctx, kc_error *err);
-
 
 /* ---------------------------------------------------------------------------------
  * The kcage session protocol (tracker/session.c), spoken on the connection after the
@@ -232,14 +231,14 @@ int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err);
 typedef struct kc_agent_opts {
   const char *tracker_host;
   uint16_t tracker_port;
-  const char *key;          /* device key (no ':') */
-  const char *host;         /* listen address; NULL = "0.0.0.0" */
-  uint16_t port, port_end;  /* listen port search [port, port_end); defaults 9090..9199 */
-  const char *custom_addr;  /* address the tracker hands out; NULL = what it sees */
-  unsigned workers;         /* measuring workers per session; 0 = default */
-  double check_s;           /* GET_PENDING_MATCHKEYS period; 0 = 2 (TVM) */
-  double reput_s;           /* re-PUT a taken but unused matchkey after this; 0 = 6 (TVM ~8) */
-  double max_backoff_s;     /* reconnect backoff cap; 0 = 5 */
+  const char *key;         /* device key (no ':') */
+  const char *host;        /* listen address; NULL = "0.0.0.0" */
+  uint16_t port, port_end; /* listen port search [port, port_end); defaults 9090..9199 */
+  const char *custom_addr; /* address the tracker hands out; NULL = what it sees */
+  unsigned workers;        /* measuring workers per session; 0 = default */
+  double check_s;          /* GET_PENDING_MATCHKEYS period; 0 = 2 (TVM) */
+  double reput_s;          /* re-PUT a taken but unused matchkey after this; 0 = 6 (TVM ~8) */
+  double max_backoff_s;    /* reconnect backoff cap; 0 = 5 */
   bool verbose;
 } kc_agent_opts;
 void kc_agent_opts_init(kc_agent_opts *o);
@@ -255,10 +254,10 @@ void kc_agent_free(kc_agent *a);
 /* Agent side of one session (runs in the session's own process).  deadline < 0 = no
  * session timeout; timeout_s is what the client asked for (for the message). */
 typedef struct kc_session_serve_opts {
-  const char *device;   /* "key@host" reported in hello and in every record */
-  const char *dir;      /* private scratch directory for uploads */
+  const char *device; /* "key@host" reported in hello and in every record */
+  const char *dir;    /* private scratch directory for uploads */
   unsigned workers;
-  double deadline;      /* kc_now()-style monotonic seconds, < 0 = none */
+  double deadline; /* kc_now()-style monotonic seconds, < 0 = none */
   double timeout_s;
 } kc_session_serve_opts;
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);

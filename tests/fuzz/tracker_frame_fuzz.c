@@ -29,7 +29,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     parse_one((const char *)data + 1, size - 1);
     json_t *v = json_loadb((const char *)data + 1, size - 1, JSON_DECODE_ANY, NULL);
     if (v) {
-      free(kc_tracker_text_summary(json_object_get(json_array_get(v, 1), "queue_info") ? json_array_get(v, 1) : v));
+      free(kc_tracker_text_summary(
+          json_object_get(json_array_get(v, 1), "queue_info") ? json_array_get(v, 1) : v));
       json_decref(v);
     }
     return 0;

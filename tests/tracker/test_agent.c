@@ -1,10 +1,13 @@
 /* The real `kcage agent` (and, for the restart test, the real `kcage tracker`) over
  * loopback: sessions, a killed agent, session timeouts, tracker restarts, taken but
  * unused matchkeys. */
+/* cmocka needs these first, in this order */
+// clang-format off
 #include <stdarg.h>
 #include <setjmp.h>
 #include <stddef.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <endian.h>
 #include <errno.h>
@@ -25,8 +28,8 @@ typedef struct fixture {
 } fixture;
 
 static uint16_t start_agent(fixture *f, pid_t *pid, const char *key, const char *reput) {
-  const char *argv[] = {"agent", "--tracker", f->tracker, "--key", key, "--host", "127.0.0.1",
-                        "--port", "0", "--reput", reput, NULL};
+  const char *argv[] = {"agent",     "--tracker", f->tracker, "--key",   key,   "--host",
+                        "127.0.0.1", "--port",    "0",        "--reput", reput, NULL};
   return proc_start(pid, argv);
 }
 
@@ -117,7 +120,8 @@ static void test_session_timeout(void **state) {
   double took = now_s() - t0;
   assert_true(took > 0.8 && took < 2.0);
   assert_string_equal(json_string_value(json_object_get(msg, "code")), "session_timeout");
-  assert_non_null(strstr(json_string_value(json_object_get(msg, "message")), "session has expired"));
+  assert_non_null(
+      strstr(json_string_value(json_object_get(msg, "message")), "session has expired"));
   json_decref(msg);
   assert_true(raw_closed(kc_session_fd(s), 2));
   kc_session_close(s);
@@ -214,15 +218,19 @@ static void test_remote_bench_same_records(void **state) {
   char local[] = "/tmp/kc-trk-local-XXXXXX", remote[] = "/tmp/kc-trk-remote-XXXXXX";
   close(mkstemp(local));
   close(mkstemp(remote));
-  const char *ks[] = {KC_EXAMPLES "/naive.c", KC_EXAMPLES "/wrong_result.c", KC_EXAMPLES "/segfault.c"};
+  const char *ks[] = {KC_EXAMPLES "/naive.c", KC_EXAMPLES "/wrong_result.c",
+                      KC_EXAMPLES "/segfault.c"};
   char args[256] = "";
   FILE *af = fopen(KC_EXAMPLES "/ARGS", "r");
   assert_non_null(af);
   assert_non_null(fgets(args, sizeof args, af));
   fclose(af);
   args[strcspn(args, "\n")] = '\0';
-  const char *common[] = {"bench", "--reference", KC_EXAMPLES "/reference.c", "--args", args,
-                          "--atol", "1e-4", "--timeout", "2", "--memory", "256M", "--repeat", "2"};
+  const char *common[] = {"bench",    "--reference", KC_EXAMPLES "/reference.c",
+                          "--args",   args,          "--atol",
+                          "1e-4",     "--timeout",   "2",
+                          "--memory", "256M",        "--repeat",
+                          "2"};
   const char *argv[32];
   size_t n = 0;
   for (size_t i = 0; i < sizeof common / sizeof *common; i++)
@@ -277,8 +285,10 @@ static void test_session_timeout_mid_batch(void **state) {
   assert_non_null(fgets(args, sizeof args, af));
   fclose(af);
   args[strcspn(args, "\n")] = '\0';
-  const char *argv[] = {"bench", "--tracker", f->tracker, "--key", "cpu", "--session-timeout", "2",
-                        "--args", args, "--timeout", "30", KC_EXAMPLES "/infinite_loop.c", NULL};
+  const char *argv[] = {"bench", "--tracker",         f->tracker, "--key",
+                        "cpu",   "--session-timeout", "2",        "--args",
+                        args,    "--timeout",         "30",       KC_EXAMPLES "/infinite_loop.c",
+                        NULL};
   double t0 = now_s();
   int rc = proc_run(argv, 20);
   double took = now_s() - t0;

@@ -1,16 +1,19 @@
 /* The tracker server over real loopback sockets, driven by a raw client that writes
  * what TVM's Python writes. */
+/* cmocka needs these first, in this order */
+// clang-format off
 #include <stdarg.h>
 #include <setjmp.h>
 #include <stddef.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <endian.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <unistd.h>
 
 #include "trk_test.h"
@@ -80,7 +83,8 @@ static void test_priority_then_fifo(void **state) {
  * the C++ server's string port and the 3-element PUT are accepted. */
 static void test_summary_shape(void **state) {
   trk_srv *t = *state;
-  int s1 = raw_connect(t->port, true), s2 = raw_connect(t->port, true), q = raw_connect(t->port, true);
+  int s1 = raw_connect(t->port, true), s2 = raw_connect(t->port, true),
+      q = raw_connect(t->port, true);
   raw_register(s1, "v100", 9091, "v100:0.5");
   raw_call_expect(s2, "[5, {\"key\": \"server:rasp\", \"addr\": [\"10.0.0.7\", \"9092\"]}]", "0");
   raw_call_expect(s2, "[3, \"rasp\", [9092, \"rasp:0.25\"]]", "0");
@@ -148,9 +152,17 @@ static void test_bad_frames_close_only_their_connection(void **state) {
   raw_register(s, "k", 9000, "k:0.1");
   int waiting = raw_connect(t->port, true);
   raw_send(waiting, "[4, \"other\", \"\", 1]");
-  const char *bodies[] = {"not json", "{\"a\": 1}", "[99]", "[4, \"k\"]", "[3, \"k\", [9000], null]",
-                          "[5, {\"key\": \"server:x\"}]", "[4, 7, \"\", 1]", "[\"1\"]",
-                          "[3, \"k\", [70000, \"k:1\"], null]", "[5, []]", "[1, 2]"};
+  const char *bodies[] = {"not json",
+                          "{\"a\": 1}",
+                          "[99]",
+                          "[4, \"k\"]",
+                          "[3, \"k\", [9000], null]",
+                          "[5, {\"key\": \"server:x\"}]",
+                          "[4, 7, \"\", 1]",
+                          "[\"1\"]",
+                          "[3, \"k\", [70000, \"k:1\"], null]",
+                          "[5, []]",
+                          "[1, 2]"};
   for (size_t i = 0; i < sizeof bodies / sizeof *bodies; i++) {
     int fd = raw_connect(t->port, true);
     raw_send(fd, bodies[i]);

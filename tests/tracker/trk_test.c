@@ -1,9 +1,12 @@
 #include "trk_test.h"
 
+/* cmocka needs these first, in this order */
+// clang-format off
 #include <stdarg.h>
 #include <setjmp.h>
 #include <stddef.h>
 #include <cmocka.h>
+// clang-format on
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -31,7 +34,9 @@ static void *run(void *arg) {
   return NULL;
 }
 
-void trk_start(trk_srv *t) { trk_start_ka(t, 0); }
+void trk_start(trk_srv *t) {
+  trk_start_ka(t, 0);
+}
 
 void trk_start_ka(trk_srv *t, double keepalive_s) {
   kc_tracker_opts o;
@@ -162,7 +167,8 @@ static json_t *get_summary(uint16_t port) {
 
 int summary_count(uint16_t port, const char *key, const char *field) {
   json_t *v = get_summary(port);
-  json_t *q = json_object_get(json_object_get(json_object_get(json_array_get(v, 1), "queue_info"), key), field);
+  json_t *q = json_object_get(
+      json_object_get(json_object_get(json_array_get(v, 1), "queue_info"), key), field);
   int r = q ? (int)json_integer_value(q) : -1;
   json_decref(v);
   return r;
