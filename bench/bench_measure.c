@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../worker/measure_internal.h"
@@ -166,6 +167,136 @@ static void part_fixed(void) {
   kc_bench_set("measure", "fixed_ratio_min", mratio);
 }
 
+/* The same comparison interleaved round by round: one round timed through a sandboxed
+ * measure worker (the request path kcage bench times: parent clock around the call),
+ * then one round of the same .so in this process, alternating which goes first, so
+ * both see the same load on this shared machine. */
+static void part_interleaved(void) {
+  char src[512], cache[512], sess[512], inputs[600], art[600];
+  snprintf(src, sizeof src, "%s/fixed.c", tmpdir);
+  snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+  snprintf(sess, sizeof sess, "/tmp/kcage-bench-measure-il.XXXXXX");
+  if (!mkdtemp(sess)) {
+    perror("mkdtemp");
+    exit(1);
+  }
+  chmod(sess, 0755); /* the worker's user must reach it */
+  snprintf(inputs, sizeof inputs, "%s/inputs.bin", sess);
+  snprintf(art, sizeof art, "%s/k.so", sess);
+  kc_build_opts bo = {.cache_dir = cache};
+  kc_build_result br;
+  kc_error err = {0};
+  char *so = NULL;
+  size_t so_len;
+  if (kc_build_kernel(&bo, src, &br, &err) < 0 ||
+      (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED) ||
+      kc_read_file(br.artifact, &so, &so_len, 1u << 30, &err) < 0 ||
+      kc_write_file(art, so, so_len, 0444, &err) < 0) {
+    fprintf(stderr, "bench_measure: %s %s\n", err.msg, br.message);
+    exit(1);
+  }
+  free(so);
+  kc_args_spec spec;
+  kc_args_parse(FIXED_ARGS, &spec, &err);
+  uint64_t region = kc_args_region_bytes(&spec, false);
+  unsigned char *in = calloc(4, region);
+  for (uint32_t k = 0; k < 4; k++)
+    kc_data_fill(&spec.t[0], in + k * region, 0, k, 0);
+  kc_write_file(inputs, in, 4 * region, 0444, &err);
+  free(in);
+
+  kc_mrunner_opts ro = {.bind_dir = sess,
+                        .memory_bytes = 1u << 30,
+                        .max_arg_bytes = 65536,
+                        .max_result_bytes = 65536};
+  kc_mrunner *r;
+  if (kc_mrunner_new(&ro, &r, &err) < 0) {
+    fprintf(stderr, "bench_measure: %s\n", err.msg);
+    exit(1);
+  }
+  unsigned char lbuf[4096];
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, 4, 0};
+  size_t n = sizeof h;
+  memcpy(lbuf, &h, n);
+  const char *strs[4] = {art, "kernel", inputs, FIXED_ARGS};
+  for (int k = 0; k < 4; k++) {
+    memcpy(lbuf + n, strs[k], strlen(strs[k]) + 1);
+    n += strlen(strs[k]) + 1;
+  }
+  kc_mcall c;
+  if (kc_mrunner_call(r, lbuf, n, 30, &c, &err) < 0 || c.status != KC_MCALL_OK) {
+    fprintf(stderr, "bench_measure: load in the worker failed: %s\n", c.message);
+    exit(1);
+  }
+  kc_mcall_clear(&c);
+  kc_mstate *s;
+  char e[256];
+  if (kc_mstate_load(&s, art, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
+    fprintf(stderr, "bench_measure: %s\n", e);
+    exit(1);
+  }
+  kc_sched_slice(0); /* run like a worker (see kc_sched_slice above) */
+
+  /* number: grown on this side until a round lasts >= 20 ms, as TVM would. */
+  unsigned char out[4096];
+  size_t len;
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1};
+  for (;;) {
+    double t0 = kc_bench_now();
+    kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
+    double ms = (kc_bench_now() - t0) * 1e3;
+    if (ms >= 20)
+      break;
+    uint64_t next = (uint64_t)(20 / (ms / (double)req.number) + 1);
+    req.number = next > req.number * 2 ? next : req.number * 2;
+  }
+  enum { R = 31 };
+  double kv[R], uv[R], pr[R];
+  for (int k = 0; k < R; k++) {
+    req.first_set = (uint32_t)k % 4;
+    req.poison_seed = (uint64_t)k;
+    double tk = 0, tu = 0;
+    for (int side = 0; side < 2; side++) {
+      bool kcage_side = (side == 0) == (k % 2 == 0);
+      double t0 = kc_bench_now();
+      if (kcage_side) {
+        if (kc_mrunner_call(r, &req, sizeof req, 30, &c, &err) < 0 || c.status != KC_MCALL_OK) {
+          fprintf(stderr, "bench_measure: round in the worker failed\n");
+          exit(1);
+        }
+        tk = kc_bench_now() - t0;
+        kc_mcall_clear(&c);
+      } else {
+        kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
+        tu = kc_bench_now() - t0;
+      }
+    }
+    kv[k] = tk / (double)req.number;
+    uv[k] = tu / (double)req.number;
+    pr[k] = tk / tu;
+  }
+  const char *kind = kc_mrunner_kind(r);
+  kc_mstate_free(s);
+  kc_mrunner_free(r);
+  kc_rm_rf(sess);
+  double km = kc_bench_quantile(kv, R, 0.5), um = kc_bench_quantile(uv, R, 0.5);
+  double kmin = kv[0], umin = uv[0]; /* sorted by the quantile */
+  double pm = kc_bench_quantile(pr, R, 0.5);
+  printf("\ninterleaved: %d round pairs of number=%llu, a %s measure worker vs this process\n", R,
+         (unsigned long long)req.number, kind);
+  printf("  kcage       median %.3f us  min %.3f us\n", km * 1e6, kmin * 1e6);
+  printf("  unsandboxed median %.3f us  min %.3f us\n", um * 1e6, umin * 1e6);
+  printf("  ratio of medians %.4f (%+.2f %%), median of pairwise ratios %.4f (%+.2f %%); target "
+         "within 1 %%: %s\n",
+         km / um, (km / um - 1) * 100, pm, (pm - 1) * 100,
+         fabs(km / um - 1) <= 0.01 ? "yes" : "NO");
+  kc_bench_set("measure", "interleaved_kcage_median_us", km * 1e6);
+  kc_bench_set("measure", "interleaved_unsandboxed_median_us", um * 1e6);
+  kc_bench_set("measure", "interleaved_ratio", km / um);
+}
+
+/* Small generated kernels: an element-wise op with a per-kernel constant, so every
+ * source is distinct (as an auto-tuner's candidates are). */
 static void part_trials(void) {
   enum { K = 16 };
   char paths[K][512];
@@ -233,6 +364,7 @@ int main(void) {
     return 1;
   }
   part_fixed();
+  part_interleaved();
   part_trials();
   kc_rm_rf(tmpdir);
   return kc_bench_write() < 0;
