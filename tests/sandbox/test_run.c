@@ -5,6 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -170,6 +171,81 @@ static void test_binds_and_tmpfs(void **s) {
   rmdir(dir);
 }
 
+/* Setup failures come back as setup_error with a message and exit 125: one found by
+ * the parent (a missing bind source), one inside the child (a missing --cwd). */
+static void test_setup_errors(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--ro-bind", "/no/such/dir:/x", "--", "/bin/true");
+  assert_int_equal(o.exit_status, 125);
+  assert_string_equal(kc_test_str(&o, "status"), "setup_error");
+  assert_non_null(strstr(kc_test_str(&o, "message"), "/no/such/dir"));
+  done(&o);
+  RUN(&o, "--cwd", "/no/such/dir", "--", "/bin/true");
+  assert_int_equal(o.exit_status, 125);
+  assert_string_equal(kc_test_str(&o, "status"), "setup_error");
+  assert_non_null(strstr(kc_test_str(&o, "message"), "chdir"));
+  done(&o);
+}
+
+/* netns_fd: the sandbox joins the given network namespace instead of a fresh one. */
+static void test_join_netns(void **s) {
+  (void)s;
+  int ready[2];
+  assert_int_equal(pipe(ready), 0);
+  pid_t holder = fork();
+  assert_true(holder >= 0);
+  if (holder == 0) {
+    if (unshare(CLONE_NEWNET) < 0)
+      _exit(1);
+    if (write(ready[1], "r", 1) != 1)
+      _exit(1);
+    pause();
+    _exit(0);
+  }
+  char b;
+  assert_int_equal(read(ready[0], &b, 1), 1);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/net", (int)holder);
+  int nsfd = open(path, O_RDONLY | O_CLOEXEC);
+  assert_true(nsfd >= 0);
+  struct stat want;
+  assert_int_equal(fstat(nsfd, &want), 0);
+
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load("exec", &p, &err), 0);
+  int out[2];
+  assert_int_equal(pipe(out), 0);
+  kc_sandbox_config c;
+  kc_sandbox_config_init(&c);
+  char *argv[] = {"readlink", "/proc/self/ns/net", NULL};
+  c.policy = p;
+  c.argv = argv;
+  c.netns_fd = nsfd;
+  c.stdout_fd = out[1];
+  kc_result r;
+  assert_int_equal(kc_sandbox_run(&c, &r, &err), 0);
+  close(out[1]);
+  char buf[128] = {0};
+  assert_true(read(out[0], buf, sizeof buf - 1) > 0);
+  close(out[0]);
+  assert_int_equal(r.status, KC_STATUS_OK);
+  char expect[64];
+  snprintf(expect, sizeof expect, "net:[%lu]\n", (unsigned long)want.st_ino);
+  assert_string_equal(buf, expect);
+  /* and our own netns is unchanged */
+  struct stat self;
+  assert_int_equal(stat("/proc/self/ns/net", &self), 0);
+  assert_int_not_equal(self.st_ino, want.st_ino);
+  kc_policy_free(p);
+  close(nsfd);
+  kill(holder, SIGKILL);
+  waitpid(holder, NULL, 0);
+  close(ready[0]);
+  close(ready[1]);
+}
+
 /* SIGTERM to kcage: the tree is killed, the cgroup removed, the record says so and
  * kcage exits as terminated by that signal. */
 static void test_cancel(void **s) {
@@ -235,6 +311,7 @@ int main(void) {
       cmocka_unit_test(test_help),             cmocka_unit_test(test_output_env_cwd),
       cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
       cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_setup_errors),      cmocka_unit_test(test_join_netns),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
