@@ -246,6 +246,19 @@ static void test_join_netns(void **s) {
   close(ready[1]);
 }
 
+/* --cpus: a spinning program gets about that share of one CPU (cpu_s from the cgroup). */
+static void test_cpus_bandwidth(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--cpus", "0.2", "--wall", "1", "--", "sh", "-c", "while :; do :; done");
+  assert_int_equal(o.exit_status, 124);
+  assert_string_equal(kc_test_str(&o, "limit"), "wall");
+  json_t *cpu = json_object_get(o.report, "cpu_s");
+  assert_true(json_is_number(cpu));
+  assert_true(json_number_value(cpu) > 0.05 && json_number_value(cpu) < 0.5);
+  done(&o);
+}
+
 /* SIGTERM to kcage: the tree is killed, the cgroup removed, the record says so and
  * kcage exits as terminated by that signal. */
 static void test_cancel(void **s) {
@@ -312,6 +325,7 @@ int main(void) {
       cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
       cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_setup_errors),      cmocka_unit_test(test_join_netns),
+      cmocka_unit_test(test_cpus_bandwidth),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
