@@ -63,6 +63,7 @@ typedef struct kc_zygote_args {
   int ctl;
   const char *policy;     /* preloaded (and compiled) before the root is pivoted */
   bool setup_fs;          /* enter the sandbox's read-only file system */
+  bool lo_up;             /* bring loopback up (in a netns of its own) */
   const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
   size_t n_mounts;
 } kc_zygote_args;

@@ -29,6 +29,10 @@ int main(int argc, char **argv) {
       a.setup_fs = true;
       continue;
     }
+    if (!strcmp(o, "--lo")) {
+      a.lo_up = true;
+      continue;
+    }
     if (i + 1 >= argc)
       return 2;
     char *v = argv[++i];

@@ -162,7 +162,7 @@ static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err
   const kc_policy_spec *s = pol ? kc_policy_get_spec(pol) : NULL;
   if (chdir(s && s->cwd ? s->cwd : "/") < 0 && chdir("/") < 0)
     return kc_error_set(err, errno, "zygote: chdir");
-  if (kc_sandbox_lo_up(err) < 0)
+  if (a->lo_up && kc_sandbox_lo_up(err) < 0)
     return -1;
   return 0;
 }

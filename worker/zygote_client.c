@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "kcage/cgroup.h"
+#include "kcage/sandbox_parts.h"
 #include "worker_internal.h"
 
 /* uid and gid 0 inside the pool's user namespace = the host's nobody */
@@ -37,6 +39,45 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
   return cands[0];
 }
 
+/* One empty network namespace with loopback up, made once per process and joined by
+ * every zygote: a netns costs ~0.25 ms to make and more to tear down (in a kernel
+ * worker, contending with everything else), and a process's pools belong to one user.
+ * -1 when it cannot be made (zygotes then make their own). */
+static int shared_netns(void) {
+  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+  static int fd = -2;
+  pthread_mutex_lock(&mu);
+  if (fd == -2) {
+    fd = -1;
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC) == 0) {
+      pid_t pid = fork();
+      if (pid == 0) {
+        kc_error e = {0};
+        char c = unshare(CLONE_NEWNET) == 0 && kc_sandbox_lo_up(&e) == 0 ? 'k' : 'x';
+        if (write(pp[1], &c, 1) != 1)
+          _exit(1);
+        pause(); /* until our parent has opened the namespace and kills us */
+        _exit(0);
+      }
+      close(pp[1]);
+      char c = 0, path[64];
+      if (pid > 0 && read(pp[0], &c, 1) == 1 && c == 'k') {
+        snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+      }
+      if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+      }
+      close(pp[0]);
+    }
+  }
+  int r = fd;
+  pthread_mutex_unlock(&mu);
+  return r;
+}
+
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
   static _Atomic int reaped;
@@ -47,6 +88,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return kc_error_set(err, errno, "zygote: socketpair");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  int netns = sandboxed ? shared_netns() : -1;
   /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
   enum { MAXARG = 8 + 2 * 64 };
   char *argv[MAXARG + 1];
@@ -61,6 +103,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   }
   if (sandboxed)
     argv[ac++] = "--fs";
+  if (sandboxed && netns < 0)
+    argv[ac++] = "--lo"; /* its own new netns: bring loopback up there */
   if (o->n_mounts > 64) {
     close(sv[0]);
     close(sv[1]);
@@ -97,12 +141,15 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
     if (sandboxed) {
-      /* The pool's namespaces: a user namespace whose root is the host's nobody, one
-       * netns (empty, shared by every worker of the pool), private mounts, ipc and uts.
-       * Each worker adds its own pid namespace. */
+      /* The pool's namespaces: a user namespace whose root is the host's nobody, the
+       * process's one empty network namespace (loopback only; or a new one when that
+       * could not be made), private mounts, ipc and uts.  Each worker adds its own pid
+       * namespace. */
       char c = 'u';
-      if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNET) < 0 ||
-          write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
+      int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+      if (netns < 0 || setns(netns, CLONE_NEWNET) < 0)
+        nsflags |= CLONE_NEWNET;
+      if (unshare(nsflags) < 0 || write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
         _exit(125);
       /* become the namespace's root, i.e. the host's nobody: full capabilities in the
        * pool's namespaces, none outside them, and no supplementary groups */

@@ -1,8 +1,11 @@
 /* Real workers in real sandboxes (issue 3 "Must show"). */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -11,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -184,6 +189,34 @@ static void test_lockdown(void **state) {
   for (size_t i = 0; i < sizeof own / sizeof own[0]; i++)
     if (same_ns(pid, own[i]))
       fail_msg("worker shares our %s namespace", own[i]);
+  /* its network: loopback up, nothing else; one namespace for all our pools */
+  snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
+  pid_t c = fork();
+  if (c == 0) {
+    int nfd = open(path, O_RDONLY);
+    if (nfd < 0 || setns(nfd, CLONE_NEWNET) < 0)
+      _exit(2);
+    int sk = socket(AF_INET, SOCK_DGRAM, 0);
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strcpy(ifr.ifr_name, "lo");
+    if (sk < 0 || ioctl(sk, SIOCGIFFLAGS, &ifr) < 0 || !(ifr.ifr_flags & IFF_UP))
+      _exit(3);
+    _exit(if_nametoindex("eth0") ? 4 : 0);
+  }
+  int st;
+  waitpid(c, &st, 0);
+  assert_true(WIFEXITED(st));
+  assert_int_equal(WEXITSTATUS(st), 0);
+  kc_worker *w2 = new_worker(KC_ISOLATION_SANDBOX, 0);
+  call(w2, "echo", "x", 1, 5, &r);
+  kc_call_result_clear(&r);
+  char l1[128] = "", l2[128] = "", p2[64];
+  snprintf(p2, sizeof p2, "/proc/%d/ns/net", (int)kc_worker_pid(w2));
+  assert_true(readlink(path, l1, sizeof l1 - 1) > 0);
+  assert_true(readlink(p2, l2, sizeof l2 - 1) > 0);
+  assert_string_equal(l1, l2);
+  kc_worker_free(w2);
   kc_worker_free(w);
 }
 
