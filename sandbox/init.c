@@ -185,8 +185,6 @@ void kc__child_main(kc_plan *p) {
   struct pollfd alive = {p->sync_rd, POLLIN, 0};
   if (poll(&alive, 1, 0) > 0 && (alive.revents & (POLLHUP | POLLERR)))
     _exit(125);
-  if (p->new_net && kc_sandbox_lo_up(&err) < 0)
-    fail_err(&err);
   if (p->ns.uts && sethostname("kcage", 5) < 0)
     fail(KC_REPORT_SETUP, errno, "sethostname");
   if (p->ns.mount && kc__fs_enter(p->mnts, p->n_mnts, p->cwd, &err) < 0)
@@ -194,8 +192,12 @@ void kc__child_main(kc_plan *p) {
   if (!p->ns.mount && p->cwd[0] && chdir(p->cwd) < 0)
     fail(KC_REPORT_SETUP, errno, "chdir");
   /* Nothing of the program may run before it is in every cgroup. */
-  if (read(p->sync_rd, &go, 1) != 1 || go != 'g')
+  /* "g": lo is up (the parent did it from outside while we built the file system);
+   * "G": bring it up ourselves. */
+  if (read(p->sync_rd, &go, 1) != 1 || (go != 'g' && go != 'G'))
     _exit(125);
+  if (go == 'G' && p->new_net && kc_sandbox_lo_up(&err) < 0)
+    fail_err(&err);
   close(p->sync_rd);
   /* init itself keeps no privilege either, and cannot be ptraced by the program. */
   if (kc_sandbox_drop_caps(&err) < 0)

@@ -82,6 +82,25 @@ static int write_id_maps(pid_t pid, kc_error *err) {
   return write_file(path, map, err);
 }
 
+/* Bring the child's lo up from here, while the child builds its file system (it is off
+ * the child's critical path that way): step into its network namespace through the
+ * pidfd and back.  false: not possible (e.g. not root); the child does it itself. */
+static bool lo_up_from_outside(int pidfd) {
+  int self = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (self < 0)
+    return false;
+  if (setns(pidfd, CLONE_NEWNET) < 0) {
+    close(self);
+    return false;
+  }
+  kc_error e;
+  bool ok = kc_sandbox_lo_up(&e) == 0;
+  if (setns(self, CLONE_NEWNET) < 0)
+    abort(); /* staying in the sandbox's netns is not an option for this process */
+  close(self);
+  return ok;
+}
+
 static uint64_t pick_u64(uint64_t a, uint64_t b) { return a ? a : b; }
 static double pick_d(double a, double b) { return a > 0 ? a : b; }
 
@@ -285,7 +304,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
    * hierarchies (a cgroup.procs write can take milliseconds here). */
   if (write_id_maps(sb->pid, err) < 0 || write(sync_p[1], "m", 1) != 1 ||
       (sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) ||
-      write(sync_p[1], "g", 1) != 1) {
+      write(sync_p[1], plan.new_net && !lo_up_from_outside(pidfd) ? "G" : "g", 1) != 1) {
     kc_error_prefix(err, "start sandbox");
     goto out;
   }
