@@ -277,9 +277,18 @@ static int do_file(struct serve_state *st, json_t *m, kc_error *err) {
 }
 
 #ifdef KC_HAVE_MEASURE
-static double num(json_t *c, const char *k, double def) {
+/* A config number from the (untrusted) client: absent = def; outside [lo, hi] or not
+ * finite = refused (no out-of-range float-to-integer casts). */
+static double num(json_t *c, const char *k, double def, double lo, double hi, bool *bad) {
   json_t *v = json_object_get(c, k);
-  return json_is_number(v) ? json_number_value(v) : def;
+  if (!v || json_is_null(v))
+    return def;
+  double x = json_is_number(v) ? json_number_value(v) : NAN;
+  if (!isfinite(x) || x < lo || x > hi) {
+    *bad = true;
+    return def;
+  }
+  return x;
 }
 
 static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error *err) {
@@ -318,19 +327,24 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
     snprintf(refpath, sizeof refpath, "%s/%s", st->o->dir, ref);
     cfg.reference = refpath;
   }
-  cfg.rtol = num(c, "rtol", cfg.rtol);
-  cfg.atol = num(c, "atol", cfg.atol);
+  bool bad = false;
+  cfg.rtol = num(c, "rtol", cfg.rtol, -1, 1e6, &bad);
+  cfg.atol = num(c, "atol", cfg.atol, -1, 1e6, &bad);
   if (json_is_string(json_object_get(c, "entry")))
     cfg.entry = json_string_value(json_object_get(c, "entry"));
-  cfg.number = (uint32_t)num(c, "number", cfg.number);
-  cfg.repeat = (uint32_t)num(c, "repeat", cfg.repeat);
-  cfg.min_repeat_ms = num(c, "min_repeat_ms", cfg.min_repeat_ms);
-  cfg.cooldown_ms = num(c, "cooldown_ms", cfg.cooldown_ms);
+  cfg.number = (uint32_t)num(c, "number", cfg.number, 0, 1e9, &bad);
+  cfg.repeat = (uint32_t)num(c, "repeat", cfg.repeat, 0, 1e6, &bad);
+  cfg.min_repeat_ms = num(c, "min_repeat_ms", cfg.min_repeat_ms, -1, 1e6, &bad);
+  cfg.cooldown_ms = num(c, "cooldown_ms", cfg.cooldown_ms, 0, 1e6, &bad);
   cfg.flush_cache = json_is_true(json_object_get(c, "flush_cache"));
-  cfg.timeout_s = num(c, "timeout_s", cfg.timeout_s);
-  cfg.memory_bytes = (uint64_t)num(c, "memory_bytes", (double)cfg.memory_bytes);
-  cfg.sets = (uint32_t)num(c, "sets", cfg.sets);
-  cfg.checks = (uint32_t)num(c, "checks", cfg.checks);
+  cfg.timeout_s = num(c, "timeout_s", cfg.timeout_s, 0, 86400, &bad);
+  cfg.memory_bytes = (uint64_t)num(c, "memory_bytes", (double)cfg.memory_bytes, 0, 1e15, &bad);
+  cfg.sets = (uint32_t)num(c, "sets", cfg.sets, 0, 1024, &bad);
+  cfg.checks = (uint32_t)num(c, "checks", cfg.checks, 0, 1e6, &bad);
+  if (bad) {
+    kc_error_set(err, EINVAL, "run: a config value is out of range");
+    goto out;
+  }
   if (st->o->workers)
     cfg.workers = st->o->workers;
   cfg.tracker = NULL; /* run here */

@@ -80,6 +80,16 @@ static void test_session_roundtrip(void **state) {
   /* Names that could escape the session directory are refused. */
   assert_int_equal(kc_session_upload(s, "../evil.c", "x", 1, &err), -1);
   kc_session_close(s);
+  /* Hostile numbers in a run config are refused, not cast. */
+  lease_session(f, 0, &s, NULL);
+  json_t *m = json_pack("{s:s, s:[s], s:{s:s, s:f}}", "op", "run", "kernels", "k0-a.c", "config",
+                        "args", "f32[4]", "number", 1e30),
+         *r = NULL;
+  assert_int_equal(kc_session_upload(s, "k0-a.c", "int x;\n", 7, &err), 0);
+  assert_int_equal(kc_session_call(s, m, 5, &r, &err), -1);
+  assert_non_null(strstr(err.msg, "out of range"));
+  json_decref(m);
+  kc_session_close(s);
   /* The agent re-registers with a fresh matchkey when the session ends. */
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
 }
