@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include "kcage/cgroup.h"
-#include "kcage/sandbox_parts.h"
 #include "worker_internal.h"
 
 /* uid and gid 0 inside the pool's user namespace = the host's nobody */
@@ -39,43 +38,28 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
   return cands[0];
 }
 
-/* One empty network namespace with loopback up, made once per process and joined by
- * every zygote: a netns costs ~0.25 ms to make and more to tear down (in a kernel
- * worker, contending with everything else), and a process's pools belong to one user.
- * -1 when it cannot be made (zygotes then make their own). */
+/* One empty network namespace with loopback up per process, joined by every zygote: a
+ * netns costs ~0.25 ms to make and more to tear down (in a kernel worker, contending
+ * with everything else), and a process's pools belong to one user.  The first
+ * sandboxed zygote makes it (a fresh exec'd process: no fork-then-libnl in a possibly
+ * threaded caller) and we keep a reference to it.  -1 until then. */
+static pthread_mutex_t g_netns_mu = PTHREAD_MUTEX_INITIALIZER;
+static int g_netns = -1;
+
 static int shared_netns(void) {
-  static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
-  static int fd = -2;
-  pthread_mutex_lock(&mu);
-  if (fd == -2) {
-    fd = -1;
-    int pp[2];
-    if (pipe2(pp, O_CLOEXEC) == 0) {
-      pid_t pid = fork();
-      if (pid == 0) {
-        kc_error e = {0};
-        char c = unshare(CLONE_NEWNET) == 0 && kc_sandbox_lo_up(&e) == 0 ? 'k' : 'x';
-        if (write(pp[1], &c, 1) != 1)
-          _exit(1);
-        pause(); /* until our parent has opened the namespace and kills us */
-        _exit(0);
-      }
-      close(pp[1]);
-      char c = 0, path[64];
-      if (pid > 0 && read(pp[0], &c, 1) == 1 && c == 'k') {
-        snprintf(path, sizeof path, "/proc/%d/ns/net", (int)pid);
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-      }
-      if (pid > 0) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
-      }
-      close(pp[0]);
-    }
-  }
-  int r = fd;
-  pthread_mutex_unlock(&mu);
+  pthread_mutex_lock(&g_netns_mu);
+  int r = g_netns;
+  pthread_mutex_unlock(&g_netns_mu);
   return r;
+}
+
+static void keep_netns(pid_t zygote) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/ns/net", (int)zygote);
+  pthread_mutex_lock(&g_netns_mu);
+  if (g_netns < 0)
+    g_netns = open(path, O_RDONLY | O_CLOEXEC);
+  pthread_mutex_unlock(&g_netns_mu);
 }
 
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
@@ -210,6 +194,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     kc_zygote_stop(z);
     return kc_error_set(err, e.code, "zygote did not start: %s", e.msg);
   }
+  if (sandboxed && netns < 0)
+    keep_netns(pid);
   *out = z;
   return 0;
 }
