@@ -5,8 +5,8 @@
  * Life of a worker (all of it inside the pool's sandbox):
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
  *      user namespace (root = the host's nobody), mount/ipc/uts namespaces, the
- *      sandbox layer's pivoted read-only root and one netns with only loopback, shared
- *      by the pool's workers) through the slot's own zygote, which lives in the slot's
+ *      sandbox layer's pivoted read-only root, joined to the process's one netns with
+ *      only loopback) through the slot's own zygote, which lives in the slot's
  *      long-lived cgroup, with CLONE_PARENT|CLONE_NEWPID: born in that cgroup, in its
  *      own pid namespace, a child of the kcage parent (which reaps it and gets its
  *      exact end);
