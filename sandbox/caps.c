@@ -1,11 +1,22 @@
 /* Capabilities: after setup the sandbox holds none, in any set, and can never regain
  * one (bounding set emptied, ambient cleared, no_new_privs). */
 #include "kcage/sandbox_parts.h"
+#include "sandbox_internal.h"
 
 #include <errno.h>
 #include <linux/capability.h>
 #include <sys/capability.h>
 #include <sys/prctl.h>
+
+/* An empty capability state made once in the parent (kc__caps_prepare, before clone3):
+ * the child then drops its capabilities without calling malloc, which a raw clone3
+ * from a process with other threads must avoid (a malloc lock may be copied held). */
+static cap_t prepared_none;
+
+void kc__caps_prepare(void) {
+  if (!prepared_none)
+    prepared_none = cap_init();
+}
 
 int kc_sandbox_drop_caps(kc_error *err) {
   /* The bounding set needs CAP_SETPCAP, so it goes first, while we still hold it. */
@@ -19,12 +30,13 @@ int kc_sandbox_drop_caps(kc_error *err) {
   }
   if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
     return kc_error_set(err, errno, "clear ambient capabilities");
-  cap_t none = cap_init(); /* all three sets empty */
+  cap_t none = prepared_none ? prepared_none : cap_init(); /* all three sets empty */
   if (!none)
     return kc_error_set(err, errno, "cap_init");
   int rc = cap_set_proc(none);
   int e = errno;
-  cap_free(none);
+  if (none != prepared_none)
+    cap_free(none);
   if (rc < 0)
     return kc_error_set(err, e, "drop capabilities");
   return 0;

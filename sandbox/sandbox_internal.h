@@ -82,6 +82,9 @@ struct kc_sandbox {
 
 double kc__now(void);
 
+/* caps.c: allocate what the child's capability drop needs, before clone3. */
+void kc__caps_prepare(void);
+
 /* fs.c */
 int kc__fs_build_default(kc_mnt **mnts, size_t *n, kc_error *err);
 int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extra, kc_mnt **out,

@@ -277,6 +277,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
   }
+  kc__caps_prepare();
   int pidfd = -1;
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);

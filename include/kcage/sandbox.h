@@ -92,7 +92,10 @@ void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else ze
 
 typedef struct kc_sandbox kc_sandbox;
 
-/* Start: cgroup, clone3 into the namespaces, filesystem, lockdown, exec. */
+/* Start: cgroup, clone3 into the namespaces, filesystem, lockdown, exec.
+ * clone3 is a raw fork: call it from a single-threaded process, or one whose other
+ * threads cannot be inside malloc at that moment (the child's copy of a held malloc
+ * lock would never be released; the program's seccomp compile allocates). */
 int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
 /* Wait for the end, enforcing wall/cpu/output limits, then fill the verdict and
  * remove the cgroup.  Kills the whole tree before returning. */
