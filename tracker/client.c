@@ -568,7 +568,7 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
   }
   if (!max_retry)
     max_retry = 2;
-  kc_error last = {0};
+  kc_error last = {0}, run_err = {0};
   for (unsigned i = 0; i < max_retry; i++) {
     kc_lease lease;
     int fd;
@@ -579,16 +579,24 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
     close(fd);
     if (rc == 0)
       return 0;
+    run_err = last;
     double took = kc_now() - t0;
-    if (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95) {
+    if (last.code == ETIMEDOUT ||
+        (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95)) {
       kc_error_set(err, 0, "Session timeout when running on %s: %s", key, last.msg);
       if (err)
         err->code = ETIMEDOUT;
       return -1;
     }
   }
-  kc_error_set(err, 0, "Failed to run on %s after %u retry, last_error:%s", key, max_retry,
-               last.msg);
+  /* Keep what went wrong on the device (say, the agent died) even when the retry then
+   * failed for another reason (no device left). */
+  if (run_err.msg[0] && strcmp(run_err.msg, last.msg))
+    kc_error_set(err, 0, "Failed to run on %s after %u retry, last_error:%s (before that: %s)", key,
+                 max_retry, last.msg, run_err.msg);
+  else
+    kc_error_set(err, 0, "Failed to run on %s after %u retry, last_error:%s", key, max_retry,
+                 last.msg);
   if (err)
     err->code = last.code ? last.code : EIO;
   return -1;

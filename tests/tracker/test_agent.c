@@ -11,11 +11,13 @@
 
 #include <endian.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "proc.h"
@@ -352,6 +354,60 @@ static void test_query_output(void **state) {
   assert_string_equal(out, want);
 }
 
+/* The agent dies in the middle of a remote batch: it leaves SUMMARY within 1 s and
+ * `kcage bench` says so and exits instead of hanging. */
+static void test_agent_killed_mid_batch(void **state) {
+  fixture *f = *state;
+  char args[256] = "";
+  FILE *af = fopen(KC_EXAMPLES "/ARGS", "r");
+  assert_non_null(af);
+  assert_non_null(fgets(args, sizeof args, af));
+  fclose(af);
+  args[strcspn(args, "\n")] = '\0';
+  int errp[2];
+  assert_int_equal(pipe(errp), 0);
+  pid_t b = fork();
+  if (b == 0) {
+    setenv("KCAGE_REQUEST_TIMEOUT", "1", 1); /* no second device will come */
+    dup2(errp[1], 2);
+    int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    execl(KCAGE_BIN, KCAGE_BIN, "bench", "--tracker", f->tracker, "--key", "cpu", "--args", args,
+          "--timeout", "30", KC_EXAMPLES "/infinite_loop.c", (char *)NULL);
+    _exit(127);
+  }
+  close(errp[1]);
+  /* Wait until the session is under way (the device is leased), then kill the agent. */
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 0, 5), 0);
+  usleep(500000);
+  double t0 = now_s();
+  proc_kill(&f->agent);
+  while (summary_servers(f->t.port) != 0 && now_s() - t0 < 1.0)
+    usleep(5000);
+  assert_int_equal(summary_servers(f->t.port), 0);
+  assert_true(now_s() - t0 < 1.0);
+  int st = 0;
+  bool exited = false;
+  for (int i = 0; i < 1000 && !exited; i++) {
+    if (waitpid(b, &st, WNOHANG) == b)
+      exited = true;
+    else
+      usleep(10000);
+  }
+  if (!exited) {
+    kill(b, SIGKILL);
+    waitpid(b, NULL, 0);
+  }
+  assert_true(exited);
+  assert_true(WIFEXITED(st) && WEXITSTATUS(st) != 0);
+  char msg[4096];
+  ssize_t n = read(errp[0], msg, sizeof msg - 1);
+  close(errp[0]);
+  msg[n > 0 ? n : 0] = '\0';
+  if (!strstr(msg, "device agent closed the session"))
+    fail_msg("unclear error: %s", msg);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -364,6 +420,7 @@ int main(void) {
       cmocka_unit_test(test_tracker_restart),
       cmocka_unit_test_setup_teardown(test_remote_bench_same_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_agent_killed_mid_batch, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
