@@ -9,14 +9,17 @@
 #include <cmocka.h>
 // clang-format on
 
+#include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -408,6 +411,56 @@ static void test_agent_killed_mid_batch(void **state) {
     fail_msg("unclear error: %s", msg);
 }
 
+/* What the agent sends a tracker, byte for byte as TVM's rpc_server does: a fake
+ * tracker records it.  --custom-addr goes into both UPDATE_INFO and PUT. */
+static void test_agent_wire_like_rpc_server(void **state) {
+  (void)state;
+  int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET};
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t al = sizeof a;
+  assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+  assert_int_equal(listen(l, 4), 0);
+  getsockname(l, (struct sockaddr *)&a, &al);
+  fixture f = {0};
+  snprintf(f.tracker, sizeof f.tracker, "127.0.0.1:%u", ntohs(a.sin_port));
+  const char *argv[] = {"agent",     "--tracker", f.tracker, "--key",         "cpu",      "--host",
+                        "127.0.0.1", "--port",    "0",       "--custom-addr", "10.1.2.3", NULL};
+  pid_t ag = 0;
+  uint16_t port = proc_start(&ag, argv);
+  assert_true(port > 0);
+  struct pollfd pf = {.fd = l, .events = POLLIN};
+  assert_int_equal(poll(&pf, 1, 5000), 1);
+  int c = accept(l, NULL, NULL);
+  assert_true(c >= 0);
+  uint32_t m;
+  assert_int_equal(recv(c, &m, 4, MSG_WAITALL), 4);
+  assert_int_equal(le32toh(m), KC_TRACKER_MAGIC);
+  raw_send_bytes(c, &m, 4);
+  char want[256];
+  char *got = raw_recv(c, 5);
+  snprintf(want, sizeof want, "[5, {\"key\": \"server:cpu\", \"addr\": [\"10.1.2.3\", %u]}]", port);
+  assert_string_equal(got, want);
+  free(got);
+  raw_send(c, "0");
+  got = raw_recv(c, 5);
+  snprintf(want, sizeof want, "[3, \"cpu\", [%u, \"cpu:0.", port);
+  assert_non_null(got);
+  assert_memory_equal(got, want, strlen(want));
+  assert_non_null(strstr(got, "\"], \"10.1.2.3\"]"));
+  char mk[128];
+  assert_int_equal(sscanf(got + strlen(want) - strlen("cpu:0."), "%127[^\"]", mk), 1);
+  free(got);
+  raw_send(c, "0");
+  /* Then it polls GET_PENDING_MATCHKEYS (TVM: every 2 s). */
+  got = raw_recv(c, 5);
+  assert_string_equal(got, "[7]");
+  free(got);
+  proc_stop(&ag);
+  close(c);
+  close(l);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -418,6 +471,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_taken_unused_matchkey_reput, setup, teardown),
       cmocka_unit_test_setup_teardown(test_handshake_codes, setup, teardown),
       cmocka_unit_test(test_tracker_restart),
+      cmocka_unit_test(test_agent_wire_like_rpc_server),
       cmocka_unit_test_setup_teardown(test_remote_bench_same_records, setup, teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_killed_mid_batch, setup, teardown),
