@@ -497,6 +497,28 @@ static bool pidfd_dead(int pidfd) {
   return poll(&p, 1, 0) > 0;
 }
 
+/* A validated completion becomes the oldest call's result. */
+static int take(kc_worker *w, kc_call_result *res, kc_ring_completion *c) {
+  uint64_t now = kc_ring_now_ns();
+  result_init_fast(res);
+  fill_common(w, res, now);
+  if (c->status == KC_CQE_COMPLETE) {
+    res->status = KC_CALL_COMPLETE;
+    res->value = c->payload;
+    res->value_len = c->len;
+  } else {
+    res->status = KC_CALL_EXCEPTION;
+    scopy(res->message, sizeof res->message, c->payload ? (char *)c->payload : "");
+    free(c->payload);
+  }
+  /* the next call starts now, or when it was sent if that is later */
+  if (kc_ring_outstanding(&w->ring)) {
+    uint64_t s = w->q[w->ring.reaped % KC_DEFAULT_DEPTH].sent_ns;
+    w->head_start_ns = s > now ? s : now;
+  }
+  return 1;
+}
+
 int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   (void)err;
   if (w->orphans) {
@@ -518,58 +540,41 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   rerr.code = 0;
   rerr.msg[0] = 0;
   int r = kc_ring_reap(&w->ring, &c, &rerr);
-  if (r == 1) {
-    uint64_t now = kc_ring_now_ns();
-    result_init_fast(res);
-    fill_common(w, res, now);
-    if (c.status == KC_CQE_COMPLETE) {
-      res->status = KC_CALL_COMPLETE;
-      res->value = c.payload;
-      res->value_len = c.len;
-    } else {
-      res->status = KC_CALL_EXCEPTION;
-      scopy(res->message, sizeof res->message, c.payload ? (char *)c.payload : "");
-      free(c.payload);
-    }
-    /* the next call starts now, or when it was sent if that is later */
-    if (kc_ring_outstanding(&w->ring)) {
-      uint64_t s = w->q[w->ring.reaped % KC_DEFAULT_DEPTH].sent_ns;
-      w->head_start_ns = s > now ? s : now;
-    }
-    return 1;
-  }
-  kc_call_result_init(res);
+  if (r == 1)
+    return take(w, res, &c);
   if (r < 0) {
+    kc_call_result_init(res);
     char why[sizeof rerr.msg + 32];
     snprintf(why, sizeof why, "worker corrupted its ring: %s", rerr.msg);
     fail_worker(w, res, KC_CALL_CHILD_ERROR, why);
     return 1;
   }
+  bool violated = false;
   if (w->listener >= 0) {
     struct pollfd p = {.fd = w->listener, .events = POLLIN};
-    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w)) {
-      fail_worker(w, res, KC_CALL_CHILD_ERROR, NULL);
-      return 1;
-    }
+    violated = poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w);
   }
-  if (pidfd_dead(w->pidfd)) {
-    /* a completion may have landed just before death: take it first */
-    if (kc_ring_reap(&w->ring, &c, &rerr) == 1) {
-      free(c.payload);
-      /* unreachable in practice; fall through to report the death for the next */
-    }
-    fail_worker(w, res, KC_CALL_CHILD_ERROR, NULL);
-    return 1;
-  }
+  bool dead = violated || pidfd_dead(w->pidfd);
   uint64_t dl = kc_worker_deadline(w);
-  if (dl != UINT64_MAX && kc_ring_now_ns() >= dl) {
+  bool late = !dead && dl != UINT64_MAX && kc_ring_now_ns() >= dl;
+  if (!dead && !late)
+    return 0;
+  /* A completion may have landed between the first look and now (the call finished,
+   * then the worker died on the next one, or the call ended at its deadline): it is
+   * this call's result; the failure belongs to the next call. */
+  r = kc_ring_reap(&w->ring, &c, &rerr);
+  if (r == 1)
+    return take(w, res, &c);
+  kc_call_result_init(res);
+  if (late) {
     char why[96];
     snprintf(why, sizeof why, "call timed out after %.3f s",
              w->q[w->ring.reaped % KC_DEFAULT_DEPTH].timeout_s);
     fail_worker(w, res, KC_CALL_TIMEOUT, why);
-    return 1;
+  } else {
+    fail_worker(w, res, KC_CALL_CHILD_ERROR, NULL);
   }
-  return 0;
+  return 1;
 }
 
 /* Spin, then sleep in poll() until something happens or until_ns. 1 = res filled. */

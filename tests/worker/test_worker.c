@@ -426,6 +426,23 @@ static void test_segfault(void **state) {
   call(w, "echo", "ok", 2, 5, &r);
   assert_int_equal(r.status, KC_CALL_COMPLETE);
   kc_call_result_clear(&r);
+  /* pipelined: the call before the crash keeps its result, the one after is replaced */
+  kc_error err = {0};
+  for (int i = 0; i < 20; i++) {
+    assert_int_equal(kc_worker_send(w, "echo", "a", 1, 5, &err), 0);
+    assert_int_equal(kc_worker_send(w, H("segfault"), "", 0, 5, &err), 0);
+    assert_int_equal(kc_worker_send(w, "echo", "c", 1, 5, &err), 0);
+    assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_memory_equal(r.value, "a", 1);
+    kc_call_result_clear(&r);
+    assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+    assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+    assert_int_equal(r.verdict.signal, SIGSEGV);
+    assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+    assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+    assert_non_null(strstr(r.message, "replaced"));
+  }
   kc_worker_free(w);
 }
 
