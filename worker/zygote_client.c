@@ -19,10 +19,8 @@
 #include <unistd.h>
 
 #include "kcage/cgroup.h"
+#include "kcage/sandbox.h"
 #include "worker_internal.h"
-
-/* uid and gid 0 inside the pool's user namespace = the host's nobody */
-#define KC_ZYGOTE_IDMAP "0 65534 1\n"
 
 const char *kc_worker_binary(const kc_worker_opts *o) {
   if (o && o->worker_path)
@@ -73,6 +71,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     return kc_error_set(err, errno, "zygote: socketpair");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
   int netns = sandboxed ? shared_netns() : -1;
+  bool as_root = geteuid() == 0; /* else setgroups is denied in the new namespace */
   /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
   enum { MAXARG = 8 + 2 * 64 };
   char *argv[MAXARG + 1];
@@ -137,7 +136,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
         _exit(125);
       /* become the namespace's root, i.e. the host's nobody: full capabilities in the
        * pool's namespaces, none outside them, and no supplementary groups */
-      if (setresgid(0, 0, 0) < 0 || setgroups(0, NULL) < 0 || setresuid(0, 0, 0) < 0)
+      if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
+          setresuid(0, 0, 0) < 0)
         _exit(125);
       mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
     }
@@ -155,12 +155,17 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     close(up[1]);
     close(down[0]);
     bool ok = read(up[0], &c, 1) == 1 && c == 'u';
-    static const char *files[2] = {"uid_map", "gid_map"};
-    for (int i = 0; ok && i < 2; i++) {
+    /* the namespace's root is the sandbox layer's host id: nobody when we are root,
+     * else ourselves (an unprivileged map must also deny setgroups first) */
+    char map[2][64];
+    snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)kc_sandbox_host_uid());
+    snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)kc_sandbox_host_gid());
+    static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
+    for (int i = geteuid() == 0 ? 1 : 0; ok && i < 3; i++) {
       snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
+      const char *text = i == 0 ? "deny" : map[i - 1];
       int fd = open(path, O_WRONLY | O_CLOEXEC);
-      ok = fd >= 0 &&
-           write(fd, KC_ZYGOTE_IDMAP, strlen(KC_ZYGOTE_IDMAP)) == (ssize_t)strlen(KC_ZYGOTE_IDMAP);
+      ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
       if (fd >= 0)
         close(fd);
     }

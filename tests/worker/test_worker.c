@@ -162,6 +162,10 @@ static void test_lockdown(void **state) {
   char v[128];
   proc_field(pid, "Uid", v, sizeof v);
   assert_string_equal(v, "\t65534\t65534\t65534\t65534");
+  proc_field(pid, "Gid", v, sizeof v);
+  assert_string_equal(v, "\t65534\t65534\t65534\t65534");
+  proc_field(pid, "Groups", v, sizeof v);
+  assert_true(v[strspn(v, " \t")] == 0); /* no supplementary groups */
   proc_field(pid, "CapEff", v, sizeof v);
   assert_string_equal(v, "\t0000000000000000");
   proc_field(pid, "CapBnd", v, sizeof v);
