@@ -148,9 +148,12 @@ static void sweep_stale(const char *tmp) {
 
 int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   if (!o->key || !*o->key || strlen(o->key) > KC_TRACKER_MAX_KEY || strchr(o->key, ':') ||
-      strchr(o->key, ' '))
-    return kc_error_set(err, EINVAL, "key must be 1-%d characters without ':' or spaces",
-                        KC_TRACKER_MAX_KEY);
+      strchr(o->key, ' ')) {
+    kc_error_set(err, 0, "key must be 1-%d characters without ':' or spaces", KC_TRACKER_MAX_KEY);
+    if (err)
+      err->code = EINVAL;
+    return -1;
+  }
   if (!o->tracker_host)
     return kc_error_set(err, EINVAL, "no tracker address");
   kc_agent *a = calloc(1, sizeof *a);
