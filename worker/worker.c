@@ -90,7 +90,8 @@ struct kc_worker {
   /* a replacement asked of the zygote but not yet handed over (eager respawn after a
    * timeout, crash or recycle): its socket, -1 when none */
   int handoff;
-  bool spawning; /* the zygote's answer (pid) for w->gen is still to be read */
+  bool spawning;         /* the zygote's answer (pid) for w->gen is still to be read */
+  uint64_t last_done_ns; /* when the last call completed */
 };
 
 static uint32_t g_gen_counter;
@@ -516,6 +517,7 @@ static int take(kc_worker *w, kc_call_result *res, kc_ring_completion *c) {
     uint64_t s = w->q[w->ring.reaped % KC_DEFAULT_DEPTH].sent_ns;
     w->head_start_ns = s > now ? s : now;
   }
+  w->last_done_ns = now;
   return 1;
 }
 
@@ -884,9 +886,16 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
     kill_and_reap(w, &si);
     drop_process(w);
   }
-  /* A worker that died between calls is not looked for here (that would be a syscall
-   * on every send): the call comes back as CHILD_ERROR with the death's verdict, as
-   * in TVM, and the send after it starts a new worker. */
+  /* A worker idle for more than 1 ms is checked before it gets a call: one that died
+   * between calls (killed from outside, say) is replaced silently, nothing was lost.
+   * A hot loop pays no system call for this; a death within 1 ms of the last call
+   * comes back as that next call's CHILD_ERROR, as in TVM. */
+  if (w->pid && !kc_ring_outstanding(&w->ring) && kc_ring_now_ns() - w->last_done_ns > 1000000 &&
+      pidfd_dead(w->pidfd)) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+  }
   /* Killed workers still count against the slot's pids.max until they are reaped:
    * with a process limit the replacement waits for its predecessor to be gone. */
   if (w->ngraves)

@@ -194,8 +194,9 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
  * TIMEOUT or CHILD_ERROR kills the worker (its pid namespace and cgroup) and at once
  * asks the zygote for a replacement, which the next send takes over; calls queued
  * behind the failed one come back as CHILD_ERROR "worker replaced" (a pool sends
- * those again instead).  A worker that dies between calls is noticed by the next
- * call (CHILD_ERROR with the death's verdict), as in TVM.
+ * those again instead).  A worker that died between calls is replaced silently when
+ * it was idle for over 1 ms; a death within 1 ms of its last call comes back as the
+ * next call's CHILD_ERROR, as in TVM.
  * Threads: a kc_worker (and a kc_pool) is used by one thread at a time, and the
  * thread that starts its processes must outlive them (PDEATHSIG follows that thread).
  * kc_worker_new/kc_pool_new give the calling thread a short scheduler slice (EEVDF

@@ -418,6 +418,23 @@ static void test_death_noticed(void **state) {
   kc_worker_free(w);
 }
 
+/* Killed between calls: the next call gets a new worker and completes. */
+static void test_death_between_calls(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, "echo", "x", 1, 5, &r);
+  kc_call_result_clear(&r);
+  pid_t old = kc_worker_pid(w);
+  kill(old, SIGKILL);
+  usleep(5000);
+  call(w, "echo", "y", 1, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  assert_int_not_equal(r.pid, old);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
 static void test_segfault(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
@@ -841,23 +858,15 @@ static void test_pool_map(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_echo_roundtrip),
-      cmocka_unit_test(test_lockdown),
-      cmocka_unit_test(test_exec_handler),
-      cmocka_unit_test(test_pipelined_fifo),
-      cmocka_unit_test(test_exception_message),
-      cmocka_unit_test(test_timeouts),
-      cmocka_unit_test(test_death_noticed),
-      cmocka_unit_test(test_segfault),
-      cmocka_unit_test(test_oom),
-      cmocka_unit_test(test_seccomp_seal),
-      cmocka_unit_test(test_maximum_uses),
-      cmocka_unit_test(test_pool_maximum_uses),
-      cmocka_unit_test(test_corrupt_ring),
-      cmocka_unit_test(test_initializer),
-      cmocka_unit_test(test_many_calls_flat),
-      cmocka_unit_test(test_parent_sigkill),
-      cmocka_unit_test(test_policy_violation),
+      cmocka_unit_test(test_echo_roundtrip),    cmocka_unit_test(test_lockdown),
+      cmocka_unit_test(test_exec_handler),      cmocka_unit_test(test_pipelined_fifo),
+      cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_death_between_calls),
+      cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
+      cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
+      cmocka_unit_test(test_pool_maximum_uses), cmocka_unit_test(test_corrupt_ring),
+      cmocka_unit_test(test_initializer),       cmocka_unit_test(test_many_calls_flat),
+      cmocka_unit_test(test_parent_sigkill),    cmocka_unit_test(test_policy_violation),
       cmocka_unit_test(test_pool_map),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
