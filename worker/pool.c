@@ -206,7 +206,7 @@ static void drive(kc_pool *p, uint64_t until_ns) {
       if (harvest(p))
         return;
     }
-    if (n % 8 == 0)
+    if (n % 2 == 0)
       sched_yield(); /* a worker may be waiting for this CPU */
   }
   for (;;) {

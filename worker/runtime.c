@@ -111,14 +111,16 @@ static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
   uint64_t t0 = kc_ring_now_ns();
   unsigned n = 0;
   while (kc_ring_now_ns() - t0 < g_spin_ns) {
-    for (int i = 0; i < 64; i++) {
+    for (int i = 0; i < 16; i++) {
       if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
         return;
       __builtin_ia32_pause();
     }
-    /* On 2 vCPUs the parent may need this CPU to publish the request. */
-    if (++n % 16 == 0)
-      sched_yield();
+    /* On 2 vCPUs the parent may need this very CPU to publish the request (or to
+     * take our last completion): let it run every few microseconds.  With nothing
+     * else runnable this is one cheap system call. */
+    (void)++n;
+    sched_yield();
   }
   for (;;) {
     atomic_store_explicit(&c->sq_waiters, 1, memory_order_seq_cst);

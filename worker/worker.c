@@ -588,13 +588,12 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     if (tail != w->ring.reaped)
       break;
     __builtin_ia32_pause(); /* ~40 ns here: check the ring after every one */
-    if (i % 64 == 0) {
+    if (i % 16 == 0) {
       uint64_t now = kc_ring_now_ns();
       if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
         break;
       /* On 2 vCPUs the worker may be waiting for this very CPU: let it run. */
-      if (i % 256 == 0)
-        sched_yield();
+      sched_yield();
     }
   }
   for (;;) {
