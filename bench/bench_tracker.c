@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -256,6 +257,7 @@ static pid_t start_tracker(void) {
     die("pipe");
   pid_t pid = fork();
   if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* never outlive the bench */
     close(p[0]);
     pin(1); /* tracker on one core, load generator on the other */
     kc_tracker_opts o;
