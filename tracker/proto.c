@@ -62,8 +62,7 @@ static int parse_request(json_t *a, kc_trk_msg *m, kc_error *err) {
   json_t *key = json_array_get(a, 1), *user = json_array_get(a, 2), *prio = json_array_get(a, 3);
   if (!short_string(key, KC_TRACKER_MAX_KEY))
     return bad(err, "REQUEST: key must be a short string");
-  if (!json_is_string(user) && !json_is_null(user))
-    return bad(err, "REQUEST: user must be a string");
+  (void)user; /* TVM ignores it (and sends "") */
   if (!json_is_number(prio) || !isfinite(json_number_value(prio)))
     return bad(err, "REQUEST: priority must be a number");
   m->key = json_string_value(key);
@@ -82,12 +81,12 @@ static int parse_update_info(json_t *a, kc_trk_msg *m, kc_error *err) {
   json_t *addr = json_object_get(info, "addr"), *key = json_object_get(info, "key");
   /* TVM reads info["addr"][0] unconditionally; the port is an int (Python server) or a
    * string (C++ server). */
-  if (!json_is_array(addr) || json_array_size(addr) != 2)
+  if (!json_is_array(addr) || json_array_size(addr) < 1 || json_array_size(addr) > 4)
     return bad(err, "UPDATE_INFO: addr must be [host or null, port]");
   json_t *h = json_array_get(addr, 0), *p = json_array_get(addr, 1);
   if (!json_is_null(h) && !short_string(h, KC_TRACKER_MAX_ADDR - 1))
     return bad(err, "UPDATE_INFO: addr[0] must be a string or null");
-  if (!valid_port(p) && !json_is_null(p))
+  if (p && !valid_port(p) && !json_is_null(p))
     return bad(err, "UPDATE_INFO: addr[1] must be a port");
   if (key && !short_string(key, KC_TRACKER_MAX_KEY + 16))
     return bad(err, "UPDATE_INFO: key must be a short string");
