@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
@@ -378,20 +379,39 @@ int main(void) {
   pump_until(all_registered, &g_nagents, 30);
   double reg_s = kc_bench_now() - t0;
 
-  /* 3. 50 clients, 10 000 REQUESTs, every lease re-PUT. */
-  g_nlat = 0;
-  g_leases = 0;
-  double c0 = cpu_s(trk), g0 = cpu_s(getpid()), q0 = runq_s(trk) + runq_s(getpid());
-  t0 = kc_bench_now();
-  lconn *cs = start_clients(50, 10000);
+  /* 3. 50 clients, 10 000 REQUESTs, every lease re-PUT.  Three runs (the machine is
+   * shared and noisy); the run with the median requests/s is reported. */
   long want = 10000;
-  pump_until(leases_reached, &want, 120);
-  double run_s = kc_bench_now() - t0;
-  double trk_cpu = cpu_s(trk) - c0, gen_cpu = cpu_s(getpid()) - g0;
-  double runq = runq_s(trk) + runq_s(getpid()) - q0;
-  double rps = (double)g_leases / run_s;
-  double med = kc_bench_quantile(g_lat, g_nlat, 0.5), p99 = kc_bench_quantile(g_lat, g_nlat, 0.99);
-  close_clients(cs, 50);
+  lconn *cs;
+  double rep_rps[3], rep_med[3], rep_p99[3], rep_cpu[3], rep_gen[3], rep_q[3], rep_s[3];
+  for (int rep = 0; rep < 3; rep++) {
+    g_nlat = 0;
+    g_leases = 0;
+    double c0 = cpu_s(trk), g0 = cpu_s(getpid()), q0 = runq_s(trk) + runq_s(getpid());
+    t0 = kc_bench_now();
+    cs = start_clients(50, 10000);
+    pump_until(leases_reached, &want, 120);
+    rep_s[rep] = kc_bench_now() - t0;
+    rep_cpu[rep] = cpu_s(trk) - c0;
+    rep_gen[rep] = cpu_s(getpid()) - g0;
+    rep_q[rep] = runq_s(trk) + runq_s(getpid()) - q0;
+    rep_rps[rep] = (double)g_leases / rep_s[rep];
+    rep_med[rep] = kc_bench_quantile(g_lat, g_nlat, 0.5);
+    rep_p99[rep] = kc_bench_quantile(g_lat, g_nlat, 0.99);
+    close_clients(cs, 50);
+  }
+  int mid = 0;
+  for (int i = 0; i < 3; i++) {
+    int below = 0;
+    for (int j = 0; j < 3; j++)
+      below += rep_rps[j] < rep_rps[i];
+    if (below == 1)
+      mid = i;
+  }
+  double run_s = rep_s[mid], trk_cpu = rep_cpu[mid], gen_cpu = rep_gen[mid], runq = rep_q[mid];
+  double rps = rep_rps[mid], med = rep_med[mid], p99 = rep_p99[mid];
+  double rps_min = fmin(rep_rps[0], fmin(rep_rps[1], rep_rps[2]));
+  double rps_max = fmax(rep_rps[0], fmax(rep_rps[1], rep_rps[2]));
 
   /* 3b. The same with clients that write each frame in one write (kcage's own client). */
   bool split_saved = g_split;
@@ -438,6 +458,7 @@ int main(void) {
          "263/1000 then RST");
   printf("%-58s %12.0f/s %14s/s\n", "requests/s: 1 000 agents, 50 clients, 10 000 REQUESTs", rps,
          "1 136");
+  printf("%-58s %5.0f..%.0f/s %12s\n", "  (min..max of the three runs)", rps_min, rps_max, "-");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median under that load", med * 1e3,
          "43.99 ms");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease p99 under that load", p99 * 1e3, "44.66 ms");
