@@ -245,6 +245,9 @@ int kc_cmd_run(int argc, char **argv) {
   sigaddset(&stop, SIGTERM);
   sigaddset(&stop, SIGHUP);
   sigprocmask(SIG_BLOCK, &stop, NULL);
+  /* A closed stdout (e.g. `| head`) must not kill kcage before it cleaned up; the
+   * program itself gets default signal dispositions back. */
+  signal(SIGPIPE, SIG_IGN);
   int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
   cfg.cancel_fd = sfd;
   kc_result res;

@@ -127,7 +127,7 @@ __attribute__((noreturn)) static void program_main(kc_plan *p) {
     fail(KC_REPORT_EXEC, e, msg);
   }
   int listener = -1;
-  if (kc_sandbox_lockdown(p->policy, p->cgroup_cpu ? p->cpu_s + 1 : p->cpu_s, p->sock_wr,
+  if (kc_sandbox_lockdown(p->policy, p->cgroup_cpu && p->cpu_s > 0 ? p->cpu_s + 1 : p->cpu_s, p->sock_wr,
                           &listener, &err) < 0)
     fail_err(&err);
   close(p->sock_wr);

@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -80,6 +81,25 @@ static int write_id_maps(pid_t pid, kc_error *err) {
   snprintf(map, sizeof map, "0 %u 1\n", (unsigned)gid);
   snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
   return write_file(path, map, err);
+}
+
+static int sync_send(int fd, char c, bool *gone, kc_error *err) {
+  ssize_t n;
+  do
+    n = send(fd, &c, 1, MSG_NOSIGNAL);
+  while (n < 0 && errno == EINTR);
+  if (n == 1)
+    return 0;
+  if (n < 0 && (errno == EPIPE || errno == ECONNRESET)) {
+    *gone = true;
+    return 0;
+  }
+  return kc_error_set(err, n < 0 ? errno : EIO, "signal the child");
+}
+
+static bool child_exited(int pidfd) {
+  struct pollfd p = {pidfd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
 }
 
 /* Bring the child's lo up from here, while the child builds its file system (it is off
@@ -230,7 +250,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
     goto out;
   }
 
-  if (pipe2(sync_p, O_CLOEXEC) < 0 || pipe2(rep_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0 ||
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_p) < 0 || pipe2(rep_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0 ||
       socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sock_p) < 0 ||
       pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
     kc_error_set(err, errno, "pipes");
@@ -303,11 +323,26 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   close_fd(&sync_p[0]);
   /* Maps first, so the child builds its file system while we attach it to the v1
    * hierarchies (a cgroup.procs write can take milliseconds here). */
-  if (write_id_maps(sb->pid, err) < 0 || write(sync_p[1], "m", 1) != 1 ||
-      (sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) ||
-      write(sync_p[1], plan.new_net && !lo_up_from_outside(pidfd) ? "G" : "g", 1) != 1) {
+  /* A child that failed its setup is gone early: not an error here, the wait reads
+   * its report (and kcage must not die of SIGPIPE on the way). */
+  bool gone = false;
+  if (write_id_maps(sb->pid, err) < 0 || sync_send(sync_p[1], 'm', &gone, err) < 0) {
     kc_error_prefix(err, "start sandbox");
     goto out;
+  }
+  if (!gone && sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) {
+    if (!child_exited(pidfd)) {
+      kc_error_prefix(err, "start sandbox");
+      goto out;
+    }
+    gone = true;
+  }
+  if (!gone) {
+    char go = plan.new_net && !lo_up_from_outside(pidfd) ? 'G' : 'g';
+    if (sync_send(sync_p[1], go, &gone, err) < 0) {
+      kc_error_prefix(err, "start sandbox");
+      goto out;
+    }
   }
   sb->t0 = kc__now();
   sb->sync_wr = kc_steal_fd(sync_p[1]);

@@ -16,10 +16,12 @@
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -70,16 +72,20 @@ static void do_kill(kc_sandbox *sb, wait_state *ws, kill_reason why) {
   }
 }
 
-static void write_all(int fd, const char *buf, size_t len) {
+/* false when the reader is gone (EPIPE). */
+static bool write_all(int fd, const char *buf, size_t len) {
   while (fd >= 0 && len > 0) {
     ssize_t n = write(fd, buf, len);
     if (n < 0 && errno == EINTR)
       continue;
+    if (n < 0 && errno == EPIPE)
+      return false;
     if (n <= 0)
-      return; /* the reader went away: keep draining, drop the data */
+      return true; /* another failure: keep draining, drop the data */
     buf += n;
     len -= (size_t)n;
   }
+  return true;
 }
 
 /* Read what is there; returns false at EOF. */
@@ -105,8 +111,13 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
       close_fd(fd);
       return false;
     }
-    write_all(fwd, buf, take);
     ws->out_total += take;
+    if (!write_all(fwd, buf, take)) {
+      /* Whoever reads our output left (`kcage run ... | head`): the program sees the
+       * same as without kcage, a pipe without reader. */
+      close_fd(fd);
+      return false;
+    }
   }
   return true;
 }
@@ -154,10 +165,31 @@ static void human_size(uint64_t b, char *buf, size_t len) {
     snprintf(buf, len, "%llu bytes", (unsigned long long)b);
 }
 
+static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err);
+
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
   kc_result_init(res);
   if (!sb || sb->reaped)
     return kc_error_set(err, EINVAL, "sandbox already waited for");
+  /* Forwarding output to a reader that went away must not kill the caller: SIGPIPE is
+   * blocked for this thread during the wait and a pending one we caused is dropped. */
+  sigset_t pipe_set, old_mask, pending;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask);
+  sigpending(&pending);
+  bool pipe_was_pending = sigismember(&pending, SIGPIPE);
+  int rc = wait_loop(sb, res, err);
+  if (!pipe_was_pending) {
+    struct timespec zero = {0, 0};
+    while (sigtimedwait(&pipe_set, NULL, &zero) == SIGPIPE)
+      ;
+  }
+  pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
+  return rc;
+}
+
+static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   wait_state ws;
   memset(&ws, 0, sizeof ws);
   const double wall_deadline = sb->lim.wall_s > 0 ? sb->t0 + sb->lim.wall_s : INFINITY;

@@ -259,6 +259,21 @@ static void test_cpus_bandwidth(void **s) {
   done(&o);
 }
 
+/* RLIMIT_CPU only with --time: a run with other limits keeps unlimited CPU time (a
+ * backstop of 1 s once cut every longer program with SIGXCPU). */
+static void test_rlimit_cpu_only_with_time(void **s) {
+  (void)s;
+  kc_run_out o;
+  RUN(&o, "--memory", "64M", "--", "sh", "-c", "grep 'Max cpu time' /proc/self/limits");
+  assert_int_equal(o.exit_status, 0);
+  assert_non_null(strstr(o.out, "unlimited"));
+  done(&o);
+  RUN(&o, "--time", "2.5", "--", "sh", "-c", "grep 'Max cpu time' /proc/self/limits");
+  assert_int_equal(o.exit_status, 0);
+  assert_null(strstr(o.out, "unlimited"));
+  done(&o);
+}
+
 /* SIGTERM to kcage: the tree is killed, the cgroup removed, the record says so and
  * kcage exits as terminated by that signal. */
 static void test_cancel(void **s) {
@@ -325,7 +340,7 @@ int main(void) {
       cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
       cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_setup_errors),      cmocka_unit_test(test_join_netns),
-      cmocka_unit_test(test_cpus_bandwidth),
+      cmocka_unit_test(test_cpus_bandwidth),    cmocka_unit_test(test_rlimit_cpu_only_with_time),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
