@@ -1,6 +1,7 @@
 /* The last step before untrusted code: limits, no capabilities, no_new_privs, seccomp.
  */
 #include "kcage/sandbox_parts.h"
+#include "sandbox_internal.h"
 #include "seccomp_notify.h"
 
 #include <errno.h>
@@ -27,5 +28,20 @@ int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
                              : kc_policy_install_seccomp(policy, listener_fd, err);
   if (rc < 0)
     return kc_error_prefix(err, "seccomp");
+  return 0;
+}
+
+int kc__lockdown_prog(const kc_policy *policy, double cpu_s, const struct kc_seccomp_prog *prog,
+                      int sock, kc_error *err) {
+  if (kc_sandbox_set_rlimits(policy, cpu_s, err) < 0)
+    return -1;
+  if (kc_sandbox_drop_caps(err) < 0)
+    return -1;
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
+    return kc_error_set(err, errno, "no_new_privs");
+  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
+    return kc_error_set(err, errno, "dumpable");
+  if (prog && kc_seccomp_prog_load_and_send(prog, sock) < 0)
+    return kc_error_set(err, errno, "seccomp: load the filter and hand over its listener");
   return 0;
 }

@@ -37,6 +37,13 @@ typedef struct kc_mnt {
   bool is_dir; /* binds: mount point is a directory (else a file) */
 } kc_mnt;
 
+/* The fd number the program child hands the seccomp listener over: compact_fds()
+ * (init.c) moves the child's fds to 3, 4, ... in plan order, sock_wr being the 4th.
+ * The parent compiles the filter's hand-off rule for this number before clone3. */
+#define KC_CHILD_SOCK_FD 6
+
+struct kc_seccomp_prog;
+
 /* Child-side report kinds on the setup pipe. */
 enum { KC_REPORT_SETUP = 1, KC_REPORT_EXEC = 2 };
 
@@ -57,6 +64,7 @@ typedef struct kc_plan {
   char *const *argv;
   char *const *envp;
   const char *path_env; /* PATH used to resolve argv[0] */
+  const struct kc_seccomp_prog *prog; /* compiled by the parent; NULL = no filter */
   double cpu_s;         /* RLIMIT_CPU backstop (0 = none) */
   bool cgroup_cpu;      /* the parent polls cgroup CPU time: the rlimit is only a backstop */
   bool new_net;
@@ -81,6 +89,11 @@ struct kc_sandbox {
 };
 
 double kc__now(void);
+
+/* lockdown.c: kc_sandbox_lockdown with a filter the parent compiled (no allocation in
+ * the child). */
+int kc__lockdown_prog(const kc_policy *policy, double cpu_s, const struct kc_seccomp_prog *prog,
+                      int sock, kc_error *err);
 
 /* caps.c: allocate what the child's capability drop needs, before clone3. */
 void kc__caps_prepare(void);

@@ -2,6 +2,7 @@
  * straight into the v2 cgroup), id maps, then "go". */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
+#include "seccomp_notify.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -224,6 +225,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   int sync_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, st_p[2] = {-1, -1}, sock_p[2] = {-1, -1};
   int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
   int devnull = -1, self_net = -1;
+  kc_seccomp_prog *prog = NULL;
 
   /* A cgroup only when something needs one: a limit it enforces or counts (CPU time
    * of a whole tree), or no pid namespace to take the tree down with our init.  A
@@ -298,6 +300,13 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
     }
   }
   kc__caps_prepare();
+  /* The filter is compiled here (libseccomp allocates and takes 100s of µs); the
+   * child only loads it. */
+  if (c->policy && kc_seccomp_prog_compile(c->policy, KC_CHILD_SOCK_FD, &prog, err) < 0) {
+    kc_error_prefix(err, "seccomp");
+    goto out;
+  }
+  plan.prog = prog;
   int pidfd = -1;
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
@@ -372,6 +381,7 @@ out:
   close_fd(&devnull);
   close_fd(&self_net);
   free(plan.mnts);
+  kc_seccomp_prog_free(prog);
   if (rc < 0) {
     kc_sandbox_free(sb);
     return -1;
