@@ -274,6 +274,22 @@ static void test_rlimit_cpu_only_with_time(void **s) {
   done(&o);
 }
 
+/* Without cgroups (KCAGE_CGROUP=none) --time falls back to RLIMIT_CPU: SIGXCPU reaches
+ * the program (not PID 1 of its namespace: our init is), and the verdict is still
+ * timeout/cpu. */
+static void test_time_without_cgroup(void **s) {
+  (void)s;
+  setenv("KCAGE_CGROUP", "none", 1);
+  kc_run_out o;
+  RUN(&o, "--time", "0.2", "--wall", "20", "--", "sh", "-c", "while :; do :; done");
+  unsetenv("KCAGE_CGROUP");
+  assert_int_equal(o.exit_status, 124);
+  assert_string_equal(kc_test_str(&o, "status"), "timeout");
+  assert_string_equal(kc_test_str(&o, "limit"), "cpu");
+  assert_int_equal(kc_test_int(&o, "signal"), 24); /* SIGXCPU */
+  done(&o);
+}
+
 /* SIGTERM to kcage: the tree is killed, the cgroup removed, the record says so and
  * kcage exits as terminated by that signal. */
 static void test_cancel(void **s) {
@@ -341,6 +357,7 @@ int main(void) {
       cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
       cmocka_unit_test(test_setup_errors),      cmocka_unit_test(test_join_netns),
       cmocka_unit_test(test_cpus_bandwidth),    cmocka_unit_test(test_rlimit_cpu_only_with_time),
+      cmocka_unit_test(test_time_without_cgroup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
