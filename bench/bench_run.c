@@ -15,6 +15,9 @@
 #define KCAGE_BIN KC_BUILD_DIR "/kcage"
 
 static const char *const kcage_argv[] = {KCAGE_BIN, "run", "--", "/bin/true", NULL};
+/* The same with limits, i.e. with a cgroup (created, attached, killed, removed). */
+static const char *const kcage_cg_argv[] = {KCAGE_BIN, "run", "--memory", "256M", "--pids", "64",
+                                            "--", "/bin/true", NULL};
 static const char *const bwrap_argv[] = {
     "bwrap",       "--ro-bind", "/",           "/",       "--dev",     "/dev", "--proc",
     "/proc",       "--tmpfs",   "/tmp",        "--unshare-all", "--die-with-parent",
@@ -59,22 +62,24 @@ int main(int argc, char **argv) {
   size_t runs = argc > 1 ? (size_t)atoi(argv[1]) : 300;
   if (runs < 10)
     runs = 10;
-  row rows[3] = {{"kcage run -- /bin/true", kcage_argv, NULL, 0, 0},
-                 {"bwrap (ro /, all ns, --dev --proc --tmpfs)", bwrap_argv, NULL, 0, 0},
-                 {"fork+exec /bin/true", plain_argv, NULL, 0, 0}};
+  enum { NROWS = 4 };
+  row rows[NROWS] = {{"kcage run -- /bin/true", kcage_argv, NULL, 0, 0},
+                     {"bwrap (ro /, all ns, --dev --proc --tmpfs)", bwrap_argv, NULL, 0, 0},
+                     {"fork+exec /bin/true", plain_argv, NULL, 0, 0},
+                     {"kcage run --memory 256M --pids 64 (cgroup)", kcage_cg_argv, NULL, 0, 0}};
   int with_bwrap = have_bwrap();
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < NROWS; r++) {
     rows[r].v = calloc(runs, sizeof(double));
     if (!rows[r].v)
       return 1;
   }
   /* Warm-up: page cache, dynamic loader, cgroup hierarchy. */
   for (int i = 0; i < 10; i++)
-    for (int r = 0; r < 3; r++)
+    for (int r = 0; r < NROWS; r++)
       if (r != 1 || with_bwrap)
         launch(rows[r].argv);
   for (size_t i = 0; i < runs; i++) {
-    for (int r = 0; r < 3; r++) {
+    for (int r = 0; r < NROWS; r++) {
       if (r == 1 && !with_bwrap)
         continue;
       double t = launch(rows[r].argv);
@@ -91,7 +96,7 @@ int main(int argc, char **argv) {
   double kc_med = 0;
   printf("launch to reap, %zu interleaved runs each (ms)\n", runs);
   printf("%-44s %8s %8s %8s %10s\n", "launcher", "min", "median", "p99", "vs kcage");
-  for (int r = 0; r < 3; r++) {
+  for (int r = 0; r < NROWS; r++) {
     if (rows[r].n == 0) {
       printf("%-44s %8s %8s %8s %10s\n", rows[r].name, "-", "-", "-",
              r == 1 && !with_bwrap ? "(no bwrap)" : "(failed)");
@@ -105,7 +110,7 @@ int main(int argc, char **argv) {
     char ratio[32];
     snprintf(ratio, sizeof ratio, "%.2fx", med / kc_med);
     printf("%-44s %8.3f %8.3f %8.3f %10s\n", rows[r].name, mn, med, p99, ratio);
-    static const char *const keys[] = {"kcage", "bwrap", "fork_exec"};
+    static const char *const keys[] = {"kcage", "bwrap", "fork_exec", "kcage_cgroup"};
     char key[64];
     snprintf(key, sizeof key, "%s_median_ms", keys[r]);
     kc_bench_set("run", key, med);
@@ -120,7 +125,7 @@ int main(int argc, char **argv) {
     printf("kcage median is %s than bwrap's (%.2fx)\n", kc_med <= bw ? "faster" : "SLOWER",
            bw / kc_med);
   }
-  for (int r = 0; r < 3; r++)
+  for (int r = 0; r < NROWS; r++)
     free(rows[r].v);
   return kc_bench_write() < 0;
 }
