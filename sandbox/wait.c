@@ -314,6 +314,8 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
     kc_error e;
     if (kc_cgroup_read(sb->cg, &c, &e) < 0)
       c = (kc_cgroup_counters){-1, -1, -1, -1};
+    kc_cgroup_destroy(sb->cg); /* counters read: nothing of the run stays */
+    sb->cg = NULL;
   }
   res->wall_s = wall;
   if (c.cpu_usec >= 0)

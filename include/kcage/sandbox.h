@@ -69,7 +69,7 @@ int kc_result_exit_status(const kc_result *r);
 
 /* Everything needed to start one sandboxed program. */
 typedef struct kc_sandbox_config {
-  const kc_policy *policy; /* required */
+  const kc_policy *policy; /* NULL = built-in layout and no seccomp filter (tests) */
   kc_limits limits;        /* non-zero fields override the policy's */
   const kc_mount *mounts;  /* extra mounts after the policy's */
   size_t n_mounts;
@@ -77,7 +77,8 @@ typedef struct kc_sandbox_config {
   char *const *argv;       /* argv[0] resolved inside the sandbox through PATH */
   char *const *envp;       /* NULL = a minimal clean environment */
   int stdin_fd;            /* -1 = /dev/null */
-  int stdout_fd;           /* where the program's stdout goes (after the output cap) */
+  int stdout_fd;           /* where the program's stdout goes (after the output cap);
+                              -1 = discarded */
   int stderr_fd;           /* likewise for stderr */
   int netns_fd;            /* -1 = a fresh netns with lo up; else setns() into this one */
   int cancel_fd;           /* -1 = none; when it turns readable (e.g. a signalfd for
@@ -93,12 +94,13 @@ void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else ze
 typedef struct kc_sandbox kc_sandbox;
 
 /* Start: cgroup, clone3 into the namespaces, filesystem, lockdown, exec.
- * clone3 is a raw fork: call it from a single-threaded process, or one whose other
- * threads cannot be inside malloc at that moment (the child's copy of a held malloc
- * lock would never be released; the program's seccomp compile allocates). */
+ * clone3 is a raw fork, and the child allocates nothing when kcage runs as root (the
+ * seccomp filter and the capability state are prepared before it), so a parent with
+ * other threads is fine there; as a non-root caller the child brings lo up itself
+ * with libnl, which allocates: call from a single-threaded process then. */
 int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
-/* Wait for the end, enforcing wall/cpu/output limits, then fill the verdict and
- * remove the cgroup.  Kills the whole tree before returning. */
+/* Wait for the end, enforcing wall/cpu/output limits, then fill the verdict, kill
+ * whatever is left of the tree and remove the cgroup.  Call once. */
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
 int kc_sandbox_kill(kc_sandbox *sb);
 pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
