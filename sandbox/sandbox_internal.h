@@ -78,6 +78,7 @@ struct kc_sandbox {
   int pidfd;
   int sync_wr; /* held open while we supervise: its hang-up tells init we died */
   bool reaped;
+  bool pid_ns; /* our init is PID 1 of its own namespace: its end is the tree's end */
   kc_cgroup *cg;
   kc_cgroup_counters base; /* counters at creation: verdicts use deltas */
   int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;

@@ -328,6 +328,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
     goto out;
   }
   sb->pid = (pid_t)pid;
+  sb->pid_ns = plan.ns.pid;
   sb->pidfd = pidfd;
   close_fd(&sync_p[0]);
   /* Maps first, so the child builds its file system while we attach it to the v1

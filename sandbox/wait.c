@@ -280,8 +280,10 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   int prog_status = 0;
   bool have_status = read(sb->status_rd, &prog_status, sizeof prog_status) ==
                      (ssize_t)sizeof prog_status;
-  /* Make sure nothing is left, then drain what the dead tree wrote. */
-  if (sb->cg) {
+  /* Make sure nothing is left, then drain what the dead tree wrote.  With a pid
+   * namespace the kernel already killed and reaped every member before our init could
+   * be reaped; kc_cgroup_destroy still kills anything it finds. */
+  if (sb->cg && !sb->pid_ns) {
     kc_error e;
     kc_cgroup_kill(sb->cg, &e);
   }
