@@ -22,6 +22,7 @@
  * Later namespaces/limit/rlimit/cwd/default lines replace earlier ones; a mount on a
  * DST already mounted replaces that mount in place. */
 #include "policy_internal.h"
+#include "kcage/units.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -94,49 +95,7 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-/* "64M", "1G", "4096" (binary multiples). */
-static int parse_size(const char *s, uint64_t *out) {
-  if (!isdigit((unsigned char)s[0]))
-    return -1;
-  errno = 0;
-  char *end;
-  unsigned long long v = strtoull(s, &end, 10);
-  if (errno)
-    return -1;
-  unsigned shift = 0;
-  switch (*end) {
-  case '\0':
-    break;
-  case 'K':
-  case 'k':
-    shift = 10;
-    end++;
-    break;
-  case 'M':
-  case 'm':
-    shift = 20;
-    end++;
-    break;
-  case 'G':
-  case 'g':
-    shift = 30;
-    end++;
-    break;
-  case 'T':
-  case 't':
-    shift = 40;
-    end++;
-    break;
-  default:
-    return -1;
-  }
-  if (*end)
-    return -1;
-  if (shift && v > (UINT64_MAX >> shift))
-    return -1;
-  *out = (uint64_t)v << shift;
-  return 0;
-}
+static int parse_size(const char *s, uint64_t *out) { return kc_parse_size(s, out); }
 
 static int parse_seconds(const char *s, double *out) {
   if (!isdigit((unsigned char)s[0]) && s[0] != '.')
