@@ -18,7 +18,9 @@ void kc_cli_error(const char *what, const char *fmt, ...) {
   va_end(ap);
 }
 
-int kc_cli_parse_size(const char *s, uint64_t *out) { return kc_parse_size(s, out); }
+int kc_cli_parse_size(const char *s, uint64_t *out) {
+  return kc_parse_size(s, out);
+}
 
 int kc_cli_parse_seconds(const char *s, double *out) {
   if (!s || !*s)
