@@ -225,7 +225,7 @@ int kc_cmd_run(int argc, char **argv) {
   kc_policy *policy = NULL;
   kc_error err = {0};
   if (kc_policy_load(policy_name, &policy, &err) < 0) {
-    kc_cli_error("run", "policy %s: %s", policy_name, err.msg);
+    kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
     rc = 125;
     goto done;
   }
