@@ -167,6 +167,36 @@ kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event 
   return KC_NOTIFY_VIOLATION;
 }
 
+bool kc_policy_reports_syscall(const kc_policy *p, int nr, const uint64_t args[6]) {
+  bool matched = false;
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const kc_sc_rule *r = &p->rules[i];
+    if (!kc_sc_rule_matches(r, nr, args))
+      continue;
+    if (r->action != KC_SC_KILL && r->action != KC_SC_NOTIFY)
+      return false;
+    matched = true;
+  }
+  if (matched)
+    return true;
+  return p->has_default && (p->default_action == KC_SC_KILL || p->default_action == KC_SC_NOTIFY);
+}
+
+bool kc_policy_always_reports(const kc_policy *p, int nr) {
+  bool unconditional = false;
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const kc_sc_rule *r = &p->rules[i];
+    if (r->nr != nr)
+      continue;
+    if (r->action != KC_SC_KILL && r->action != KC_SC_NOTIFY)
+      return false;
+    if (r->n_conds == 0)
+      unconditional = true;
+  }
+  return unconditional ||
+         (p->has_default && (p->default_action == KC_SC_KILL || p->default_action == KC_SC_NOTIFY));
+}
+
 /* ---- hand-off ------------------------------------------------------------------ */
 
 static int send_listener(int sock, int listener) {

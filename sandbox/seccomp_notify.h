@@ -122,6 +122,17 @@ typedef enum kc_notify_kind {
 /* Which rule sent this notification (userspace mirror of the compiled filter). */
 kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event *ev);
 
+/* Does the policy's filter hand this native-arch syscall, with these arguments, to the
+ * supervisor (a kill or notify rule, or a kill/notify default)?  A stacked filter asks
+ * this to leave such calls alone: seccomp runs the strictest action of all filters, so
+ * a stacked TRAP/KILL would win over the listener and the violation would lose its
+ * name (kc_runtime_seal_exec).  Conservative: true only when every rule that matches
+ * is kill/notify, or none matches and the default is. */
+bool kc_policy_reports_syscall(const kc_policy *p, int nr, const uint64_t args[6]);
+/* The same for every possible argument: no allow/errno rule names NR, and an
+ * unconditional kill/notify rule does or the default is kill/notify. */
+bool kc_policy_always_reports(const kc_policy *p, int nr);
+
 /* Name of a syscall of any arch libseccomp knows (AUDIT_ARCH_* value); "" if unknown. */
 const char *kc_syscall_name_arch(uint32_t arch, int nr, char *buf, size_t len);
 
