@@ -26,6 +26,7 @@
 #include "worker_internal.h"
 
 static kc_ring g_ring;
+static const kc_policy *g_pol; /* the worker's base policy; NULL = no filter */
 static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
 
 static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
@@ -36,6 +37,31 @@ static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
   /* We may be pid 1 of our namespace, where a self-sent signal is ignored: SIGKILL from
    * the kernel via exit_group is the reliable end.  Exit code 159 = 128+SIGSYS marks it. */
   syscall(SYS_exit_group, 128 + SIGSYS);
+}
+
+/* The seal stacks a second filter, and seccomp runs the strictest action of all of a
+ * process's filters (KILL > TRAP > ERRNO > USER_NOTIF > ALLOW).  A seal rule that also
+ * covers a call the base policy already sends to the listener would turn a violation
+ * the parent names from the kernel's report into a SIGSYS of ours - and glibc blocks
+ * signals while it creates a thread, so the kernel then kills us with no handler run
+ * and no name at all.  So the seal covers only what the base policy lets through:
+ * under `measure` that is a file-backed PROT_EXEC mmap (the ring's memfd mapped
+ * executable, say); clone/clone3/fork/vfork/exec*, mprotect(PROT_EXEC), anonymous
+ * executable memory and the rest stay violations of the base filter, named by the
+ * parent through the listener, which the program cannot fake.
+ *
+ * The seal's own action stays TRAP (it cannot notify: a second listener is refused,
+ * EBUSY, and a USER_NOTIF of a filter without one fails with ENOSYS): the handler
+ * stores the number in the ring and exits 159; the parent prints that name as the
+ * worker's word.  With no base policy (no filter) the seal covers everything, as a TRAP
+ * too. */
+static bool base_always_reports(int nr) {
+  return g_pol && kc_policy_always_reports(g_pol, nr);
+}
+
+static bool base_reports(int nr, uint64_t a2, uint64_t a3) {
+  const uint64_t args[6] = {0, 0, a2, a3, 0, 0};
+  return g_pol && kc_policy_reports_syscall(g_pol, nr, args);
 }
 
 int kc_runtime_seal_exec(void) {
@@ -55,11 +81,29 @@ int kc_runtime_seal_exec(void) {
       SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork),   SCMP_SYS(vfork),
       SCMP_SYS(clone),  SCMP_SYS(clone3),   SCMP_SYS(ptrace), SCMP_SYS(process_vm_writev)};
   for (size_t i = 0; i < sizeof plain / sizeof plain[0] && !rc; i++)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, plain[i], 0);
-  const int prot[] = {SCMP_SYS(mmap), SCMP_SYS(mprotect), SCMP_SYS(pkey_mprotect)};
-  for (size_t i = 0; i < 3 && !rc; i++)
-    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, prot[i], 1,
+    if (!base_always_reports(plain[i]))
+      rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, plain[i], 0);
+  /* PROT_EXEC mappings: the base policy may report some (measure: anonymous ones) and
+   * allow others (file-backed); probe it with a representative call of each kind. */
+  const uint64_t rx = PROT_READ | PROT_EXEC;
+  bool anon = base_reports(SCMP_SYS(mmap), rx, MAP_PRIVATE | MAP_ANONYMOUS);
+  bool file = base_reports(SCMP_SYS(mmap), rx, MAP_PRIVATE);
+  if (!rc && !file && anon)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mmap), 2,
+                          SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC),
+                          SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_ANONYMOUS, 0));
+  else if (!rc && !file)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mmap), 1,
                           SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
+  else if (!rc && !anon)
+    rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, SCMP_SYS(mmap), 2,
+                          SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC),
+                          SCMP_A3(SCMP_CMP_MASKED_EQ, MAP_ANONYMOUS, MAP_ANONYMOUS));
+  const int prot[] = {SCMP_SYS(mprotect), SCMP_SYS(pkey_mprotect)};
+  for (size_t i = 0; i < 2 && !rc; i++)
+    if (!base_reports(prot[i], rx, 0))
+      rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, prot[i], 1,
+                            SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
   if (!rc)
     rc = seccomp_load(ctx);
   seccomp_release(ctx);
@@ -178,6 +222,7 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
       _exit(125);
   }
   close(b->sock);
+  g_pol = b->pol;
 
   kc_ring *r = &g_ring;
   char *arg = malloc(r->max_arg ? r->max_arg : 1);

@@ -22,10 +22,15 @@
  * Loading code under `measure`: the measure policy allows the syscalls dlopen needs
  * (openat/read/fstat/mmap/mprotect with PROT_EXEC, close) so a handler can dlopen a
  * kernel while handling a call.  Once its code is loaded, a handler calls
- * kc_runtime_seal_exec(): that stacks a second filter which kills the worker (SIGSYS)
- * on any later mmap/mprotect/pkey_mprotect with PROT_EXEC, execve/execveat, fork/
- * vfork/clone/clone3 (no threads, no processes), reported as a child error with status
- * `syscall`.  Sealing is one-way for the life of the worker; a worker that must load
+ * kc_runtime_seal_exec(): that stacks a second filter which forbids any later
+ * mmap/mprotect/pkey_mprotect with PROT_EXEC, execve/execveat, fork/vfork/clone/clone3
+ * (no threads, no processes), reported as a child error with status `syscall`.  The
+ * seal covers only what the base policy lets through (seccomp runs the strictest
+ * action of all filters, so a seal rule would hide the listener's named report): under
+ * `measure` that is a file-backed PROT_EXEC mmap, trapped (SIGSYS) and named by the
+ * worker's handler (the worker's word); everything else - threads, processes, exec,
+ * anonymous executable memory, mprotect(PROT_EXEC) - stays a violation of the base
+ * filter, named by the parent from the seccomp listener.  Sealing is one-way for the life of the worker; a worker that must load
  * another kernel is recycled (maximum_uses, or kc_worker_kill) - a fork from the
  * zygote costs well under 1 ms.
  *
