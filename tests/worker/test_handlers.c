@@ -1,5 +1,8 @@
 /* Handlers for the worker tests, loaded inside real workers as "lib.so:symbol".  Built
  * without sanitizers: they run inside the sandbox, and some are hostile on purpose. */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,6 +64,43 @@ int seal_then_exec_map(kc_call *c) {
   void *p = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   (void)p;
   snprintf(c->error, c->error_cap, "mmap PROT_EXEC was allowed after seal");
+  return 1;
+}
+
+static void *idle_thread(void *arg) {
+  return arg;
+}
+
+/* Seal, then start a thread: glibc blocks signals around clone3, so a seal TRAP would
+ * end the worker with no name; the base policy's kill rule must name the call. */
+int seal_then_thread(kc_call *c) {
+  if (kc_runtime_seal_exec() < 0) {
+    snprintf(c->error, c->error_cap, "seal failed");
+    return 1;
+  }
+  pthread_t t;
+  if (pthread_create(&t, NULL, idle_thread, NULL) == 0)
+    pthread_join(t, NULL);
+  snprintf(c->error, c->error_cap, "thread creation was allowed after seal");
+  return 1;
+}
+
+/* Seal, then map a file (our own library) executable: measure allows that before the
+ * seal, so this one is the seal filter's own rule. */
+int seal_then_file_exec_map(kc_call *c) {
+  Dl_info info;
+  int fd = dladdr((void *)seal_then_file_exec_map, &info) ? open(info.dli_fname, O_RDONLY) : -1;
+  if (fd < 0) {
+    snprintf(c->error, c->error_cap, "cannot open our own library");
+    return 1;
+  }
+  if (kc_runtime_seal_exec() < 0) {
+    snprintf(c->error, c->error_cap, "seal failed");
+    return 1;
+  }
+  void *p = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
+  (void)p;
+  snprintf(c->error, c->error_cap, "file-backed mmap PROT_EXEC was allowed after seal");
   return 1;
 }
 

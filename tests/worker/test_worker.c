@@ -506,6 +506,38 @@ static void test_seccomp_seal(void **state) {
   kc_worker_free(w);
 }
 
+/* Thread creation after the seal is a violation of the base policy, named by the
+ * parent from the seccomp listener (clone3, or clone where glibc falls back). */
+static void test_seccomp_seal_thread_named(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("seal_then_thread"), "", 0, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  print_message("seal+thread verdict: %s\n", r.message);
+  assert_int_equal(r.verdict.status, KC_STATUS_SYSCALL);
+  assert_non_null(strstr(r.verdict.syscall, "clone"));
+  call(w, "echo", "ok", 2, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
+/* A file-backed PROT_EXEC mapping is allowed by `measure` before the seal and is the
+ * seal filter's own rule after it. */
+static void test_seccomp_seal_file_exec_map(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("seal_then_file_exec_map"), "", 0, 5, &r);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  print_message("seal+file exec map verdict: %s\n", r.message);
+  assert_int_equal(r.verdict.status, KC_STATUS_SYSCALL);
+  assert_non_null(strstr(r.verdict.syscall, "mmap"));
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
 static void test_maximum_uses(void **state) {
   (void)state;
   kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 2);
@@ -863,7 +895,9 @@ int main(void) {
       cmocka_unit_test(test_exception_message), cmocka_unit_test(test_timeouts),
       cmocka_unit_test(test_death_noticed),     cmocka_unit_test(test_death_between_calls),
       cmocka_unit_test(test_segfault),          cmocka_unit_test(test_oom),
-      cmocka_unit_test(test_seccomp_seal),      cmocka_unit_test(test_maximum_uses),
+      cmocka_unit_test(test_seccomp_seal),
+      cmocka_unit_test(test_seccomp_seal_thread_named),
+      cmocka_unit_test(test_seccomp_seal_file_exec_map),      cmocka_unit_test(test_maximum_uses),
       cmocka_unit_test(test_pool_maximum_uses), cmocka_unit_test(test_corrupt_ring),
       cmocka_unit_test(test_initializer),       cmocka_unit_test(test_many_calls_flat),
       cmocka_unit_test(test_parent_sigkill),    cmocka_unit_test(test_policy_violation),
