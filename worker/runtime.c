@@ -26,7 +26,7 @@
 #include "worker_internal.h"
 
 static kc_ring g_ring;
-static const kc_policy *g_pol; /* the worker's base policy; NULL = no filter */
+static const kc_policy *g_pol;     /* the worker's base policy; NULL = no filter */
 static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
 
 static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
