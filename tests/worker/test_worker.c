@@ -426,8 +426,16 @@ static void test_death_between_calls(void **state) {
   call(w, "echo", "x", 1, 5, &r);
   kc_call_result_clear(&r);
   pid_t old = kc_worker_pid(w);
+  int pfd = (int)syscall(SYS_pidfd_open, old, 0);
+  assert_true(pfd >= 0);
   kill(old, SIGKILL);
-  usleep(5000);
+  /* "Between calls" means the death is complete before the next send; a loaded machine
+   * (the ASan run) can take milliseconds to tear the process down, so wait for it rather
+   * than guess a sleep.  Then be idle past the worker's 1 ms check threshold. */
+  struct pollfd p = {.fd = pfd, .events = POLLIN};
+  assert_int_equal(poll(&p, 1, 5000), 1);
+  close(pfd);
+  usleep(2000);
   call(w, "echo", "y", 1, 5, &r);
   assert_int_equal(r.status, KC_CALL_COMPLETE);
   assert_int_not_equal(r.pid, old);
