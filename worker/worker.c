@@ -638,6 +638,13 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
   }
 }
 
+int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
+  if (!kc_worker_outstanding(w))
+    return kc_error_set(err, EINVAL, "recv: no call outstanding");
+  uint64_t until = kc_ring_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
+  return wait_one(w, res, until, err);
+}
+
 int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err) {
   return kc_worker_try(w, res, err);
 }

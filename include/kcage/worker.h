@@ -209,6 +209,12 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
  * spinning on the same CPU; workers and the zygote keep the default. */
 int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err);
 
+/* Bounded variant: waits (spins briefly, then sleeps on the ring's eventfd) at most
+ * wait_s for the oldest call.  1 when res was filled, 0 when it is still running after
+ * wait_s, -1 on error or when nothing is outstanding.  (Added for the measure parent,
+ * which sleeps through most of a timed round but must wake at once if it ends early.) */
+int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
+
 /* Non-blocking variant: 1 when res was filled, 0 when the oldest call is still
  * running (and its deadline has not passed), -1 when nothing is outstanding. */
 int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err);
