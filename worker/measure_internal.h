@@ -114,7 +114,9 @@ int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s
 /* The same, for a call expected to take about expect_s (a timed round whose length the
  * parent knows from the previous one; 0 = unknown).  The parent sleeps through most of
  * it and is awake, polling, when it should end: a parent asleep in poll() when the
- * completion lands adds the wake-up of its idle CPU (~0.1 ms on a VM) to the round. */
+ * completion lands adds the wake-up of its idle CPU to the round.  An experiment:
+ * kcage bench does not use it, because on the 2-vCPU dev machine the polling parent
+ * made rounds slower, not faster (bench_measure prints both, same run). */
 int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                            double expect_s, kc_mcall *res, kc_error *err);
 /* Kill the process (the next call starts a fresh one). */
