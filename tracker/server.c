@@ -3,10 +3,8 @@
  *  - a connection that closes takes its free PUTs (and its waiting REQUESTs) with it at
  *    once, whether or not it sent UPDATE_INFO; silent peers die by TCP keepalive and
  *    TCP_USER_TIMEOUT;
- *  - replies are one write each (EPOLLOUT only after EAGAIN), TCP_NODELAY, and
- *    TCP_QUICKACK after a read that leaves half a frame, followed by one immediate
- *    re-read, so TVM's split-writing clients never wait for a delayed ACK
- *    (tracker-load.md);
+ *  - replies are one write each, TCP_NODELAY, and TCP_QUICKACK after every read so
+ *    TVM's split-writing clients never wait for a delayed ACK (tracker-load.md);
  *  - backlog SOMAXCONN; no per-PUT history is kept; every table is bounded. */
 #include <arpa/inet.h>
 #include <endian.h>
@@ -546,52 +544,41 @@ static int handle_msg(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   return -1;
 }
 
-/* One read and the frames it completes.  1 when it left half a frame and ACKed it. */
-static int read_once(kc_tracker_server *s, struct conn *c, bool acked);
-
 static void on_readable(kc_tracker_server *s, struct conn *c) {
-  /* After the ACK for half a frame, the rest is usually already here: on loopback the
-   * peer's Nagle-held write goes out while our ACK is processed.  Read it now instead
-   * of taking another trip through epoll_wait. */
-  if (read_once(s, c, false) == 1 && !c->dead && !s->stopping)
-    read_once(s, c, true);
-}
-
-static int read_once(kc_tracker_server *s, struct conn *c, bool acked) {
   char buf[65536];
   ssize_t n = recv(c->fd, buf, sizeof buf, 0);
   if (n <= 0) {
     if (n < 0 && (errno == EAGAIN || errno == EINTR))
-      return 0;
+      return;
     conn_kill(s, c);
-    return 0;
+    return;
   }
   kc_error err;
   size_t cap0 = c->rd.cap;
   if (kc_frame_reader_push(&c->rd, buf, (size_t)n, &err) < 0) {
     conn_kill(s, c);
-    return 0;
+    return;
   }
   s->buffered += c->rd.cap - cap0;
   if (c->rd.cap > cap0 && s->buffered > MAX_BUFFERED_BYTES) {
     conn_kill(s, c);
-    return 0;
+    return;
   }
   if (!c->magic_done) {
     kc_frame_reader *r = &c->rd;
     if (r->len - r->off < 4)
-      return 0;
+      return;
     uint32_t magic;
     memcpy(&magic, r->buf + r->off, 4);
     if (le32toh(magic) != KC_TRACKER_MAGIC) { /* TVM: close without a reply */
       conn_kill(s, c);
-      return 0;
+      return;
     }
     r->off += 4;
     c->magic_done = true;
     uint32_t le = htole32(KC_TRACKER_MAGIC);
     if (conn_send(s, c, (const char *)&le, 4) < 0)
-      return 0;
+      return;
   }
   for (;;) {
     const char *p;
@@ -603,26 +590,25 @@ static int read_once(kc_tracker_server *s, struct conn *c, bool acked) {
       if (c->rd.len > c->rd.off) {
         int one = 1;
         setsockopt(c->fd, IPPROTO_TCP, TCP_QUICKACK, &one, sizeof one);
-        return acked ? 0 : 1;         /* still half after the re-read: the next EPOLLIN */
       } else if (c->rd.cap > 65536) { /* after a big frame: give the memory back */
         s->buffered -= c->rd.cap;
         kc_frame_reader_free(&c->rd);
       }
-      return 0;
+      return;
     }
     kc_trk_msg m;
     if (rc < 0 || kc_trk_msg_parse(p, len, &m, &err) < 0) {
       if (s->o.verbose)
         fprintf(stderr, "kcage tracker: %s: %s; closing it\n", c->peer, err.msg);
       conn_kill(s, c);
-      return 0;
+      return;
     }
     rc = handle_msg(s, c, &m);
     kc_trk_msg_clear(&m);
     if (rc < 0)
       conn_kill(s, c);
     if (c->dead || s->stopping)
-      return 0;
+      return;
   }
 }
 
