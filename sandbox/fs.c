@@ -198,7 +198,12 @@ static int mkdir_p(const char *path, mode_t mode) {
 
 static int parent_dirs(const char *path) {
   char buf[PATH_MAX];
-  snprintf(buf, sizeof buf, "%s", path);
+  size_t len = strnlen(path, sizeof buf);
+  if (len == sizeof buf) {
+    errno = ENAMETOOLONG;
+    return -1;
+  }
+  memcpy(buf, path, len + 1);
   char *slash = strrchr(buf, '/');
   if (!slash || slash == buf)
     return 0;
