@@ -42,7 +42,7 @@ typedef struct lconn {
   bool magic;
   uint32_t gen;
   double t_sent;
-  int todo; /* clients: requests left */
+  int left; /* clients: requests left */
 } lconn;
 
 static uint16_t g_port;
@@ -134,7 +134,7 @@ static void on_frame(lconn *c, const char *p, size_t n) {
   if (ai < 0 || ai >= g_nagents)
     die("bad agent in lease");
   agent_put(&g_agents[ai]);
-  if (--c->todo > 0)
+  if (--c->left > 0)
     client_request(c);
 }
 
@@ -151,7 +151,7 @@ static void on_readable(lconn *c) {
     c->magic = true;
     if (!c->is_client)
       c->replies++;
-    else if (c->todo > 0)
+    else if (c->left > 0)
       client_request(c);
   }
   for (;;) {
@@ -297,7 +297,7 @@ static lconn *start_clients(int n, long total) {
     cs[i].is_client = 1;
     cs[i].key = i % NKEYS;
     cs[i].idx = i;
-    cs[i].todo = (int)(total / n + (i < total % n));
+    cs[i].left = (int)(total / n + (i < total % n));
     watch(&cs[i]);
     uint32_t m = htole32(KC_TRACKER_MAGIC);
     xsend(cs[i].fd, &m, 4);

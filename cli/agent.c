@@ -73,18 +73,12 @@ int kc_cmd_agent(int argc, char **argv) {
       o.host = optarg;
       break;
     case 'p':
-      if (kc_cli_parse_uint(optarg, 0, 65535, &v) < 0) {
-        kc_cli_error("agent", "--port %s: not a port", optarg);
+      if (kc_cli_parse_port("agent", "--port", optarg, 0, &o.port) < 0)
         return KC_EXIT_USAGE;
-      }
-      o.port = (uint16_t)v;
       break;
     case 'e':
-      if (kc_cli_parse_uint(optarg, 1, 65535, &v) < 0) {
-        kc_cli_error("agent", "--port-end %s: not a port", optarg);
+      if (kc_cli_parse_port("agent", "--port-end", optarg, 1, &o.port_end) < 0)
         return KC_EXIT_USAGE;
-      }
-      o.port_end = (uint16_t)v;
       port_end_set = true;
       break;
     case 'c':

@@ -45,3 +45,14 @@ int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out) 
   *out = v;
   return 0;
 }
+
+int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned min,
+                      uint16_t *out) {
+  uint64_t v;
+  if (kc_cli_parse_uint(s, min, 65535, &v) < 0) {
+    kc_cli_error(cmd, "%s %s: not a port", opt, s);
+    return -1;
+  }
+  *out = (uint16_t)v;
+  return 0;
+}

@@ -23,7 +23,6 @@ int kc_cmd_query(int argc, char **argv) {
       {"port", required_argument, 0, 'p'},    {"json", no_argument, 0, 'j'},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   kc_error err = {0};
-  uint64_t v;
   int ch;
   optind = 1;
   while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
@@ -38,11 +37,8 @@ int kc_cmd_query(int argc, char **argv) {
       snprintf(host, sizeof host, "%s", optarg);
       break;
     case 'p':
-      if (kc_cli_parse_uint(optarg, 1, 65535, &v) < 0) {
-        kc_cli_error("query", "--port %s: not a port", optarg);
+      if (kc_cli_parse_port("query", "--port", optarg, 1, &port) < 0)
         return KC_EXIT_USAGE;
-      }
-      port = (uint16_t)v;
       break;
     case 'j':
       json = true;

@@ -48,11 +48,8 @@ int kc_cmd_tracker(int argc, char **argv) {
       o.host = optarg;
       break;
     case 'p':
-      if (kc_cli_parse_uint(optarg, 0, 65535, &v) < 0) {
-        kc_cli_error("tracker", "--port %s: not a port", optarg);
+      if (kc_cli_parse_port("tracker", "--port", optarg, 0, &o.port) < 0)
         return KC_EXIT_USAGE;
-      }
-      o.port = (uint16_t)v;
       break;
     case 'e':
       if (kc_cli_parse_uint(optarg, 1, 65536, &v) < 0) {
