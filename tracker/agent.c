@@ -184,7 +184,9 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
     td = "/tmp";
   sweep_stale(td);
   snprintf(a->base_dir, sizeof a->base_dir, "%s/kcage-agent-%ld", td, (long)getpid());
-  if (mkdir(a->base_dir, 0700) < 0 && errno != EEXIST) {
+  /* 0711: the sandboxes of a session (their host uid is nobody) must traverse into its
+   * scratch dir, which is also the session's $TMPDIR; nobody may list it. */
+  if (mkdir(a->base_dir, 0711) < 0 && errno != EEXIST) {
     kc_error_set(err, errno, "mkdir %s", a->base_dir);
     kc_agent_free(a);
     return -1;
@@ -360,6 +362,7 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
     close(fd);
     return;
   }
+  chmod(a->child_dir, 0711);
   double deadline = timeout_s > 0 ? kc_now() + timeout_s : -1;
   fflush(NULL);
   pid_t pid = fork();
@@ -380,6 +383,10 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
       close(a->lfd);
     if (a->trk)
       close(kc_tracker_fd(a->trk));
+    /* Everything the session's batch writes (bench's inputs and staged kernels, build
+     * scratch) lands under the session dir, which the agent removes however the
+     * session ends - also when it is killed at its timeout. */
+    setenv("TMPDIR", a->child_dir, 1);
     kc_session_serve_opts so = {.device = a->device,
                                 .dir = a->child_dir,
                                 .workers = a->o.workers,
