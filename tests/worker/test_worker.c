@@ -2,6 +2,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <net/if.h>
 #include <poll.h>
 #include <pthread.h>
@@ -707,6 +708,23 @@ static bool pid_dead(pid_t p) {
   return rc == 1 && (st == 'Z' || st == 'X');
 }
 
+/* kcage cgroup leaves are named <pidns>.<owner pid>.<starttime>.<seq>.<name> (cgroup.h). */
+static int cgroups_owned_by(pid_t owner) {
+  glob_t g;
+  int n = 0;
+  if (glob("/sys/fs/cgroup/{kcage,*/kcage}/*", GLOB_BRACE | GLOB_ONLYDIR, NULL, &g) != 0)
+    return 0;
+  for (size_t i = 0; i < g.gl_pathc; i++) {
+    const char *leaf = strrchr(g.gl_pathv[i], '/') + 1;
+    unsigned long ns;
+    int pid;
+    if (sscanf(leaf, "%lu.%d.", &ns, &pid) == 2 && pid == owner)
+      n++;
+  }
+  globfree(&g);
+  return n;
+}
+
 static void test_parent_sigkill(void **state) {
   (void)state;
   /* orphans come to us, so they can be reaped and counted */
@@ -765,6 +783,10 @@ static void test_parent_sigkill(void **state) {
   while (waitpid(-1, NULL, WNOHANG) > 0)
     ;
   assert_true(all);
+  /* The next start reaps what the SIGKILLed parent left behind: its slot cgroups. */
+  kc_error err = {0};
+  assert_true(kc_cgroup_reap_stale(&err) >= 0); /* the number reaped */
+  assert_int_equal(cgroups_owned_by(parent), 0);
 }
 
 static void test_policy_violation(void **state) {
