@@ -113,6 +113,21 @@ int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, k
   return 0;
 }
 
+/* Whole transfers over a pipe or socket between kcage's own processes (EINTR retried). */
+int kc_io_all(int fd, void *buf, size_t len, bool wr) {
+  char *p = buf;
+  while (len) {
+    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return -1;
+    p += n;
+    len -= (size_t)n;
+  }
+  return 0;
+}
+
 void kc_rm_rf(const char *path) {
   DIR *d = opendir(path);
   if (d) {

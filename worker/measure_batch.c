@@ -70,24 +70,11 @@ typedef struct item {
  * this process may have threads: each helper is single-threaded, so the sandbox's raw
  * clone3 never copies a lock some other thread held (it would deadlock the child
  * before exec).  Helpers are kcage's own code; they answer with the result struct. */
-static int io_all(int fd, void *buf, size_t len, bool wr) {
-  char *p = buf;
-  while (len) {
-    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
 
 static void build_helper(int fd, const item *items, size_t total, const kc_build_opts *opts) {
   for (;;) {
     uint32_t i;
-    if (io_all(fd, &i, sizeof i, false) < 0 || i >= total)
+    if (kc_io_all(fd, &i, sizeof i, false) < 0 || i >= total)
       _exit(0);
     kc_build_result res;
     kc_error err = {0};
@@ -96,7 +83,7 @@ static void build_helper(int fd, const item *items, size_t total, const kc_build
       res.status = KC_BUILD_FAILED;
       snprintf(res.message, sizeof res.message, "%s", err.msg);
     }
-    if (io_all(fd, &res, sizeof res, true) < 0)
+    if (kc_io_all(fd, &res, sizeof res, true) < 0)
       _exit(0);
   }
 }
@@ -171,7 +158,7 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
         uint32_t idx = next < nj ? (uint32_t)jobs[next] : UINT32_MAX;
         if (next < nj)
           h[k].job = (long)jobs[next++];
-        if (io_all(h[k].fd, &idx, sizeof idx, true) < 0 || idx == UINT32_MAX) {
+        if (kc_io_all(h[k].fd, &idx, sizeof idx, true) < 0 || idx == UINT32_MAX) {
           if (h[k].job >= 0) { /* lost with its helper: try again elsewhere */
             next--;
             jobs[next] = (size_t)h[k].job;
@@ -193,7 +180,7 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
       if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
         continue;
       item *it = &items[h[k].job];
-      if (io_all(h[k].fd, &it->build, sizeof it->build, false) < 0) {
+      if (kc_io_all(h[k].fd, &it->build, sizeof it->build, false) < 0) {
         memset(&it->build, 0, sizeof it->build);
         it->build.status = KC_BUILD_FAILED;
         snprintf(it->build.message, sizeof it->build.message, "the build helper died");

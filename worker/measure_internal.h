@@ -18,6 +18,8 @@ int kc_mkdir_p(const char *path, kc_error *err);
 int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
 int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
 void kc_rm_rf(const char *path);
+/* read (wr=false) or write exactly len bytes; -1 on error or EOF. */
+int kc_io_all(int fd, void *buf, size_t len, bool wr);
 
 /* kc_result helpers that do not need the sandbox library to be linked. */
 static inline void kc_result_init_local(kc_result *r) {

@@ -136,19 +136,6 @@ void kc_mrunner_free(kc_mrunner *r) {
 }
 
 /* ---- plain process ---------------------------------------------------------------- */
-static int io_full(int fd, void *buf, size_t len, bool wr) {
-  char *p = buf;
-  while (len) {
-    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
-    p += n;
-    len -= (size_t)n;
-  }
-  return 0;
-}
 
 static void plain_child(int sock, const kc_mrunner_opts *o) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -189,8 +176,8 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
     _exit(125);
   for (;;) {
     uint32_t len;
-    if (io_full(3, &len, 4, false) < 0 || len > o->max_arg_bytes ||
-        io_full(3, argbuf, len, false) < 0)
+    if (kc_io_all(3, &len, 4, false) < 0 || len > o->max_arg_bytes ||
+        kc_io_all(3, argbuf, len, false) < 0)
       _exit(0);
     kc_call call = {.arg = argbuf,
                     .arg_len = len,
@@ -204,13 +191,13 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
     if (rc == 0) {
       hdr[0] = (uint32_t)call.out_len + 4;
       hdr[1] = 0;
-      if (io_full(3, hdr, 8, true) < 0 || io_full(3, outbuf, call.out_len, true) < 0)
+      if (kc_io_all(3, hdr, 8, true) < 0 || kc_io_all(3, outbuf, call.out_len, true) < 0)
         _exit(0);
     } else {
       size_t el = strnlen(errbuf, sizeof errbuf - 1);
       hdr[0] = (uint32_t)el + 4;
       hdr[1] = 1;
-      if (io_full(3, hdr, 8, true) < 0 || io_full(3, errbuf, el, true) < 0)
+      if (kc_io_all(3, hdr, 8, true) < 0 || kc_io_all(3, errbuf, el, true) < 0)
         _exit(0);
     }
   }
@@ -304,7 +291,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     return kc_error_set(err, E2BIG, "measure request");
   double deadline = kc_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
   uint32_t l32 = (uint32_t)len;
-  if (io_full(r->sock, &l32, 4, true) < 0 || io_full(r->sock, (void *)arg, len, true) < 0) {
+  if (kc_io_all(r->sock, &l32, 4, true) < 0 || kc_io_all(r->sock, (void *)arg, len, true) < 0) {
     plain_died(r, res, -1);
     return 0;
   }
