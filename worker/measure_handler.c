@@ -438,6 +438,9 @@ int kc_handler_measure(kc_call *call) {
     call->out_len = len;
     return 0;
   }
+  case KC_MOP_WAKE:
+    call->out_len = 0;
+    return 0;
   case KC_MOP_FLUSH:
     if (!g_state) {
       errf(call->error, call->error_cap, "error: flush before load");

@@ -41,6 +41,8 @@ enum kc_mop {
   KC_MOP_LOAD = 1,  /* load the artifact, map the inputs, then seal */
   KC_MOP_RUN = 2,   /* `number` calls back to back (the parent times the request) */
   KC_MOP_FLUSH = 3, /* evict all tensors from the CPU caches (untimed) */
+  KC_MOP_WAKE = 4,  /* answer at once (untimed): wakes the worker and the parent's CPUs
+                       right before a timed round, so neither wake-up is timed */
 };
 
 typedef struct kc_mreq_load {
@@ -106,6 +108,8 @@ typedef struct kc_mcall {
   size_t value_len;
   char message[1024];
   kc_result verdict;
+  double elapsed_s; /* OK: parent's clock, request published -> completion seen (before
+                       the result is copied); 0 when the runner cannot tell */
 } kc_mcall;
 
 int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err);
@@ -114,11 +118,12 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err);
 int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
                     kc_error *err);
 /* The same, for a call expected to take about expect_s (a timed round whose length the
- * parent knows from the previous one; 0 = unknown).  The parent sleeps through most of
- * it and is awake, polling, when it should end: a parent asleep in poll() when the
- * completion lands adds the wake-up of its idle CPU to the round.  An experiment:
- * kcage bench does not use it, because on the 2-vCPU dev machine the polling parent
- * made rounds slower, not faster (bench_measure prints both, same run). */
+ * parent predicts from the previous one; 0 = unknown).  The parent sleeps through most
+ * of it and is awake, polling, when it should end: a parent asleep in poll() when the
+ * completion lands adds the wake-up of its idle vCPU to the round, and on this kind of
+ * VM that wake-up grows with how long the vCPU slept (~0.35 ms after a 38 ms round,
+ * bench_measure).  An early end still wakes the parent at once; a late one costs the
+ * polling margin (5 % of the round, >= 0.3 ms) of one CPU. */
 int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                            double expect_s, kc_mcall *res, kc_error *err);
 /* Kill the process (the next call starts a fresh one). */

@@ -289,7 +289,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     return -1;
   if (len > r->o.max_arg_bytes)
     return kc_error_set(err, E2BIG, "measure request");
-  double deadline = kc_now_s() + (timeout_s > 0 ? timeout_s : 1e9);
+  double sent = kc_now_s(), deadline = sent + (timeout_s > 0 ? timeout_s : 1e9);
   uint32_t l32 = (uint32_t)len;
   if (kc_io_all(r->sock, &l32, 4, true) < 0 || kc_io_all(r->sock, (void *)arg, len, true) < 0) {
     plain_died(r, res, -1);
@@ -297,6 +297,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   }
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
+  double seen = kc_now_s(); /* the answer's header: the call is over */
   if (rr == 0) {
     plain_kill(r);
     res->status = KC_MCALL_TIMEOUT;
@@ -347,6 +348,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     res->status = KC_MCALL_OK;
     res->value = buf;
     res->value_len = body;
+    res->elapsed_s = seen - sent;
   } else {
     res->status = KC_MCALL_EXCEPTION;
     buf[body] = 0;
@@ -409,6 +411,7 @@ int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double ti
       res->status = KC_MCALL_OK;
       res->value = cr.value;
       res->value_len = cr.value_len;
+      res->elapsed_s = cr.elapsed_s;
       cr.value = NULL;
       break;
     case KC_CALL_EXCEPTION:

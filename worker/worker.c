@@ -499,8 +499,7 @@ static bool pidfd_dead(int pidfd) {
 }
 
 /* A validated completion becomes the oldest call's result. */
-static int take(kc_worker *w, kc_call_result *res, kc_ring_completion *c) {
-  uint64_t now = kc_ring_now_ns();
+static int take(kc_worker *w, kc_call_result *res, kc_ring_completion *c, uint64_t now) {
   result_init_fast(res);
   fill_common(w, res, now);
   if (c->status == KC_CQE_COMPLETE) {
@@ -541,9 +540,12 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   kc_error rerr; /* not zeroed: 1 KB per call; filled whenever it is read */
   rerr.code = 0;
   rerr.msg[0] = 0;
+  /* The call ended when its completion is first seen, before the reap copies the
+   * payload: elapsed_s must not grow with the size of the result. */
+  uint64_t seen = kc_ring_now_ns();
   int r = kc_ring_reap(&w->ring, &c, &rerr);
   if (r == 1)
-    return take(w, res, &c);
+    return take(w, res, &c, seen);
   if (r < 0) {
     kc_call_result_init(res);
     char why[sizeof rerr.msg + 32];
@@ -564,9 +566,10 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   /* A completion may have landed between the first look and now (the call finished,
    * then the worker died on the next one, or the call ended at its deadline): it is
    * this call's result; the failure belongs to the next call. */
+  seen = kc_ring_now_ns();
   r = kc_ring_reap(&w->ring, &c, &rerr);
   if (r == 1)
-    return take(w, res, &c);
+    return take(w, res, &c, seen);
   kc_call_result_init(res);
   if (late) {
     char why[96];

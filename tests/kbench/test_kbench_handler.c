@@ -145,16 +145,19 @@ static void test_state_load_errors(void **state) {
 }
 
 /* ---- the plain runner: a forked process, the real wire protocol ---------------- */
-static kc_mrunner *runner(void) {
+static kc_mrunner *runner_kind(bool plain) {
   kc_mrunner_opts o = {.bind_dir = dir,
                        .memory_bytes = 512u << 20,
                        .max_arg_bytes = 65536,
                        .max_result_bytes = 65536,
-                       .plain = true};
+                       .plain = plain};
   kc_mrunner *r;
   kc_error err;
   assert_int_equal(kc_mrunner_new(&o, &r, &err), 0);
   return r;
+}
+static kc_mrunner *runner(void) {
+  return runner_kind(true);
 }
 
 static void load(kc_mrunner *r, const char *artifact, kc_mcall *c) {
@@ -194,6 +197,57 @@ static void test_runner_ok(void **state) {
   kc_mrunner_free(r);
 }
 
+/* What a timed round is made of: an untimed WAKE (answered at once, even before a
+ * load), then the RUN with the parent's expectation of its length.  Whatever the
+ * expectation (none, far too short, far too long), the call completes with the right
+ * result, and its elapsed_s is the parent's clock, within the wall time around it. */
+static void wake_and_expect(bool plain) {
+  kc_mrunner *r = runner_kind(plain);
+  assert_string_equal(kc_mrunner_kind(r), plain ? "plain" : "sandbox");
+  kc_mcall c;
+  kc_error err;
+  kc_mreq_load wk = {KC_MPROTO_MAGIC, KC_MOP_WAKE, 0, 0};
+  assert_int_equal(kc_mrunner_call_expect(r, &wk, 8, 10, 1e-6, &c, &err), 0);
+  assert_int_equal(c.status, KC_MCALL_OK);
+  assert_int_equal(c.value_len, 0);
+  kc_mcall_clear(&c);
+  /* a sandboxed worker sees only its bind dir: the artifact goes there, as in a batch */
+  char art[700];
+  snprintf(art, sizeof art, "%s/naive.so", dir);
+  char *so = NULL;
+  size_t so_len;
+  assert_int_equal(kc_read_file(build("naive.c"), &so, &so_len, 1u << 30, &err), 0);
+  unlink(art);
+  assert_int_equal(kc_write_file(art, so, so_len, 0444, &err), 0);
+  free(so);
+  load(r, art, &c);
+  if (c.status != KC_MCALL_OK)
+    fail_msg("load: %s", c.message);
+  const double expects[] = {0, 1e-6, 0.05};
+  for (int i = 0; i < 3; i++) {
+    assert_int_equal(kc_mrunner_call_expect(r, &wk, 8, 10, 1e-6, &c, &err), 0);
+    assert_int_equal(c.status, KC_MCALL_OK);
+    kc_mcall_clear(&c);
+    kc_mreq_run req = {
+        .magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 3, .n_checks = 1, .checks = {2}};
+    double t0 = kc_now_s();
+    assert_int_equal(kc_mrunner_call_expect(r, &req, sizeof req, 10, expects[i], &c, &err), 0);
+    double wall = kc_now_s() - t0;
+    assert_int_equal(c.status, KC_MCALL_OK);
+    assert_true(c.elapsed_s > 0);
+    assert_true(c.elapsed_s <= wall);
+    assert_int_equal(c.value_len, sizeof(kc_mreply_run) + kc_args_region_bytes(&spec, true));
+    expect_matmul((const float *)((char *)c.value + sizeof(kc_mreply_run)), 0);
+    kc_mcall_clear(&c);
+  }
+  kc_mrunner_free(r);
+}
+static void test_runner_wake_and_expect(void **state) {
+  (void)state;
+  wake_and_expect(true);  /* the plain runner: a socket */
+  wake_and_expect(false); /* a sandboxed measure worker: the ring */
+}
+
 static void test_runner_verdicts(void **state) {
   (void)state;
   kc_mrunner *r = runner();
@@ -228,7 +282,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_state_runs_and_checks), cmocka_unit_test(test_state_input_mutation),
       cmocka_unit_test(test_state_load_errors),     cmocka_unit_test(test_runner_ok),
-      cmocka_unit_test(test_runner_verdicts),
+      cmocka_unit_test(test_runner_wake_and_expect), cmocka_unit_test(test_runner_verdicts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
