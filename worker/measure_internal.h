@@ -110,6 +110,7 @@ typedef struct kc_mcall {
   kc_result verdict;
   double elapsed_s; /* OK: parent's clock, request published -> completion seen (before
                        the result is copied); 0 when the runner cannot tell */
+  pid_t pid;        /* host pid of the process that answered (0 when unknown) */
 } kc_mcall;
 
 int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err);

@@ -349,6 +349,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     res->value = buf;
     res->value_len = body;
     res->elapsed_s = seen - sent;
+    res->pid = r->pid;
   } else {
     res->status = KC_MCALL_EXCEPTION;
     buf[body] = 0;
@@ -367,7 +368,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
  * parent never sleeps past a completion. */
 static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_result *cr,
                          kc_error *err) {
-  double margin = expect_s * 0.05 > 300e-6 ? expect_s * 0.05 : 300e-6;
+  double margin = expect_s * 0.01 > 400e-6 ? expect_s * 0.01 : 400e-6;
   double first = sent + expect_s - margin - kc_now_s();
   if (first > 0) {
     int r = kc_worker_recv_timed(w, cr, first, err);
@@ -412,6 +413,7 @@ int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double ti
       res->value = cr.value;
       res->value_len = cr.value_len;
       res->elapsed_s = cr.elapsed_s;
+      res->pid = cr.pid;
       cr.value = NULL;
       break;
     case KC_CALL_EXCEPTION:

@@ -28,6 +28,11 @@
 static kc_ring g_ring;
 static const kc_policy *g_pol;     /* the worker's base policy; NULL = no filter */
 static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
+static uint64_t g_spin_once;       /* kc_runtime_spin_next: the next wait only */
+
+void kc_runtime_spin_next(uint64_t ns) {
+  g_spin_once = ns;
+}
 
 static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
   (void)uc;
@@ -153,8 +158,10 @@ static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
   if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
     return;
   uint64_t t0 = kc_ring_now_ns();
+  uint64_t spin = g_spin_once > g_spin_ns ? g_spin_once : g_spin_ns;
+  g_spin_once = 0;
   unsigned n = 0;
-  while (kc_ring_now_ns() - t0 < g_spin_ns) {
+  while (kc_ring_now_ns() - t0 < spin) {
     for (int i = 0; i < 16; i++) {
       if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
         return;

@@ -107,6 +107,12 @@ typedef int (*kc_initializer_fn)(const void *initargs, size_t initargs_len, char
  * for the rest of this worker's life (see top of file).  Returns 0, or -1 with errno. */
 int kc_runtime_seal_exec(void);
 
+/* Inside a worker only: after this call's completion, wait for the next request
+ * spinning for up to ns (instead of the usual 50 us) before sleeping on the futex.
+ * For a handler that knows a latency-critical request follows (the measure handler's
+ * wake-up before a timed round).  One-shot. */
+void kc_runtime_spin_next(uint64_t ns);
+
 /* ---------------------------------------------------------------------------------
  * Parent side.
  * ------------------------------------------------------------------------------- */
