@@ -39,14 +39,15 @@
 struct conn;
 struct keyq;
 
-struct res {                 /* one free PUT */
+struct res {                 /* one free PUT: one allocation with its strings */
   struct res *kprev, *knext; /* the key's FIFO */
   struct res *cprev, *cnext; /* the owner's list */
   struct conn *owner;
   struct keyq *kq;
-  char *matchkey;
-  char *frame; /* the encoded lease reply [0, [addr, port, matchkey]] */
+  char *matchkey; /* points into data */
+  char *frame;    /* the encoded lease reply [0, [addr, port, matchkey]], into data */
   size_t frame_len;
+  char data[];
 };
 
 struct req { /* one waiting REQUEST */
@@ -240,8 +241,6 @@ static void res_free(struct res *r) {
   if (r->cnext)
     r->cnext->cprev = r->cprev;
   c->nres--;
-  free(r->matchkey);
-  free(r->frame);
   free(r);
 }
 
@@ -393,7 +392,12 @@ static int reply_json(kc_tracker_server *s, struct conn *c, json_t *v) {
 }
 
 static int reply_code(kc_tracker_server *s, struct conn *c, int code) {
-  /* The hot path (PUT's 0): a constant frame, no JSON machinery. */
+  /* The hot path (PUT's 0): constant frames, no JSON machinery, no printf. */
+  static const char ok[] = {1, 0, 0, 0, '0'}, fail[] = {2, 0, 0, 0, '-', '1'};
+  if (code == KC_TRK_SUCCESS)
+    return conn_send(s, c, ok, sizeof ok);
+  if (code == KC_TRK_FAIL)
+    return conn_send(s, c, fail, sizeof fail);
   char buf[16];
   int n = snprintf(buf + 4, sizeof buf - 4, "%d", code);
   uint32_t le = htole32((uint32_t)n);
@@ -427,17 +431,22 @@ static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   if (!k)
     return -1;
   const char *addr = m->custom_addr ? m->custom_addr : c->peer;
+  /* The lease reply is encoded now, once, by jansson into a stack buffer (addr and
+   * matchkey are bounded, so it always fits), then kept with the PUT. */
   json_t *v = json_pack("[i, [s, O, s]]", KC_TRK_SUCCESS, addr, m->port, m->matchkey);
-  struct res *r = calloc(1, sizeof *r);
-  if (!v || !r || !(r->matchkey = strdup(m->matchkey)) ||
-      kc_trk_frame_encode(v, &r->frame, &r->frame_len, NULL) < 0) {
-    json_decref(v);
-    if (r)
-      free(r->matchkey);
-    free(r);
-    return -1;
-  }
+  char frame[4 + 4 * 6 * (KC_TRACKER_MAX_ADDR + KC_TRACKER_MAX_MATCHKEY) + 64];
+  size_t n = v ? json_dumpb(v, frame + 4, sizeof frame - 4, KC_TRACKER_JSON_FLAGS) : 0;
   json_decref(v);
+  size_t mk = strlen(m->matchkey) + 1;
+  struct res *r = n && n <= sizeof frame - 4 ? malloc(sizeof *r + mk + 4 + n) : NULL;
+  if (!r)
+    return -1;
+  memset(r, 0, sizeof *r);
+  uint32_t le = htole32((uint32_t)n);
+  memcpy(frame, &le, 4);
+  r->matchkey = memcpy(r->data, m->matchkey, mk);
+  r->frame = memcpy(r->data + mk, frame, 4 + n);
+  r->frame_len = 4 + n;
   r->owner = c;
   r->kq = k;
   r->cnext = c->res_head;
