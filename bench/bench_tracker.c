@@ -379,6 +379,14 @@ static void floor_run(int lfd) {
           continue;
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        /* the tracker's options for its default keepalive of 15 s */
+        int idle = 5, intvl = 2, cnt = 3;
+        unsigned uto = 15000;
+        setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &uto, sizeof uto);
         c = calloc(1, sizeof *c);
         c->fd = fd;
         struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};

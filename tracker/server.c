@@ -77,6 +77,8 @@ struct conn {
   char *out;
   size_t out_off, out_len, out_cap;
   char peer[INET6_ADDRSTRLEN];
+  char peer_json[6 * INET6_ADDRSTRLEN + 3]; /* peer as a JSON string, for lease replies */
+  size_t peer_json_len;                      /* 0 until the first PUT */
   json_t *info;
   struct res *res_head;
   size_t nres;
@@ -424,21 +426,59 @@ static void schedule(kc_tracker_server *s, struct keyq *k) {
   }
 }
 
+/* Append a literal or one jansson-encoded value to buf at `at`; 0 once anything failed
+ * or did not fit (and from then on). */
+static size_t frame_lit(char *buf, size_t cap, size_t at, const char *lit) {
+  size_t l = strlen(lit);
+  if (!at || at + l > cap)
+    return 0;
+  memcpy(buf + at, lit, l);
+  return at + l;
+}
+static size_t frame_value(char *buf, size_t cap, size_t at, const json_t *v) {
+  if (!at || !v)
+    return 0;
+  size_t l = json_dumpb(v, buf + at, cap - at, KC_TRACKER_JSON_FLAGS);
+  return l && at + l <= cap ? at + l : 0;
+}
+
 static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   if (c->nres >= MAX_PUTS_PER_CONN)
     return -1;
   struct keyq *k = key_find(s, m->key, true);
   if (!k)
     return -1;
-  const char *addr = m->custom_addr ? m->custom_addr : c->peer;
-  /* The lease reply is encoded now, once, by jansson into a stack buffer (addr and
-   * matchkey are bounded, so it always fits), then kept with the PUT. */
-  json_t *v = json_pack("[i, [s, O, s]]", KC_TRK_SUCCESS, addr, m->port, m->matchkey);
-  char frame[4 + 4 * 6 * (KC_TRACKER_MAX_ADDR + KC_TRACKER_MAX_MATCHKEY) + 64];
-  size_t n = v ? json_dumpb(v, frame + 4, sizeof frame - 4, KC_TRACKER_JSON_FLAGS) : 0;
-  json_decref(v);
+  /* The lease reply [0, [addr, port, matchkey]], encoded now, once: jansson encodes each
+   * value (addr, and the port and matchkey as they were parsed), we only join them with
+   * jansson's own separators.  Every piece is bounded, so it always fits. */
+  char frame[4 + 6 * (KC_TRACKER_MAX_ADDR + KC_TRACKER_MAX_MATCHKEY) + 64];
+  size_t n = 4;
+  if (!c->peer_json_len) {
+    json_t *pj = json_string(c->peer);
+    c->peer_json_len = pj ? json_dumpb(pj, c->peer_json, sizeof c->peer_json,
+                                       KC_TRACKER_JSON_FLAGS)
+                          : 0;
+    json_decref(pj);
+    if (!c->peer_json_len || c->peer_json_len > sizeof c->peer_json)
+      return -1;
+  }
+  n = frame_lit(frame, sizeof frame, n, "[0, [");
+  if (m->custom_addr)
+    n = frame_value(frame, sizeof frame, n, json_array_get(m->root, 3));
+  else if (n && n + c->peer_json_len <= sizeof frame)
+    n = (size_t)((char *)mempcpy(frame + n, c->peer_json, c->peer_json_len) - frame);
+  else
+    n = 0;
+  n = frame_lit(frame, sizeof frame, n, ", ");
+  n = frame_value(frame, sizeof frame, n, m->port);
+  n = frame_lit(frame, sizeof frame, n, ", ");
+  n = frame_value(frame, sizeof frame, n, json_array_get(json_array_get(m->root, 2), 1));
+  n = frame_lit(frame, sizeof frame, n, "]]");
+  if (!n)
+    return -1;
+  n -= 4;
   size_t mk = strlen(m->matchkey) + 1;
-  struct res *r = n && n <= sizeof frame - 4 ? malloc(sizeof *r + mk + 4 + n) : NULL;
+  struct res *r = malloc(sizeof *r + mk + 4 + n);
   if (!r)
     return -1;
   memset(r, 0, sizeof *r);
@@ -467,6 +507,17 @@ static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   struct keyq *k = key_find(s, m->key, true);
   if (!k)
     return -1;
+  if (k->head && !k->nheap) { /* the common case: a free device, nobody waiting */
+    struct res *r = k->head;
+    /* as in schedule(): a requester that cannot be told leaves it at the back */
+    res_unlink_key(r);
+    res_append_key(r);
+    if (conn_send(s, c, r->frame, r->frame_len) == 0) {
+      res_unlink_key(r);
+      res_free(r);
+    }
+    return 0;
+  }
   struct req *q = calloc(1, sizeof *q);
   if (!q)
     return -1;

@@ -110,6 +110,28 @@ static void test_summary_shape(void **state) {
   close(q);
 }
 
+/* The lease reply carries PUT's custom_addr, and its port and matchkey as they were
+ * sent (a C++ server's port is a digit string), escaped as jansson writes them with
+ * ensure_ascii (Python's json.dumps differs only in the case of \\u hex digits). */
+static void test_lease_reply_encoding(void **state) {
+  trk_srv *t = *state;
+  int s = raw_connect(t->port, true);
+  raw_call_expect(s, "[3, \"esc\", [\"9092\", \"esc:\\\"q\\\"\u00e9/\\n\"], \"10.1.2.3\"]",
+                  "0");
+  raw_call_expect(s, "[3, \"esc\", [9093, \"esc:plain\"], null]", "0");
+  int c = raw_connect(t->port, true);
+  raw_send(c, "[4, \"esc\", \"\", 1]");
+  char *r = raw_recv(c, 2);
+  assert_string_equal(r, "[0, [\"10.1.2.3\", \"9092\", \"esc:\\\"q\\\"\\u00E9/\\n\"]]");
+  free(r);
+  raw_send(c, "[4, \"esc\", \"\", 1]");
+  r = raw_recv(c, 2);
+  assert_string_equal(r, "[0, [\"127.0.0.1\", 9093, \"esc:plain\"]]");
+  free(r);
+  close(c);
+  close(s);
+}
+
 /* Improvements: a server whose connection dies is removed at once (even without
  * UPDATE_INFO); a client that leaves while waiting stops counting as pending. */
 static void test_dead_peers_removed(void **state) {
@@ -308,6 +330,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_ping_and_magic, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priority_then_fifo, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_lease_reply_encoding, setup, teardown),
       cmocka_unit_test_setup_teardown(test_summary_shape, setup, teardown),
       cmocka_unit_test_setup_teardown(test_dead_peers_removed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_bad_frames_close_only_their_connection, setup, teardown),
