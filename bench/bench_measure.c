@@ -156,7 +156,7 @@ static void part_fixed(void) {
     exit(1);
   }
   /* Alternate, so drift of the machine hits both sides alike. */
-  enum { T = 5 };
+  enum { T = 7 };
   const uint32_t repeat = 15;
   double kc[T], un[T], kcv[T], ucv[T], kmin[T], umin[T], ratios[T], mratios[T];
   uint64_t number = 0;
