@@ -605,7 +605,7 @@ int main(void) {
   register_agents(1000);
   lconn *floor_agents = g_agents;
   enum { FR = 3 };
-  double frps[2][2][FR], fcpu[2][2][FR]; /* [tracker, floor][one write, split][run] */
+  double frps[2][2][FR], fcpu[2][2][FR], fgen[2][2][FR]; /* [trk, floor][1 write, split][run] */
   for (int rep = 0; rep < FR; rep++)
     for (int split = 0; split < 2; split++)
       for (int tgt = 0; tgt < 2; tgt++) {
@@ -615,11 +615,12 @@ int main(void) {
         g_nlat = 0;
         g_leases = 0;
         pid_t srv = tgt ? flp : trk;
-        double cc = cpu_s(srv), tt = kc_bench_now();
+        double cc = cpu_s(srv), gg = cpu_s(getpid()), tt = kc_bench_now();
         cs = start_clients(50, 10000);
         pump_until(leases_reached, &want, 120);
         frps[tgt][split][rep] = (double)g_leases / (kc_bench_now() - tt);
         fcpu[tgt][split][rep] = (cpu_s(srv) - cc) / (double)want;
+        fgen[tgt][split][rep] = (cpu_s(getpid()) - gg) / (double)want;
         close_clients(cs, 50);
       }
   for (int i = 0; i < g_nagents; i++)
@@ -629,11 +630,12 @@ int main(void) {
   g_port = trk_port;
   g_agents = trk_agents;
   g_split = split_saved;
-  double fmed[2][2], fcmed[2][2];
+  double fmed[2][2], fcmed[2][2], fgmed[2][2];
   for (int t = 0; t < 2; t++)
     for (int sp = 0; sp < 2; sp++) {
       fmed[t][sp] = kc_bench_quantile(frps[t][sp], FR, 0.5);
       fcmed[t][sp] = kc_bench_quantile(fcpu[t][sp], FR, 0.5);
+      fgmed[t][sp] = kc_bench_quantile(fgen[t][sp], FR, 0.5);
     }
 
   /* 4. Memory over 200 000 more leases. */
@@ -687,12 +689,13 @@ int main(void) {
   printf("\nthe same loads against the floor (a server doing only what this load needs: no JSON\n"
          "library, no priorities, no validation; same sockets and packets), alternating, %d runs:\n",
          FR);
-  printf("  %-30s %14s %14s %10s %16s\n", "clients", "kcage tracker", "floor", "ratio",
-         "CPU/req trk|flr");
+  printf("  %-28s %13s %11s %6s %16s %18s\n", "clients", "kcage tracker", "floor", "ratio",
+         "CPU/req trk|flr", "load gen CPU/req");
   for (int sp = 0; sp < 2; sp++)
-    printf("  %-30s %12.0f/s %12.0f/s %10.2f %7.1f|%.1f us\n",
+    printf("  %-28s %11.0f/s %9.0f/s %6.2f %9.1f|%.1f us %10.1f|%.1f us\n",
            sp ? "split writes (TVM's Python)" : "one write per frame", fmed[0][sp], fmed[1][sp],
-           fmed[0][sp] / fmed[1][sp], fcmed[0][sp] * 1e6, fcmed[1][sp] * 1e6);
+           fmed[0][sp] / fmed[1][sp], fcmed[0][sp] * 1e6, fcmed[1][sp] * 1e6,
+           fgmed[0][sp] * 1e6, fgmed[1][sp] * 1e6);
   printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n",
          "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0], rss[1], rss[2], rss[3],
          rss[4]);

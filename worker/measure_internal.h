@@ -124,7 +124,7 @@ int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s
  * completion lands adds the wake-up of its idle vCPU to the round, and on this kind of
  * VM that wake-up grows with how long the vCPU slept (~0.35 ms after a 38 ms round,
  * bench_measure).  An early end still wakes the parent at once; a late one costs the
- * polling margin (5 % of the round, >= 0.3 ms) of one CPU. */
+ * polling margin (1 % of the round, >= 0.4 ms) of one CPU. */
 int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                            double expect_s, kc_mcall *res, kc_error *err);
 /* Kill the process (the next call starts a fresh one). */

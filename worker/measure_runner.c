@@ -364,7 +364,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
  * shortly before the expected end, then poll it, yielding, until the completion lands
  * (1, *cr filled) or a while after the expected end (0: the caller waits the ordinary
  * way).  The margin covers the timer's own wake-up and the spread of the rounds; the
- * busy part is a few percent of the round.  A wrong expectation costs only that: the
+ * busy part is 1 % of the round (at least 0.4 ms).  A wrong expectation costs only that: the
  * parent never sleeps past a completion. */
 static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_result *cr,
                          kc_error *err) {
