@@ -409,20 +409,25 @@ static int reply_code(kc_tracker_server *s, struct conn *c, int code) {
 
 /* ---- the scheduler ------------------------------------------------------------- */
 
+/* Lease the key's oldest free device to c.  TVM: a requester that cannot be told puts
+ * the device at the back of the list. */
+static void lease_head(kc_tracker_server *s, struct keyq *k, struct conn *c) {
+  struct res *r = k->head;
+  res_unlink_key(r);
+  res_append_key(r);
+  if (conn_send(s, c, r->frame, r->frame_len) == 0) {
+    res_unlink_key(r);
+    res_free(r);
+  }
+}
+
 static void schedule(kc_tracker_server *s, struct keyq *k) {
   while (k->head && k->nheap) {
-    struct res *r = k->head;
-    res_unlink_key(r);
     struct req *q = k->heap[0];
     heap_remove(k, q);
     struct conn *c = q->conn;
     req_free(q);
-    /* TVM: a requester that cannot be told puts the device at the back of the list. */
-    res_append_key(r);
-    if (conn_send(s, c, r->frame, r->frame_len) == 0) {
-      res_unlink_key(r);
-      res_free(r);
-    }
+    lease_head(s, k, c);
   }
 }
 
@@ -508,14 +513,7 @@ static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   if (!k)
     return -1;
   if (k->head && !k->nheap) { /* the common case: a free device, nobody waiting */
-    struct res *r = k->head;
-    /* as in schedule(): a requester that cannot be told leaves it at the back */
-    res_unlink_key(r);
-    res_append_key(r);
-    if (conn_send(s, c, r->frame, r->frame_len) == 0) {
-      res_unlink_key(r);
-      res_free(r);
-    }
+    lease_head(s, k, c);
     return 0;
   }
   struct req *q = calloc(1, sizeof *q);
