@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -99,6 +100,19 @@ static void test_session_roundtrip(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
 }
 
+/* A SIGKILLed agent cannot remove its scratch dir ($TMPDIR/kcage-agent-PID); the next
+ * agent that starts sweeps it, so nothing is left behind on the host. */
+static void next_agent_sweeps(fixture *f, pid_t killed) {
+  char dir[512];
+  const char *td = getenv("TMPDIR");
+  snprintf(dir, sizeof dir, "%s/kcage-agent-%ld", td && *td && strlen(td) <= 200 ? td : "/tmp",
+           (long)killed);
+  struct stat st;
+  assert_int_equal(stat(dir, &st), 0); /* left by the killed agent */
+  assert_true(start_agent(f, &f->agent, "cpu", "6") > 0);
+  assert_int_equal(stat(dir, &st), -1);
+}
+
 /* An agent SIGKILLed mid-session: gone from SUMMARY within 1 s, and the client gets a
  * clear error instead of hanging. */
 static void test_agent_killed_mid_session(void **state) {
@@ -107,6 +121,7 @@ static void test_agent_killed_mid_session(void **state) {
   lease_session(f, 0, &s, NULL);
   assert_int_equal(summary_servers(f->t.port), 1);
   double t0 = now_s();
+  pid_t killed = f->agent;
   proc_kill(&f->agent);
   while (summary_servers(f->t.port) != 0 && now_s() - t0 < 1.0)
     usleep(5000);
@@ -120,6 +135,7 @@ static void test_agent_killed_mid_session(void **state) {
   assert_non_null(strstr(err.msg, "device agent closed the session"));
   assert_true(now_s() - t0 < 2.0);
   kc_session_close(s);
+  next_agent_sweeps(f, killed);
 }
 
 /* A session past its timeout is ended by the agent, with TVM's message. */
@@ -384,6 +400,7 @@ static void test_agent_killed_mid_batch(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 0, 5), 0);
   usleep(500000);
   double t0 = now_s();
+  pid_t killed = f->agent;
   proc_kill(&f->agent);
   while (summary_servers(f->t.port) != 0 && now_s() - t0 < 1.0)
     usleep(5000);
@@ -409,6 +426,7 @@ static void test_agent_killed_mid_batch(void **state) {
   msg[n > 0 ? n : 0] = '\0';
   if (!strstr(msg, "device agent closed the session"))
     fail_msg("unclear error: %s", msg);
+  next_agent_sweeps(f, killed);
 }
 
 /* What the agent sends a tracker, byte for byte as TVM's rpc_server does: a fake
