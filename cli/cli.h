@@ -4,8 +4,19 @@
 
 #include <stdint.h>
 
-/* DESIGN.md §3.1: errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage. */
+/* Errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage.  `kcage run`
+ * is the exception: its program's own status 2 must stay distinguishable, so its usage
+ * errors exit 125, like every other failure of kcage itself there. */
 #define KC_EXIT_USAGE 2
+#define KC_EXIT_RUN_FAILED 125
+
+/* The subcommands, one file each (cli/<name>.c); argv[0] is the subcommand's name. */
+int kc_cmd_run(int argc, char **argv);
+int kc_cmd_bench(int argc, char **argv);
+int kc_cmd_policy(int argc, char **argv);
+int kc_cmd_tracker(int argc, char **argv);
+int kc_cmd_agent(int argc, char **argv);
+int kc_cmd_query(int argc, char **argv);
 
 void kc_cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 

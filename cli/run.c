@@ -41,7 +41,8 @@ static const char usage_text[] =
     "  -h, --help           this text\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
-    "limit fired; 125 when kcage failed; 126/127 program not executable / not found.\n"
+    "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
+    "executable / not found.\n"
     "The result record: status (ok exited signaled timeout memory syscall pids output\n"
     "setup_error), exit_code, signal, signal_name, syscall, limit, cpu_s, wall_s,\n"
     "peak_memory_bytes, message.\n";
@@ -82,7 +83,7 @@ static const struct option long_opts[] = {
 
 static int bad(const char *opt, const char *val) {
   kc_cli_error("run", "invalid value for --%s: '%s' (see `kcage run --help`)", opt, val);
-  return KC_EXIT_USAGE;
+  return KC_EXIT_RUN_FAILED;
 }
 
 int kc_cmd_run(int argc, char **argv) {
@@ -93,10 +94,10 @@ int kc_cmd_run(int argc, char **argv) {
   char **env = calloc((size_t)argc + 4, sizeof *env);
   if (!mounts || !env) {
     kc_cli_error("run", "out of memory");
-    return 125;
+    return KC_EXIT_RUN_FAILED;
   }
   size_t n_mounts = 0, n_env = 0;
-  int rc = 125;
+  int rc = KC_EXIT_RUN_FAILED;
   optind = 1;
   opterr = 0;
   int c;
@@ -200,13 +201,13 @@ int kc_cmd_run(int argc, char **argv) {
     default:
       kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
                    argv[optind - 1]);
-      rc = KC_EXIT_USAGE;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
   }
   if (optind >= argc) {
     kc_cli_error("run", "no program given (usage: kcage run [OPTIONS] -- PROGRAM [ARG...])");
-    rc = KC_EXIT_USAGE;
+    rc = KC_EXIT_RUN_FAILED;
     goto done;
   }
   /* The default environment, unless --env replaced a variable of it. */
@@ -226,7 +227,7 @@ int kc_cmd_run(int argc, char **argv) {
   kc_error err = {0};
   if (kc_policy_load(policy_name, &policy, &err) < 0) {
     kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
-    rc = 125;
+    rc = KC_EXIT_RUN_FAILED;
     goto done;
   }
   cfg.policy = policy;
@@ -267,7 +268,7 @@ int kc_cmd_run(int argc, char **argv) {
     if (wrc < 0) {
       kc_cli_error("run", "%s", err.msg);
       kc_policy_free(policy);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
   }
@@ -284,20 +285,20 @@ int kc_cmd_run(int argc, char **argv) {
     char *json = NULL;
     if (kc_result_to_json(&res, &json, &err) < 0) {
       kc_cli_error("run", "report: %s", err.msg);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
     FILE *f = strcmp(report, "-") ? fopen(report, "w") : stdout;
     if (!f) {
       kc_cli_error("run", "report %s: %s", report, strerror(errno));
       free(json);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
     fprintf(f, "%s\n", json);
     if (f != stdout ? fclose(f) != 0 : fflush(f) != 0) {
       kc_cli_error("run", "report %s: %s", report, strerror(errno));
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
     }
     free(json);
   }

@@ -149,15 +149,6 @@ const char *kc_call_status_name(kc_call_status s) {
   return "unknown";
 }
 
-/* kc_result_init/kc_status_name live in the sandbox layer; weak fallbacks keep the
- * worker usable before it lands. */
-__attribute__((weak)) void kc_result_init(kc_result *r) {
-  memset(r, 0, sizeof *r);
-  r->exit_code = -1;
-  r->cpu_s = r->wall_s = -1;
-  r->peak_memory_bytes = -1;
-}
-
 static char *dupstr(const char *s) {
   return s ? strdup(s) : NULL;
 }
