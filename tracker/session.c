@@ -358,8 +358,8 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   }
   rc = 0;
 out:
-  for (size_t i = 0; i < n; i++)
-    free(paths[i]);
+  for (size_t k = 0; k < n; k++)
+    free(paths[k]);
   free(paths);
   return rc;
 }
