@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "kcage/error.h"
+#include "kcage/worker.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -189,6 +190,10 @@ int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, s
  * --reference) in *reference_record when that is not NULL. */
 int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
                           json_t **records, json_t **reference_record, kc_error *err);
+
+/* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
+ * kcage-worker program (measure/worker_main.c). */
+int kc_handler_measure(kc_call *call);
 
 /* The hook for remote runs: defined by the tracker layer when it is linked (weak
  * here).  Same contract as kc_bench_run_batch; cfg->tracker is set. */
