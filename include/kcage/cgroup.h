@@ -10,9 +10,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 typedef enum kc_cgroup_mode {
   KC_CGROUP_NONE, /* no usable cgroups: limits refused, kill by process group */
@@ -98,6 +102,8 @@ void kc_cgroup_destroy(kc_cgroup *cg);
 /* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage): kill
  * what is left in them, rmdir in every hierarchy.  Returns how many were reaped. */
 int kc_cgroup_reap_stale(kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -19,9 +19,13 @@
 #include "kcage/error.h"
 #include "kcage/worker.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---------------------------------------------------------------------------------
  * `--args`: "f32[512,512] f32[512,512] f32[512,512]:out"
@@ -199,6 +203,8 @@ int kc_handler_measure(kc_call *call);
  * here).  Same contract as kc_bench_run_batch; cfg->tracker is set. */
 int kc_bench_remote_run(const kc_bench_config *cfg, const char *const *kernels, size_t n,
                         json_t **records, kc_error *err) __attribute__((weak));
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -11,9 +11,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 typedef struct kc_policy kc_policy;
 
@@ -98,6 +102,8 @@ bool kc_policy_needs_listener(const kc_policy *p);
 
 /* Name of a syscall number on this architecture ("" when unknown). */
 const char *kc_syscall_name(int nr, char *buf, size_t len);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -18,9 +18,13 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Build and enter the sandbox's file system: the policy's mounts (or the built-in
  * layout when the policy has none: ro /usr + merged-usr symlinks, /proc, minimal
@@ -47,6 +51,8 @@ int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err)
  * it over and close it before untrusted code runs (see sandbox/seccomp_notify.h). */
 int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
                         int *listener_fd, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -21,9 +21,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 #define KC_TRACKER_MAGIC 0x2F271
 #define KC_RPC_MAGIC 0xFF271
@@ -261,6 +265,8 @@ typedef struct kc_session_serve_opts {
   double timeout_s;
 } kc_session_serve_opts;
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

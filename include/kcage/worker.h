@@ -48,9 +48,13 @@
 #include "kcage/error.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---------------------------------------------------------------------------------
  * Handlers (run inside the worker).
@@ -240,6 +244,8 @@ bool kc_worker_is_alive(kc_worker *w);   /* false while a replacement is still s
 pid_t kc_worker_pid(const kc_worker *w); /* host pid, 0 when none */
 /* Kills (when alive) and frees.  Safe with NULL. */
 void kc_worker_free(kc_worker *w);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }
