@@ -91,16 +91,6 @@ bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want,
 /* ---------------------------------------------------------------------------------
  * Build: `cc` inside a `build` sandbox, content-addressed cache.
  * ------------------------------------------------------------------------------- */
-typedef struct kc_sha256 {
-  uint32_t h[8];
-  uint64_t len;
-  uint8_t buf[64];
-  size_t fill;
-} kc_sha256;
-void kc_sha256_init(kc_sha256 *s);
-void kc_sha256_update(kc_sha256 *s, const void *data, size_t len);
-void kc_sha256_final(kc_sha256 *s, uint8_t out[32]);
-void kc_sha256_hex(const void *data, size_t len, char out[65]);
 
 typedef struct kc_build_opts {
   const char *cc;        /* NULL = "cc" */
