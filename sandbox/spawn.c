@@ -2,7 +2,7 @@
  * straight into the v2 cgroup), id maps, then "go". */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <fcntl.h>

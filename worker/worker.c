@@ -21,7 +21,7 @@
 
 #include <seccomp.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/seccomp.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
 #include "worker_internal.h"

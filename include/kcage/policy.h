@@ -91,7 +91,7 @@ int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
  * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only):
  * kc_seccomp_install_and_send(); tighter and cheaper in a forked child (compiled once
  * by the parent): kc_seccomp_prog_compile() + kc_seccomp_prog_load_and_send(), both
- * in sandbox/seccomp_notify.h. */
+ * in kcage/seccomp.h. */
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
 /* Compile the filter without loading it: catches what libseccomp rejects (the
  * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's

@@ -27,7 +27,7 @@
 #include <seccomp.h>
 
 #include "kcage/policy.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 static kc_policy *from_text(const char *text) {
   char path[] = "/tmp/kcage-policy-sc-XXXXXX.policy";
