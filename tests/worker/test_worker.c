@@ -591,6 +591,40 @@ static void test_pool_maximum_uses(void **state) {
   kc_pool_shutdown(p, true);
 }
 
+/* A map far longer than the pool's in-flight window: every call runs once, and each
+ * result lands at its own index (the window streams; it never reorders or drops). */
+static void test_pool_map_streams(void **state) {
+  (void)state;
+  kc_pool_opts o;
+  kc_pool_opts_init(&o);
+  opts_init(&o.worker);
+  o.max_workers = 2;
+  o.timeout_s = 30;
+  kc_pool *p;
+  kc_error err = {0};
+  assert_int_equal(kc_pool_new(&o, &p, &err), 0);
+  enum { N = 20000 };
+  kc_blob *args = calloc(N, sizeof *args);
+  uint32_t *vals = calloc(N, sizeof *vals);
+  kc_call_result *res = calloc(N, sizeof *res);
+  assert_true(args && vals && res);
+  for (uint32_t i = 0; i < N; i++) {
+    vals[i] = i * 2654435761u;
+    args[i] = (kc_blob){&vals[i], sizeof vals[i]};
+  }
+  assert_int_equal(kc_pool_map_with_error_catching(p, "echo", args, N, res, &err), 0);
+  for (uint32_t i = 0; i < N; i++) {
+    if (res[i].status != KC_CALL_COMPLETE || res[i].value_len != sizeof vals[i] ||
+        memcmp(res[i].value, &vals[i], sizeof vals[i]))
+      fail_msg("result %u: status %d, %zu bytes", i, res[i].status, res[i].value_len);
+    kc_call_result_clear(&res[i]);
+  }
+  kc_pool_shutdown(p, true);
+  free(args);
+  free(vals);
+  free(res);
+}
+
 static void test_corrupt_ring(void **state) {
   (void)state;
   const char *bad[] = {H("corrupt_tail"), H("forge_completion")};
@@ -931,6 +965,7 @@ int main(void) {
       cmocka_unit_test(test_seccomp_seal_file_exec_map),
       cmocka_unit_test(test_maximum_uses),
       cmocka_unit_test(test_pool_maximum_uses),
+      cmocka_unit_test(test_pool_map_streams),
       cmocka_unit_test(test_corrupt_ring),
       cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),
