@@ -355,7 +355,15 @@ static void end_session(kc_agent *a) {
   }
 }
 
-static void start_session(kc_agent *a, int fd, double timeout_s) {
+/* The operator's --max-session: a session without a timeout, or with a longer one,
+ * gets the cap (and its records say so). */
+static double session_timeout(const kc_agent *a, double asked) {
+  double cap = a->o.caps.max_session_s;
+  return cap > 0 && (asked <= 0 || asked > cap) ? cap : asked;
+}
+
+static void start_session(kc_agent *a, int fd, double asked_s) {
+  double timeout_s = session_timeout(a, asked_s);
   snprintf(a->child_dir, sizeof a->child_dir, "%s/session-XXXXXX", a->base_dir);
   if (!mkdtemp(a->child_dir)) {
     a->child_dir[0] = '\0';
@@ -391,7 +399,10 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
                                 .dir = a->child_dir,
                                 .workers = a->o.workers,
                                 .deadline = deadline,
-                                .timeout_s = timeout_s};
+                                .timeout_s = timeout_s,
+                                .asked_timeout_s = asked_s,
+                                .caps = a->o.caps,
+                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
     _exit(rc < 0 ? 1 : 0);

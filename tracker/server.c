@@ -78,7 +78,7 @@ struct conn {
   size_t out_off, out_len, out_cap;
   char peer[INET6_ADDRSTRLEN];
   char peer_json[6 * INET6_ADDRSTRLEN + 3]; /* peer as a JSON string, for lease replies */
-  size_t peer_json_len;                      /* 0 until the first PUT */
+  size_t peer_json_len;                     /* 0 until the first PUT */
   json_t *info;
   struct res *res_head;
   size_t nres;
@@ -460,9 +460,8 @@ static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   size_t n = 4;
   if (!c->peer_json_len) {
     json_t *pj = json_string(c->peer);
-    c->peer_json_len = pj ? json_dumpb(pj, c->peer_json, sizeof c->peer_json,
-                                       KC_TRACKER_JSON_FLAGS)
-                          : 0;
+    c->peer_json_len =
+        pj ? json_dumpb(pj, c->peer_json, sizeof c->peer_json, KC_TRACKER_JSON_FLAGS) : 0;
     json_decref(pj);
     if (!c->peer_json_len || c->peer_json_len > sizeof c->peer_json)
       return -1;
