@@ -2,7 +2,7 @@
  * Input byte 0 selects:
  *   'C' the rest is a run config as the agent reads it (kc_run_config_decode), then
  *       clamped to operator caps;
- *   else byte 0 is the number of kernels (mod 8) and the rest an agent's reply to
+ *   else byte 0 is the number of kernels (mod 8: "1" is one) and the rest an agent's reply to
  *       "run", decoded by the client (kc_remote_records_decode); what it accepts must
  *       print and re-encode. */
 #include <stddef.h>

@@ -285,12 +285,49 @@ static void test_build_options_on_the_wire(void **state) {
   trk_stop(&t);
 }
 
+/* With --auth-key, an agent that cannot prove the key never sees a kernel: the client
+ * refuses it before any upload, and names it. */
+static void test_auth_no_kernel_to_unproven_agent(void **state) {
+  (void)state;
+  trk_srv t;
+  trk_start(&t);
+  char tracker[64], args[256], errbuf[8192], key[] = "/tmp/kc-trk-key-XXXXXX";
+  int kfd = mkstemp(key);
+  assert_int_equal(write(kfd, "0123456789abcdef0123", 20), 20);
+  close(kfd);
+  snprintf(tracker, sizeof tracker, "127.0.0.1:%u", t.port);
+  read_args(args, sizeof args);
+  setenv("KCAGE_REQUEST_TIMEOUT", "5", 1);
+  rogue_agent r = {0};
+  /* It even claims a proof: a MAC it cannot compute. */
+  r.hello = "{\"op\": \"hello\", \"version\": 1, \"auth\": {\"nonce\": "
+            "\"00000000000000000000000000000000000000000000000000000000000000aa\", \"mac\": "
+            "\"00000000000000000000000000000000000000000000000000000000000000bb\"}}";
+  rogue_start(&r, t.port, "{\"op\": \"records\", \"records\": [" GOOD_REC "]}");
+  assert_int_equal(wait_count(t.port, "rogue", "free", 1, 5), 1);
+  const char *argv[] = {"bench",      "--tracker", tracker,  "--key", "rogue",
+                        "--auth-key", key,         "--args", args,    KC_EXAMPLES "/naive.c",
+                        NULL};
+  int rc = proc_run_err(argv, 60, errbuf, sizeof errbuf);
+  if (rc <= 0 || rc >= 126 || !strstr(errbuf, "did not prove the auth key"))
+    fail_msg("exit %d: %s", rc, errbuf);
+  assert_null(r.last_run);
+  rogue_stop(&r);
+  unlink(key);
+  unsetenv("KCAGE_REQUEST_TIMEOUT");
+  trk_stop(&t);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_run_config_roundtrip), cmocka_unit_test(test_run_config_hostile),
-      cmocka_unit_test(test_run_config_clamp),     cmocka_unit_test(test_records_decoder),
-      cmocka_unit_test(test_rogue_agent_replies),  cmocka_unit_test(test_build_options_on_the_wire),
+      cmocka_unit_test(test_run_config_roundtrip),
+      cmocka_unit_test(test_run_config_hostile),
+      cmocka_unit_test(test_run_config_clamp),
+      cmocka_unit_test(test_records_decoder),
+      cmocka_unit_test(test_rogue_agent_replies),
+      cmocka_unit_test(test_build_options_on_the_wire),
+      cmocka_unit_test(test_auth_no_kernel_to_unproven_agent),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
