@@ -221,6 +221,38 @@ static void test_deep_info_refused(void **state) {
   trk_stop(&t);
 }
 
+/* Keys and addresses are a peer's strings: `kcage query` shows their control
+ * characters escaped, never raw. */
+static void test_query_escapes_peer_strings(void **state) {
+  (void)state;
+  trk_srv t;
+  trk_start(&t);
+  int srv = raw_connect(t.port, true);
+  raw_call_expect(srv,
+                  "[5, {\"key\": \"server:ev\\u001b[2Jil\", \"addr\": [\"h\\u001b]0;x\\u0007\", "
+                  "9000]}]",
+                  "0");
+  raw_call_expect(srv, "[3, \"ev\\u001b[2Jil\", [9000, \"ev:0.1\"], \"h\\u009b1m\"]", "0");
+  char cmd[512];
+  snprintf(cmd, sizeof cmd, "%s query --tracker 127.0.0.1:%u", KCAGE_BIN, t.port);
+  FILE *p = popen(cmd, "r");
+  assert_non_null(p);
+  char out[8192];
+  size_t n = fread(out, 1, sizeof out - 1, p);
+  out[n] = '\0';
+  assert_int_equal(pclose(p), 0);
+  for (size_t i = 0; i < n; i++)
+    if (((unsigned char)out[i] < 0x20 && out[i] != '\n') || out[i] == 0x7f ||
+        ((unsigned char)out[i] == 0xc2 && (unsigned char)out[i + 1] >= 0x80 &&
+         (unsigned char)out[i + 1] <= 0x9f))
+      fail_msg("raw control character at %zu: %s", i, out);
+  assert_non_null(strstr(out, "server:ev\\x1b[2Jil"));
+  assert_non_null(strstr(out, "h\\x1b]0;x\\x07:9000"));
+  assert_non_null(strstr(out, "ev\\x1b[2Jil   1      1     0"));
+  close(srv);
+  trk_stop(&t);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -228,6 +260,7 @@ int main(void) {
       cmocka_unit_test(test_handshake_deadline),
       cmocka_unit_test(test_idle_flood),
       cmocka_unit_test(test_deep_info_refused),
+      cmocka_unit_test(test_query_escapes_peer_strings),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
