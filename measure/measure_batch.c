@@ -48,8 +48,6 @@ void kc_bench_config_init(kc_bench_config *c) {
   c->min_repeat_ms = -1;
 }
 
-#pragma weak kc_bench_remote_run
-
 /* ---- one kernel's bookkeeping ------------------------------------------------------- */
 typedef struct item {
   const char *path;
@@ -510,11 +508,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   *records = NULL;
   if (reference_record)
     *reference_record = NULL;
-  if (cfg->tracker) {
-    if (!kc_bench_remote_run)
-      return kc_error_set(err, 0, "--tracker: remote runs are not available in this build");
-    return kc_bench_remote_run(cfg, kernels, n, records, err);
-  }
+  if (cfg->tracker)
+    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
   session s = {0};
   if (kc_args_parse(cfg->args, &s.spec, err) < 0)
     return kc_error_prefix(err, "--args");

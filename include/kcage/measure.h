@@ -159,8 +159,8 @@ typedef struct kc_bench_config {
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
   uint32_t checks;       /* timed calls verified per round; 0 = 2 */
   kc_build_opts build;
-  /* Remote runs (the tracker layer, issue 5): when tracker is set the batch goes to
-   * kc_bench_remote_run (below). */
+  /* Remote runs: the caller sends the batch to kc_bench_remote_run (kcage/tracker.h)
+   * when tracker is set; kc_bench_run_batch refuses a config with tracker set. */
   const char *tracker; /* "HOST:PORT" */
   const char *key;
   int priority;
@@ -188,11 +188,6 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
 /* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
  * kcage-worker program (measure/worker_main.c). */
 int kc_handler_measure(kc_call *call);
-
-/* The hook for remote runs: defined by the tracker layer when it is linked (weak
- * here).  Same contract as kc_bench_run_batch; cfg->tracker is set. */
-int kc_bench_remote_run(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                        json_t **records, kc_error *err) __attribute__((weak));
 
 KC_PUBLIC_END
 

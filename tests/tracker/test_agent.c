@@ -69,7 +69,7 @@ static int lease_session(fixture *f, double session_timeout, kc_session **s, jso
     fail_msg("request: %s", err.msg);
   assert_string_equal(lease.server_key, "server:cpu");
   assert_non_null(strstr(lease.matchkey, "cpu:0."));
-  if (kc_session_open(fd, 5, s, hello, &err) < 0)
+  if (kc_session_open(fd, 5, NULL, s, hello, &err) < 0)
     fail_msg("session: %s", err.msg);
   return 0;
 }

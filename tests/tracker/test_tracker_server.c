@@ -116,8 +116,7 @@ static void test_summary_shape(void **state) {
 static void test_lease_reply_encoding(void **state) {
   trk_srv *t = *state;
   int s = raw_connect(t->port, true);
-  raw_call_expect(s, "[3, \"esc\", [\"9092\", \"esc:\\\"q\\\"\u00e9/\\n\"], \"10.1.2.3\"]",
-                  "0");
+  raw_call_expect(s, "[3, \"esc\", [\"9092\", \"esc:\\\"q\\\"\u00e9/\\n\"], \"10.1.2.3\"]", "0");
   raw_call_expect(s, "[3, \"esc\", [9093, \"esc:plain\"], null]", "0");
   int c = raw_connect(t->port, true);
   raw_send(c, "[4, \"esc\", \"\", 1]");
