@@ -45,6 +45,9 @@ static void usage(FILE *out) {
           "  --build-memory SIZE  per build (default 1G)\n"
           "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
           "  --no-cache           compile even when a build is cached\n"
+          "  --limits-fallback rlimit\n"
+          "                       without a delegated cgroup, hold memory and the builds'\n"
+          "                       process limit as rlimits instead of refusing to run\n"
           "output:\n"
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
           "  --quiet              no table\n"
@@ -84,6 +87,7 @@ enum {
   O_CHECKS,
   O_QUIET,
   O_HELP,
+  O_LFALLBACK,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -115,6 +119,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"checks", 1, 0, O_CHECKS},
                                      {"quiet", 0, 0, O_QUIET},
                                      {"help", 0, 0, O_HELP},
+                                     {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
 
 static int parse_double(const char *s, double *out) {
@@ -305,6 +310,10 @@ int kc_cmd_bench(int argc, char **argv) {
     case O_NOCACHE:
       cfg.build.no_cache = true;
       break;
+    case O_LFALLBACK:
+      if (kc_cli_limits_fallback("bench", a) < 0)
+        return KC_EXIT_USAGE;
+      break;
     case O_TRACKER:
       cfg.tracker = a;
       break;
@@ -391,6 +400,12 @@ int kc_cmd_bench(int argc, char **argv) {
     if (jf && jf != stdout)
       fclose(jf);
     return KC_EXIT_USAGE;
+  }
+  if (!cfg.tracker) { /* how this host held the workers' and builds' limits */
+    size_t i;
+    json_t *r;
+    json_array_foreach(recs, i, r)
+        json_object_set_new(r, "limits", kc_cli_limits_json(true, true, false));
   }
   if (!quiet && !(jf == stdout))
     print_table(recs, ref);

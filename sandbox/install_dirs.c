@@ -48,8 +48,8 @@ static void find_module_dir(void) {
   struct link_map *lm = NULL;
   char path[PATH_MAX];
   const char *name = NULL;
-  if (dladdr1((void *)find_module_dir, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm &&
-      lm->l_name && lm->l_name[0])
+  if (dladdr1((void *)find_module_dir, &info, (void **)&lm, RTLD_DL_LINKMAP) && lm && lm->l_name &&
+      lm->l_name[0])
     name = lm->l_name; /* a shared object */
   if (!realpath(name ? name : "/proc/self/exe", path))
     return;
@@ -62,8 +62,8 @@ static void find_module_dir(void) {
   char build[PATH_MAX];
   if (KC_BUILD_DIR[0] && realpath(KC_BUILD_DIR, build)) {
     size_t bl = strlen(build);
-    from_build = !strncmp(module_dir, build, bl) &&
-                 (module_dir[bl] == '\0' || module_dir[bl] == '/');
+    from_build =
+        !strncmp(module_dir, build, bl) && (module_dir[bl] == '\0' || module_dir[bl] == '/');
   }
 }
 

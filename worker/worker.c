@@ -686,10 +686,12 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
   return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
 }
 
-static void ensure_cgroup(kc_worker *w) {
+/* The slot's cgroup.  Without one a worker is still killed with its pid namespace,
+ * but a limit it was given must hold: a limit that cannot be enforced is refused
+ * (kc_cgroup_refusal says why), never dropped. */
+static int ensure_cgroup(kc_worker *w, kc_error *err) {
   if (w->cg_tried || w->o.isolation == KC_ISOLATION_NONE)
-    return;
-  w->cg_tried = true;
+    return 0;
   static _Atomic unsigned slot;
   char name[64];
   snprintf(name, sizeof name, "worker-%d-%u", (int)getpid(), atomic_fetch_add(&slot, 1));
@@ -698,8 +700,13 @@ static void ensure_cgroup(kc_worker *w) {
   if (lim.pids && w->o.isolation == KC_ISOLATION_SANDBOX)
     lim.pids++; /* the slot's zygote */
   kc_error e = {0};
-  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0)
-    w->cg = NULL; /* no cgroups here: kill by pid namespace, no memory verdicts */
+  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0) {
+    w->cg = NULL;
+    if (lim.memory_bytes || lim.pids || lim.cpus > 0)
+      return kc_error_set(err, e.code, "worker: %s", e.msg); /* tried again next spawn */
+  }
+  w->cg_tried = true;
+  return 0;
 }
 
 /* A spawn in two halves, so that a replacement can be on its way while the caller
@@ -719,7 +726,10 @@ static void ensure_slot(kc_worker *w) {
     kc_zygote_stop(w->slot);
     w->slot = NULL;
   }
-  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX)
+  /* Under the rlimit fallback each worker gets its limits itself: a slot's zygote
+   * holding RLIMIT_NPROC could not fork the worker (the kernel counts the processes
+   * of the pool's whole user namespace). */
+  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX || kc_cgroup_uses_rlimits(w->cg))
     return;
   kc_error e = {0};
   if (kc_zygote_slot(w->zyg, next_gen(), &w->slot, &e) < 0)
@@ -747,7 +757,8 @@ static int respawn_start(kc_worker *w, kc_error *err) {
     if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
       return kc_error_prefix(err, "worker");
   }
-  ensure_cgroup(w);
+  if (ensure_cgroup(w, err) < 0)
+    return -1;
   ensure_slot(w);
   uint32_t gen = next_gen();
   kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
@@ -821,8 +832,14 @@ static int collect_pid(kc_worker *w, kc_error *err) {
     drop_process(w);
     return kc_error_set(err, e, "worker: pidfd_open");
   }
-  if (w->cg && !w->slot)
-    kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
+  /* v1 hierarchies by pid, and rlimits where they stand in for the cgroup: a worker
+   * that cannot be held to its limits does not run. */
+  if (w->cg && !w->slot && kc_cgroup_attach(w->cg, pid, err) < 0) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+    return kc_error_prefix(err, "worker");
+  }
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);

@@ -19,8 +19,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kcage/cgroup.h"
 #include "install_dirs.h"
+#include "kcage/cgroup.h"
 #include "kcage/sandbox.h"
 #include "worker_internal.h"
 
