@@ -401,12 +401,6 @@ int kc_cmd_bench(int argc, char **argv) {
       fclose(jf);
     return KC_EXIT_USAGE;
   }
-  if (!cfg.tracker) { /* how this host held the workers' and builds' limits */
-    size_t i;
-    json_t *r;
-    json_array_foreach(recs, i, r)
-        json_object_set_new(r, "limits", kc_cli_limits_json(true, true, false));
-  }
   if (!quiet && !(jf == stdout))
     print_table(recs, ref);
   if (jf) {
