@@ -91,6 +91,10 @@ bool kc_cgroup_uses_rlimits(const kc_cgroup *cg) {
   return cg && (cg->rl_as || cg->rl_nproc);
 }
 
+uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg) {
+  return cg ? cg->rl_as : 0;
+}
+
 /* Only ever lower: a process must not gain a limit back by being attached. */
 static int lower(pid_t pid, int res, rlim_t v, kc_error *err) {
   struct rlimit cur;

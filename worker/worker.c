@@ -3,6 +3,7 @@
  * completions through the ring (spin, then poll() on an eventfd). */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -70,6 +72,7 @@ struct kc_worker {
   kc_cgroup *cg;
   bool cg_tried;
   int64_t oom_base, pids_base;
+  long maxrss_kb; /* the reaped worker's peak RSS (the kernel's rusage), -1 unknown */
   /* the live process (pid 0 when none) */
   pid_t pid;
   int pidfd, evfd, listener;
@@ -303,6 +306,7 @@ static void kill_async(kc_worker *w) {
 /* Kill the whole tree and reap the worker.  *si gets its end. */
 static void kill_and_reap(kc_worker *w, siginfo_t *si) {
   memset(si, 0, sizeof *si);
+  w->maxrss_kb = -1;
   if (!w->pid)
     return;
   /* SIGKILL works on a stopped process too; as pid 1 of its namespace its death takes
@@ -315,11 +319,30 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
     kill(w->pid, SIGKILL);
   if (w->cg && w->o.isolation != KC_ISOLATION_SANDBOX)
     kc_cgroup_kill(w->cg, NULL);
-  int rc;
+  /* The raw waitid also returns the child's rusage: its peak RSS is what the kernel
+   * saw, the evidence for a memory verdict under the rlimit fallback. */
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  long rc;
   do
-    rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, si, WEXITED)
-                       : waitid(P_PID, (id_t)w->pid, si, WEXITED);
+    rc = w->pidfd >= 0 ? syscall(SYS_waitid, P_PIDFD, w->pidfd, si, WEXITED, &ru)
+                       : syscall(SYS_waitid, P_PID, w->pid, si, WEXITED, &ru);
   while (rc < 0 && errno == EINTR);
+  w->maxrss_kb = rc == 0 ? ru.ru_maxrss : -1;
+}
+
+/* Under the rlimit fallback the kernel kills nobody at the memory limit: an
+ * allocation fails, and a program that does not check it dies of a fault.  A fault
+ * death after the worker's peak RSS (the kernel's count, from waitid) reached half
+ * its RLIMIT_AS is taken for the limit.  A worker can at most trade one failure
+ * verdict (crash) for another (memory) this way. */
+static bool rlimit_memory_death(const kc_worker *w, const siginfo_t *si) {
+  uint64_t as = kc_cgroup_rlimit_memory(w->cg);
+  if (!as || w->maxrss_kb < 0 || (si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED))
+    return false;
+  int sig = si->si_status;
+  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT) &&
+         (uint64_t)w->maxrss_kb * 1024 >= as / 2;
 }
 
 static int collect_pid(kc_worker *w, kc_error *err);
@@ -374,6 +397,12 @@ static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v
     v->status = KC_STATUS_MEMORY;
     v->signal = SIGKILL;
     snprintf(msg, cap, "worker killed by the out-of-memory killer (memory limit)");
+  } else if (rlimit_memory_death(w, si)) {
+    v->status = KC_STATUS_MEMORY;
+    v->signal = si->si_status;
+    snprintf(msg, cap,
+             "worker died at its memory limit (RLIMIT_AS %" PRIu64 " MiB, peak RSS %ld MiB)",
+             kc_cgroup_rlimit_memory(w->cg) >> 20, w->maxrss_kb >> 10);
   } else if (c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base &&
              si->si_code != CLD_EXITED) {
     v->status = KC_STATUS_PIDS;

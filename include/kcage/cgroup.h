@@ -111,6 +111,8 @@ kc_limits_fallback kc_cgroup_get_fallback(void);
 const char *kc_cgroup_enforcement(const char *which);
 /* Does cg hold any limit as an rlimit (set on each attached process)? */
 bool kc_cgroup_uses_rlimits(const kc_cgroup *cg);
+/* The RLIMIT_AS that stands in for cg's memory limit; 0 when none (or cg is NULL). */
+uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg);
 /* Fill err with the one-line refusal of limit `which` (ENOTSUP).  Returns -1. */
 int kc_cgroup_refusal(const char *which, kc_error *err);
 
