@@ -135,6 +135,20 @@ set -e
 how=cgroup bench_verdicts delegated delegated
 ls "${deleg[0]}/kcage" >/dev/null || fail "kcage made no cgroups under the delegated ${deleg[0]}"
 
+# v2's no-internal-process rule: in a delegated v2 cgroup kcage moves itself into a
+# leaf before it enables controllers.  This host's v2 mount has none to enable, so
+# the limit is still refused, but the move is visible.
+if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then
+  v2d=$(printf '%s\n' "${deleg[@]}" | grep '^/sys/fs/cgroup/unified/')
+  set +e
+  out=$(as_user delegated env KCAGE_CGROUP=v2 "$kcage" run --memory 64M -- /bin/true 2>&1); rc=$?
+  set -e
+  [ $rc = 125 ] && [[ $out == *"memory limit cannot be enforced"* ]] ||
+    fail "forced v2 without a memory controller: exit $rc ($out)"
+  [ -d "$v2d/kcage.self" ] || fail "kcage did not move into the leaf $v2d/kcage.self"
+  [ -z "$(cat "$v2d/cgroup.procs")" ] || fail "processes left in the delegated v2 cgroup $v2d"
+fi
+
 echo "== 3. nothing delegated, --limits-fallback rlimit"
 rep=$(as_user "$kcage" run --limits-fallback rlimit --memory 64M --pids 16 --report - -- /bin/true) ||
   fail "kcage run with the rlimit fallback"
