@@ -46,6 +46,9 @@ static void usage(FILE *out) {
           "  --build-memory SIZE  per build (default 1G)\n"
           "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
           "  --no-cache           compile even when a build is cached\n"
+          "  --limits-fallback rlimit\n"
+          "                       without a delegated cgroup, hold memory and the builds'\n"
+          "                       process limit as rlimits instead of refusing to run\n"
           "output:\n"
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
           "  --quiet              no table\n"
@@ -88,6 +91,7 @@ enum {
   O_QUIET,
   O_AUTHKEY,
   O_HELP,
+  O_LFALLBACK,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -120,6 +124,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"quiet", 0, 0, O_QUIET},
                                      {"auth-key", 1, 0, O_AUTHKEY},
                                      {"help", 0, 0, O_HELP},
+                                     {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
 
 static int parse_double(const char *s, double *out) {
@@ -309,6 +314,10 @@ int kc_cmd_bench(int argc, char **argv) {
       break;
     case O_NOCACHE:
       cfg.build.no_cache = true;
+      break;
+    case O_LFALLBACK:
+      if (kc_cli_limits_fallback("bench", a) < 0)
+        return KC_EXIT_USAGE;
       break;
     case O_TRACKER:
       cfg.tracker = a;

@@ -38,6 +38,10 @@ static const char usage_text[] =
     "                       is otherwise PATH, HOME=/tmp, LANG=C.UTF-8)\n"
     "  --report FILE|-      write the result record as one JSON object ('-' = stdout,\n"
     "                       after the program's own output)\n"
+    "  --limits-fallback rlimit\n"
+    "                       where no delegated cgroup can hold --memory/--pids, enforce\n"
+    "                       them as rlimits (RLIMIT_AS per process, RLIMIT_NPROC) instead\n"
+    "                       of refusing to run; the record's \"limits\" names which\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
@@ -61,6 +65,7 @@ enum {
   OPT_CWD,
   OPT_ENV,
   OPT_REPORT,
+  OPT_LIMITS_FALLBACK,
 };
 
 static const struct option long_opts[] = {
@@ -77,6 +82,7 @@ static const struct option long_opts[] = {
     {"cwd", required_argument, NULL, OPT_CWD},
     {"env", required_argument, NULL, OPT_ENV},
     {"report", required_argument, NULL, OPT_REPORT},
+    {"limits-fallback", required_argument, NULL, OPT_LIMITS_FALLBACK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -198,6 +204,12 @@ int kc_cmd_run(int argc, char **argv) {
     case OPT_REPORT:
       report = optarg;
       break;
+    case OPT_LIMITS_FALLBACK:
+      if (kc_cli_limits_fallback("run", optarg) < 0) {
+        rc = KC_EXIT_USAGE;
+        goto done;
+      }
+      break;
     default:
       kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
                    argv[optind - 1]);
@@ -287,6 +299,12 @@ int kc_cmd_run(int argc, char **argv) {
       kc_cli_error("run", "report: %s", err.msg);
       rc = KC_EXIT_RUN_FAILED;
       goto done;
+    }
+    char *with = kc_cli_record_with_limits(json, cfg.limits.memory_bytes, cfg.limits.pids,
+                                           cfg.limits.cpus > 0);
+    if (with) {
+      free(json);
+      json = with;
     }
     FILE *f = strcmp(report, "-") ? fopen(report, "w") : stdout;
     if (!f) {

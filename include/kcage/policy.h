@@ -65,12 +65,14 @@ typedef struct kc_policy_spec {
 } kc_policy_spec;
 
 /* NAME (a built-in profile such as "exec", "build", "measure", found in
- * $KCAGE_POLICY_DIR, the source tree or the installed policies) or a FILE path. */
+ * $KCAGE_POLICY_DIR or kcage's own policies) or a FILE path. */
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
 /* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
 bool kc_policy_is_path(const char *name_or_path);
 /* The file kc_policy_load would read: a path as given, else NAME.policy in
- * $KCAGE_POLICY_DIR, then KC_SOURCE_POLICY_DIR, then KC_INSTALL_POLICY_DIR. */
+ * $KCAGE_POLICY_DIR, then in kcage's own policies: <datadir>/kcage/policies relative
+ * to where the library or binary is installed (the source tree's policies/ only for
+ * a binary that runs from its build directory). */
 int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);
 /* Errors read "FILE:LINE: message". */
 int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);

@@ -162,7 +162,9 @@ typedef struct kc_worker_opts {
   size_t max_result_bytes; /* largest result payload; 0 = 1 MiB */
   kc_isolation isolation;
   const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
-                              build dir, then the installed libexec copy */
+                              one next to kcage (<libexecdir>/kcage, relative to
+                              the installed binary or library; the build dir for a
+                              binary that runs from it) */
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
