@@ -2,11 +2,11 @@
  * get its exact verdict, end promptly and leave nothing behind (no process carrying
  * the case's marker, no cgroup of the run, no stray mount, no file on the host).
  * One ctest entry per case: `test_hostile <case>`. */
+#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <cmocka.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -171,14 +171,80 @@ static void syscall_case(const char *name) {
   json_decref(o.report);
 }
 
-static void test_sys_socket(void **s) { (void)s; syscall_case("socket"); }
-static void test_sys_mount(void **s) { (void)s; syscall_case("mount"); }
-static void test_sys_ptrace(void **s) { (void)s; syscall_case("ptrace"); }
-static void test_sys_init_module(void **s) { (void)s; syscall_case("init_module"); }
-static void test_sys_bpf(void **s) { (void)s; syscall_case("bpf"); }
-static void test_sys_perf_event_open(void **s) { (void)s; syscall_case("perf_event_open"); }
-static void test_sys_io_uring_setup(void **s) { (void)s; syscall_case("io_uring_setup"); }
-static void test_sys_userfaultfd(void **s) { (void)s; syscall_case("userfaultfd"); }
+static void test_sys_socket(void **s) {
+  (void)s;
+  syscall_case("socket");
+}
+static void test_sys_mount(void **s) {
+  (void)s;
+  syscall_case("mount");
+}
+static void test_sys_ptrace(void **s) {
+  (void)s;
+  syscall_case("ptrace");
+}
+static void test_sys_init_module(void **s) {
+  (void)s;
+  syscall_case("init_module");
+}
+static void test_sys_bpf(void **s) {
+  (void)s;
+  syscall_case("bpf");
+}
+static void test_sys_perf_event_open(void **s) {
+  (void)s;
+  syscall_case("perf_event_open");
+}
+static void test_sys_io_uring_setup(void **s) {
+  (void)s;
+  syscall_case("io_uring_setup");
+}
+static void test_sys_userfaultfd(void **s) {
+  (void)s;
+  syscall_case("userfaultfd");
+}
+
+/* Address families a network namespace does not isolate are refused under every
+ * built-in policy: EAFNOSUPPORT under exec and build, a violation under measure.  The
+ * host must have vsock for the case to mean something. */
+static void test_vsock(void **s) {
+  (void)s;
+  int fd = socket(40 /* AF_VSOCK */, SOCK_STREAM, 0);
+  if (fd < 0)
+    skip(); /* no vsock on this host: nothing to refuse */
+  close(fd);
+  static const char *const policies[] = {"exec", "build"};
+  for (size_t i = 0; i < 2; i++) {
+    kc_run_out o;
+    const char *opts[] = {"--policy", policies[i], "--wall", "20", NULL};
+    run_case(&o, "h_vsock", opts, NULL);
+    if (o.out_len)
+      print_message("%s: %s", policies[i], o.out);
+    expect(&o, "ok", 0);
+    json_decref(o.report);
+  }
+  kc_run_out o;
+  const char *opts[] = {"--policy", "measure", "--wall", "20", NULL};
+  run_case(&o, "h_vsock", opts, NULL);
+  expect(&o, "syscall", 137);
+  assert_string_equal(kc_test_str(&o, "syscall"), "socket");
+  json_decref(o.report);
+}
+
+/* A limit verdict never exits 0, even when the program itself does. */
+static void test_limit_exit(void **s) {
+  (void)s;
+  kc_run_out o;
+  const char *mem[] = {"--memory", "64M", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", mem, "memory");
+  expect(&o, "memory", 137);
+  json_decref(o.report);
+  const char *out[] = {"--output", "1K", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", out, "output");
+  expect(&o, "output", 137);
+  assert_true(o.out_len <= 1024);
+  json_decref(o.report);
+}
 
 static void test_escape_fs(void **s) {
   (void)s;
@@ -255,6 +321,8 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_escape_net),
       cmocka_unit_test(test_escape_proc),
       cmocka_unit_test(test_escape_caps),
+      cmocka_unit_test(test_vsock),
+      cmocka_unit_test(test_limit_exit),
   };
   if (argc > 1)
     cmocka_set_test_filter(argv[1]);
