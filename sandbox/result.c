@@ -67,7 +67,8 @@ int kc_result_to_json(const kc_result *r, char **out, kc_error *err) {
   json_object_set_new(o, "peak_memory_bytes",
                       r->peak_memory_bytes >= 0 ? json_integer(r->peak_memory_bytes) : json_null());
   json_object_set_new(o, "message", r->message[0] ? json_string(r->message) : json_null());
-  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII |
+                              JSON_REAL_PRECISION(9));
   json_decref(o);
   if (!s)
     return kc_error_set(err, ENOMEM, "result json");
