@@ -279,6 +279,44 @@ static int dev(const char *dst, kc_error *err) {
   return 0;
 }
 
+/* What container runtimes hide of /proc (runc's maskedPaths and readonlyPaths, plus
+ * the host's boot command line and kernel build, which a build error would echo to a
+ * remote tenant): files and directories that describe the host, not the sandbox.  A
+ * file is covered with /dev/null, a directory with an empty read-only tmpfs; what the
+ * kernel does not have is skipped.  The sandbox never holds the capability to undo it. */
+static const char *const proc_masked[] = {
+    "acpi",          "asound",  "bootconfig",    "cmdline", "config.gz",  "interrupts",
+    "iomem",         "ioports", "kallsyms",      "kcore",   "keys",       "key-users",
+    "latency_stats", "modules", "sched_debug",   "scsi",    "timer_list", "timer_stats",
+    "vmallocinfo",   "driver",  "dynamic_debug", "mtrr",    "pressure"};
+static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
+
+static int mask_proc(const char *dst, kc_error *err) {
+  char path[PATH_MAX + 32];
+  for (size_t i = 0; i < sizeof proc_masked / sizeof proc_masked[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dst, proc_masked[i]);
+    struct stat st;
+    if (lstat(path, &st) < 0)
+      continue;
+    int rc = S_ISDIR(st.st_mode)
+                 ? mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                         "size=4k,nr_inodes=1,mode=0555")
+                 : mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL);
+    if (rc < 0)
+      return kc_error_set(err, errno, "mask %s", path);
+  }
+  for (size_t i = 0; i < sizeof proc_readonly / sizeof proc_readonly[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dst, proc_readonly[i]);
+    if (access(path, F_OK) < 0)
+      continue;
+    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) < 0)
+      return kc_error_set(err, errno, "read-only %s", path);
+  }
+  return 0;
+}
+
 int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return kc_error_set(err, errno, "make / private");
@@ -306,6 +344,8 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
         rc = kc_error_set(err, errno, "mount point %s", m->dst);
       else if (mount("proc", m->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         rc = kc_error_set(err, errno, "mount proc on %s", m->dst);
+      else
+        rc = mask_proc(m->dst, err);
       break;
     case KC_MNT_DEV:
       rc = dev(m->dst, err);

@@ -222,6 +222,22 @@ static void test_limit_exit(void **s) {
   json_decref(o.report);
 }
 
+/* The /proc files that describe the host are masked under every built-in policy
+ * (the host's own /proc/cmdline is not empty, so the case means something). */
+static void test_proc_host(void **s) {
+  (void)s;
+  static const char *const policies[] = {"exec", "build", "measure"};
+  for (size_t i = 0; i < 3; i++) {
+    kc_run_out o;
+    const char *opts[] = {"--policy", policies[i], "--wall", "20", NULL};
+    run_case(&o, "h_proc_host", opts, NULL);
+    if (o.out_len)
+      print_message("%s: %s", policies[i], o.out);
+    expect(&o, "ok", 0);
+    json_decref(o.report);
+  }
+}
+
 static void test_escape_fs(void **s) {
   (void)s;
   kc_run_out o;
@@ -299,6 +315,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_escape_caps),
       cmocka_unit_test(test_vsock),
       cmocka_unit_test(test_limit_exit),
+      cmocka_unit_test(test_proc_host),
   };
   if (argc > 1)
     cmocka_set_test_filter(argv[1]);

@@ -236,6 +236,33 @@ static void test_output_swapped(void **state) {
   unlink(secret);
 }
 
+/* A source that includes the host's /proc/cmdline: the build error must not echo the
+ * host's boot command line back (it is masked in the build sandbox). */
+static void test_proc_cmdline_masked(void **state) {
+  (void)state;
+  char host[256] = {0};
+  FILE *f = fopen("/proc/cmdline", "r");
+  if (!f || !fgets(host, sizeof host, f) || strlen(host) < 8) {
+    if (f)
+      fclose(f);
+    skip();
+  }
+  fclose(f);
+  host[strcspn(host, " \n")] = 0; /* the first word, e.g. BOOT_IMAGE=... */
+  char src[600];
+  snprintf(src, sizeof src, "%s/cmdline-%d.c", KC_TEST_CACHE_DIR, (int)getpid());
+  f = fopen(src, "w");
+  assert_non_null(f);
+  fputs("int x[] = {\n#include \"/proc/cmdline\"\n};\n", f);
+  fclose(f);
+  kc_build_opts o = {.cache_dir = cache, .no_cache = true};
+  kc_build_result r;
+  kc_error err = {0};
+  assert_int_equal(kc_build_kernel(&o, src, &r, &err), 0);
+  unlink(src);
+  assert_null(strstr(r.message, host));
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_build_then_cached),
@@ -246,6 +273,7 @@ int main(void) {
       cmocka_unit_test(test_no_tmp_fallback),
       cmocka_unit_test(test_planted_links),
       cmocka_unit_test(test_output_swapped),
+      cmocka_unit_test(test_proc_cmdline_masked),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
