@@ -83,6 +83,7 @@ struct kc_sandbox {
   kc_cgroup_counters base; /* counters at creation: verdicts use deltas */
   int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;
   int fwd_out, fwd_err;
+  int in_src, in_wr; /* a terminal stdin (not owned) fed to the program's stdin pipe */
   int cancel_fd; /* not owned */
   const kc_policy *policy;
   kc_limits lim;
