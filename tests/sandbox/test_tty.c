@@ -1,10 +1,12 @@
 /* `kcage run` with a terminal as stdin: the program reads what is typed, and nothing
  * it writes reaches the terminal except through kcage's counted output pipes. */
-#include <cmocka.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+// clang-format off: cmocka needs the four headers above first
+#include <cmocka.h>
+// clang-format on
 
 #include <errno.h>
 #include <fcntl.h>
