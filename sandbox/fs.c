@@ -44,6 +44,7 @@ static kc_mnt *push(mnt_list *l, kc_mnt_kind kind, kc_error *err) {
   kc_mnt *m = &l->v[l->n++];
   memset(m, 0, sizeof *m);
   m->kind = kind;
+  m->tree = -1;
   return m;
 }
 
@@ -175,6 +176,38 @@ int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extr
   return 0;
 }
 
+/* The sandbox's root is not host root, so a source below a directory only root can
+ * traverse (a 0700 mktemp -d) is out of the child's reach by path.  This process
+ * resolves it instead (as bwrap and crun do as root) and hands the child a detached
+ * clone; the files' own modes still decide what the sandbox may do inside.  Where
+ * open_tree is not allowed (an unprivileged caller, an old kernel) the child binds by
+ * path as before: then the caller's own access is the sandbox's anyway. */
+void kc__fs_open_trees(kc_mnt *mnts, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    kc_mnt *m = &mnts[i];
+    if (m->kind != KC_MNT_RO && m->kind != KC_MNT_RW)
+      continue;
+    int fd = open_tree(AT_FDCWD, m->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (fd < 0)
+      return; /* not allowed here: every bind goes by path */
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                       (m->kind == KC_MNT_RO ? MOUNT_ATTR_RDONLY : 0)};
+    if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof a) < 0) {
+      close(fd);
+      continue;
+    }
+    m->tree = fd;
+  }
+}
+
+void kc__fs_close_trees(kc_mnt *mnts, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (mnts[i].tree >= 0) {
+      close(mnts[i].tree);
+      mnts[i].tree = -1;
+    }
+}
+
 /* ---- child side ---------------------------------------------------------------- */
 
 static int mkdir_p(const char *path, mode_t mode) {
@@ -223,11 +256,18 @@ static int mount_point(const char *dst, bool dir) {
   return 0;
 }
 
-static int bind(const char *src, const char *dst, bool dir, bool ro, kc_error *err) {
+static int bind(const kc_mnt *m, kc_error *err) {
+  const char *src = m->src, *dst = m->dst;
+  bool ro = m->kind == KC_MNT_RO;
   char from[PATH_MAX + sizeof KC_OLDROOT];
   snprintf(from, sizeof from, "%s%s", KC_OLDROOT, src);
-  if (mount_point(dst, dir) < 0)
+  if (mount_point(dst, m->is_dir) < 0)
     return kc_error_set(err, errno, "mount point %s", dst);
+  if (m->tree >= 0) { /* opened and flagged by the parent */
+    if (move_mount(m->tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return kc_error_set(err, errno, "bind %s on %s", src, dst);
+    return 0;
+  }
   if (mount(from, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
     return kc_error_set(err, errno, "bind %s on %s", src, dst);
   unsigned long fl = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (ro ? MS_RDONLY : 0);
@@ -334,7 +374,7 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
     switch (m->kind) {
     case KC_MNT_RO:
     case KC_MNT_RW:
-      rc = bind(m->src, m->dst, m->is_dir, m->kind == KC_MNT_RO, err);
+      rc = bind(m, err);
       break;
     case KC_MNT_TMPFS:
       rc = tmpfs(m->dst, m->size, "1777", err);

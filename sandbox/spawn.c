@@ -317,6 +317,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
   }
+  kc__fs_open_trees(plan.mnts, plan.n_mnts);
   kc__caps_prepare();
   /* The filter is compiled here (libseccomp allocates and takes 100s of µs); the
    * child only loads it. */
@@ -404,6 +405,7 @@ out:
   close_fd(&in_p[1]);
   close_fd(&devnull);
   close_fd(&self_net);
+  kc__fs_close_trees(plan.mnts, plan.n_mnts);
   free(plan.mnts);
   kc_seccomp_prog_free(prog);
   if (rc < 0) {
