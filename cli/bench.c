@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
 
@@ -203,8 +204,12 @@ static void print_table(json_t *recs, json_t *ref) {
       snprintf(kshow, sizeof kshow, "...%s", k + kl - kw + 3);
     else
       snprintf(kshow, sizeof kshow, "%s", k);
-    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kshow,
-           json_string_value(json_object_get(r, "status")), med, mn, cv, sp, note);
+    /* The kernel's name, its status and the compiler's or kernel's message are not
+     * ours: escaped, so no sequence in them can redraw the table. */
+    char ek[4 * sizeof kshow], es[64], en[4 * sizeof note];
+    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kc_escape(kshow, ek, sizeof ek),
+           kc_escape(json_string_value(json_object_get(r, "status")), es, sizeof es), med, mn, cv,
+           sp, kc_escape(note, en, sizeof en));
   }
 }
 
@@ -426,7 +431,7 @@ int kc_cmd_bench(int argc, char **argv) {
     size_t i;
     json_t *r;
     json_array_foreach(recs, i, r) {
-      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
       if (line) {
         fprintf(jf, "%s\n", line);
         free(line);

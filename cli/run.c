@@ -46,7 +46,8 @@ static const char usage_text[] =
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
     "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
-    "executable / not found.\n"
+    "executable / not found; 137 for a memory/pids/output/syscall verdict of a\n"
+    "program that itself exited 0.\n"
     "The result record: status (ok exited signaled timeout memory syscall pids output\n"
     "setup_error), exit_code, signal, signal_name, syscall, limit, cpu_s, wall_s,\n"
     "peak_memory_bytes, message.\n";

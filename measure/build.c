@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 
 #include <nettle/sha2.h>
 
+#include "build_fs.h"
 #include "kcage/cleanup.h"
 
 /* Paths are built from directories whose length was checked when they were made; a
@@ -36,19 +38,46 @@ static double now_s(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int kc_build_cache_dir(const kc_build_opts *o, char *buf, size_t len, kc_error *err) {
+/* The cache of this user: --cache-dir, else $XDG_CACHE_HOME/kcage, else
+ * $HOME/.cache/kcage, else the passwd home's.  Never a shared directory such as /tmp:
+ * anyone could plant links there before the first build. */
+static int cache_path(const kc_build_opts *o, char *buf, size_t len, kc_error *err) {
+  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
   int n;
   if (o && o->cache_dir)
     n = snprintf(buf, len, "%s", o->cache_dir);
-  else if (getenv("XDG_CACHE_HOME") && *getenv("XDG_CACHE_HOME"))
-    n = snprintf(buf, len, "%s/kcage", getenv("XDG_CACHE_HOME"));
-  else if (getenv("HOME") && *getenv("HOME"))
-    n = snprintf(buf, len, "%s/.cache/kcage", getenv("HOME"));
-  else
-    n = snprintf(buf, len, "/tmp/kcage-cache-%u", (unsigned)getuid());
+  else if (xdg && xdg[0] == '/')
+    n = snprintf(buf, len, "%s/kcage", xdg);
+  else if (home && home[0] == '/')
+    n = snprintf(buf, len, "%s/.cache/kcage", home);
+  else {
+    struct passwd *pw = getpwuid(geteuid());
+    if (!pw || !pw->pw_dir || pw->pw_dir[0] != '/' || !strcmp(pw->pw_dir, "/"))
+      return kc_error_set(err, ENOENT,
+                          "no cache directory: HOME and XDG_CACHE_HOME are unset and uid %u has "
+                          "no home (give --cache-dir)",
+                          (unsigned)geteuid());
+    n = snprintf(buf, len, "%s/.cache/kcage", pw->pw_dir);
+  }
   if (n < 0 || (size_t)n >= len)
     return kc_error_set(err, ENAMETOOLONG, "cache dir");
-  return kc_mkdir_p(buf, err);
+  return 0;
+}
+
+static int open_cache(const kc_build_opts *o, char *buf, size_t len, kc_error *err) {
+  char want[PATH_MAX];
+  if (cache_path(o, want, sizeof want, err) < 0)
+    return -1;
+  int fd = kc_safe_dir_open(want, KC_DIR_OWN, true, buf, len, err);
+  return fd < 0 ? kc_error_prefix(err, "cache dir") : fd;
+}
+
+int kc_build_cache_dir(const kc_build_opts *o, char *buf, size_t len, kc_error *err) {
+  int fd = open_cache(o, buf, len, err);
+  if (fd < 0)
+    return -1;
+  close(fd);
+  return 0;
 }
 
 int kc_mkdir_p(const char *path, kc_error *err) {
@@ -131,23 +160,7 @@ int kc_io_all(int fd, void *buf, size_t len, bool wr) {
 }
 
 void kc_rm_rf(const char *path) {
-  DIR *d = opendir(path);
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d))) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-        continue;
-      char sub[PATH_MAX];
-      if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub)
-        continue;
-      if (e->d_type == DT_DIR)
-        kc_rm_rf(sub);
-      else
-        unlink(sub);
-    }
-    closedir(d);
-  }
-  rmdir(path);
+  kc_rm_rf_at(AT_FDCWD, path);
 }
 
 /* Resolve `cc` through PATH so the key names the real compiler binary. */
@@ -255,14 +268,8 @@ static int run_plain(char *const *argv, char *const *envp, const char *cwd, int 
 
 #ifdef KC_HAVE_SANDBOX
 #include "kcage/policy.h"
-#define KC_BUILD_HOST_ID 65534 /* the sandbox's host id for its root when run as root */
 static int run_sandboxed(char *const *argv, char *const *envp, const char *scratch, int out_fd,
                          const kc_build_opts *o, kc_result *res, kc_error *err) {
-  /* Run as root, the sandbox maps its root to the host's nobody (never host root,
-   * sandbox/spawn.c): the compiler can write the scratch directory only if nobody owns
-   * it.  As any other user the mapping is that user, who owns it already. */
-  if (geteuid() == 0 && chown(scratch, KC_BUILD_HOST_ID, KC_BUILD_HOST_ID) < 0)
-    return kc_error_set(err, errno, "chown %s", scratch);
   kc_policy *pol = NULL;
   if (kc_policy_load("build", &pol, err) < 0)
     return kc_error_prefix(err, "build policy");
@@ -286,27 +293,6 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
 }
 #endif
 
-/* Copy into the cache under a temporary name, then rename: readers never see half a
- * file, and concurrent builds of the same key just replace each other's copy. */
-static int store_artifact(const char *from, const char *to, kc_error *err) {
-  char tmp[PATH_MAX + 32];
-  if (snprintf(tmp, sizeof tmp, "%s.%d.tmp", to, (int)gettid()) >= (int)sizeof tmp)
-    return kc_error_set(err, ENAMETOOLONG, "%s", to);
-  char *data = NULL;
-  size_t len;
-  if (kc_read_file(from, &data, &len, 1u << 30, err) < 0)
-    return kc_error_prefix(err, "built artifact");
-  int rc = kc_write_file(tmp, data, len, 0755, err);
-  free(data);
-  if (rc < 0)
-    return -1;
-  if (rename(tmp, to) < 0) {
-    unlink(tmp);
-    return kc_error_set(err, errno, "store %s", to);
-  }
-  return 0;
-}
-
 static void trim_message(char *msg, const char *scratch) {
   /* The scratch path means nothing to the user: drop it from the diagnostics. */
   size_t sl = strlen(scratch);
@@ -318,6 +304,183 @@ static void trim_message(char *msg, const char *scratch) {
   size_t n = strlen(msg);
   while (n && (msg[n - 1] == '\n' || msg[n - 1] == ' '))
     msg[--n] = 0;
+}
+
+/* The build's scratch space: $TMPDIR/kcage-build.XXXXXX (the caller's, 0755) holding
+ * work/ (the compiler's, where it writes).  The compiler's user owns only work/, so it
+ * can neither move it nor put a link in its place; what it leaves inside work/ is
+ * reached only through work/'s fd. */
+typedef struct scratch {
+  int tmp_fd, outer_fd, fd;
+  char outer[32];
+  char path[PATH_MAX];
+} scratch;
+
+static void scratch_free(scratch *sc) {
+  if (sc->outer_fd >= 0) {
+    kc_rm_rf_at(sc->tmp_fd, sc->outer);
+    close(sc->outer_fd);
+  }
+  if (sc->fd >= 0)
+    close(sc->fd);
+  if (sc->tmp_fd >= 0)
+    close(sc->tmp_fd);
+}
+
+static int scratch_make(scratch *sc, kc_error *err) {
+  *sc = (scratch){-1, -1, -1, "", ""};
+  const char *tmp = getenv("TMPDIR");
+  char tmpdir[PATH_MAX];
+  sc->tmp_fd = kc_safe_dir_open(tmp && *tmp ? tmp : "/tmp", KC_DIR_SHARED, false, tmpdir,
+                                sizeof tmpdir, err);
+  if (sc->tmp_fd < 0)
+    return kc_error_prefix(err, "scratch dir");
+  sc->outer_fd = kc_make_temp_dir(sc->tmp_fd, "kcage-build", sc->outer, err);
+  if (sc->outer_fd < 0)
+    return kc_error_prefix(err, "scratch dir %s", tmpdir);
+  if (mkdirat(sc->outer_fd, "work", 0755) < 0)
+    return kc_error_set(err, errno, "scratch dir %s/%s/work", tmpdir, sc->outer);
+  sc->fd = openat(sc->outer_fd, "work", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (sc->fd < 0 ||
+      snprintf(sc->path, sizeof sc->path, "%s/%s/work", tmpdir, sc->outer) >= (int)sizeof sc->path)
+    return kc_error_set(err, sc->fd < 0 ? errno : ENAMETOOLONG, "scratch dir %s", tmpdir);
+  return 0;
+}
+
+static int write_at(int dirfd, const char *name, const void *data, size_t len, kc_error *err) {
+  kc_cleanup_close int fd =
+      openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0 || kc_io_all(fd, (void *)data, len, true) < 0)
+    return kc_error_set(err, errno, "write %s", name);
+  return 0;
+}
+
+/* The compiler's output, taken through the scratch fd and cached only if it is a
+ * regular file of the compiler's own user with one link: a symbolic link, a fifo or a
+ * hard link to someone else's file is not the compiler's output. */
+static int take_output(const scratch *sc, uid_t builder, int sub_fd, const char *name,
+                       kc_build_result *res, kc_error *err) {
+  kc_cleanup_close int fd =
+      openat(sc->fd, "kernel.so", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 && errno == ENOENT) {
+    res->status = KC_BUILD_ERROR;
+    snprintf(res->message, sizeof res->message, "the compiler produced no shared object");
+    return 0;
+  }
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_nlink != 1 ||
+      st.st_uid != builder) {
+    res->status = KC_BUILD_ERROR;
+    snprintf(res->message, sizeof res->message,
+             "the compiler's output is not a regular file of its own (a link?): not used");
+    return 0;
+  }
+  if ((uint64_t)st.st_size > (1u << 30))
+    return kc_error_set(err, EFBIG, "built artifact");
+  if (kc_store_fd(fd, st.st_size, sub_fd, name, 0755, err) < 0)
+    return kc_error_prefix(err, "cache");
+  res->status = KC_BUILD_OK;
+  return 0;
+}
+
+static void verdict_message(const kc_result *vr, const kc_build_opts *o, kc_build_result *res) {
+  switch (vr->status) {
+  case KC_STATUS_EXITED:
+    res->status = KC_BUILD_ERROR;
+    if (!res->message[0])
+      snprintf(res->message, sizeof res->message, "the compiler exited with status %d",
+               vr->exit_code);
+    break;
+  case KC_STATUS_TIMEOUT:
+    res->status = KC_BUILD_TIMEOUT;
+    snprintf(res->message, sizeof res->message, "the compiler ran past %.3g s", o->timeout_s);
+    break;
+  case KC_STATUS_MEMORY:
+    res->status = KC_BUILD_MEMORY;
+    snprintf(res->message, sizeof res->message, "the compiler ran out of its %llu MiB",
+             (unsigned long long)(o->memory_bytes >> 20));
+    break;
+  default:
+    res->status = KC_BUILD_FAILED;
+    snprintf(res->message, sizeof res->message, "compiler %s: %s", kc_status_name_local(vr),
+             vr->message[0] ? vr->message : "no details");
+  }
+}
+
+/* Compile SRC in a fresh scratch space and cache the result as SUB_FD/NAME. */
+static int compile(const kc_build_opts *o, const char *cc_path, const char *source, const char *src,
+                   size_t src_len, int sub_fd, const char *name, kc_build_result *res,
+                   kc_error *err) {
+  __attribute__((cleanup(scratch_free))) scratch sc;
+  if (scratch_make(&sc, err) < 0)
+    return -1;
+  const char *base = strrchr(source, '/') ? strrchr(source, '/') + 1 : source;
+  char srcname[NAME_MAX + 1];
+  snprintf(srcname, sizeof srcname, "%s", base);
+  size_t bl = strlen(srcname);
+  if (bl < 2 || strcmp(srcname + bl - 2, ".c") || srcname[0] == '.')
+    snprintf(srcname, sizeof srcname, "kernel.c");
+  if (write_at(sc.fd, srcname, src, src_len, err) < 0)
+    return -1;
+  kc_cleanup_close int log_fd =
+      openat(sc.fd, "cc.log", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (log_fd < 0)
+    return kc_error_set(err, errno, "create cc.log");
+  bool sandboxed = false;
+  uid_t builder = geteuid();
+#ifdef KC_HAVE_SANDBOX
+  sandboxed = !getenv("KCAGE_BENCH_NO_SANDBOX");
+  /* The sandboxed compiler runs as kc_sandbox_host_uid() (never host root): it owns
+   * work/ and nothing else. */
+  if (sandboxed) {
+    builder = kc_sandbox_host_uid();
+    if (fchown(sc.fd, builder, kc_sandbox_host_gid()) < 0 && geteuid() == 0)
+      return kc_error_set(err, errno, "chown %s", sc.path);
+  }
+#endif
+  char spath[PATH_MAX + NAME_MAX + 2], opath[PATH_MAX + 16];
+  snprintf(spath, sizeof spath, "%s/%s", sc.path, srcname);
+  snprintf(opath, sizeof opath, "%s/kernel.so", sc.path);
+  char flagbuf[4096];
+  snprintf(flagbuf, sizeof flagbuf, "%s", o->cflags);
+  char *argv[MAX_FLAGS + 8];
+  int an = 0;
+  argv[an++] = (char *)cc_path;
+  int nf = split_flags(flagbuf, argv + an, MAX_FLAGS);
+  if (nf < 0)
+    return kc_error_set(err, 0, "too many compiler flags");
+  an += nf;
+  argv[an++] = "-o";
+  argv[an++] = opath;
+  argv[an++] = spath;
+  argv[an] = NULL;
+  char tmpenv[PATH_MAX + 8];
+  snprintf(tmpenv, sizeof tmpenv, "TMPDIR=%s", sc.path);
+  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C", tmpenv, NULL};
+
+  kc_result vr;
+  double t0 = now_s();
+  int r;
+#ifdef KC_HAVE_SANDBOX
+  if (sandboxed)
+    r = run_sandboxed(argv, envp, sc.path, log_fd, o, &vr, err);
+  else
+#endif
+    r = run_plain(argv, envp, sc.path, log_fd, o, &vr, err);
+  (void)sandboxed;
+  res->build_s = now_s() - t0;
+  if (r < 0) {
+    res->status = KC_BUILD_FAILED;
+    snprintf(res->message, sizeof res->message, "could not run the compiler: %s", err->msg);
+    return 0;
+  }
+  ssize_t got = pread(log_fd, res->message, sizeof res->message - 1, 0);
+  res->message[got > 0 ? got : 0] = 0;
+  trim_message(res->message, sc.path);
+  if (vr.status == KC_STATUS_OK)
+    return take_output(&sc, builder, sub_fd, name, res, err);
+  verdict_message(&vr, o, res);
+  return 0;
 }
 
 int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_result *res,
@@ -359,133 +522,28 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
   for (int i = 0; i < 32; i++)
     snprintf(res->key + 2 * i, 3, "%02x", d[i]);
 
-  char cache[PATH_MAX];
-  if (kc_build_cache_dir(&o, cache, sizeof cache, err) < 0)
+  char cache[PATH_MAX], sub[PATH_MAX + 8], name[80];
+  kc_cleanup_close int cache_fd = open_cache(&o, cache, sizeof cache, err);
+  if (cache_fd < 0)
     return -1;
-  if (snprintf(res->artifact, sizeof res->artifact, "%s/%.2s/%s.so", cache, res->key,
-               res->key + 2) >= (int)sizeof res->artifact)
-    return kc_error_set(err, ENAMETOOLONG, "%s", cache);
-  if (!o.no_cache && access(res->artifact, R_OK) == 0) {
-    res->status = KC_BUILD_CACHED;
-    return 0;
-  }
-
-  /* The scratch directory lives under $TMPDIR, not in the cache: the sandbox's user
-   * must be able to reach it, and a cache under a private home (0700) is out of its
-   * reach when kcage runs as root. */
-  char sub[PATH_MAX + 8], scratch[PATH_MAX + 32];
-  const char *tmp = getenv("TMPDIR");
+  snprintf(name, sizeof name, "%s.so", res->key + 2);
   if (snprintf(sub, sizeof sub, "%s/%.2s", cache, res->key) >= (int)sizeof sub ||
-      snprintf(scratch, sizeof scratch, "%s/kcage-build.XXXXXX", tmp && *tmp ? tmp : "/tmp") >=
-          (int)sizeof scratch)
+      snprintf(res->artifact, sizeof res->artifact, "%s/%s", sub, name) >=
+          (int)sizeof res->artifact)
     return kc_error_set(err, ENAMETOOLONG, "%s", cache);
-  if (kc_mkdir_p(sub, err) < 0)
-    return -1;
-  if (!mkdtemp(scratch))
-    return kc_error_set(err, errno, "mkdtemp %s", scratch);
-  chmod(scratch, 0755);
-#ifdef KC_HAVE_SANDBOX
-  /* The sandboxed compiler runs as kc_sandbox_host_uid() (never host root). */
-  if (chown(scratch, kc_sandbox_host_uid(), kc_sandbox_host_gid()) < 0 && geteuid() == 0)
-    return kc_error_set(err, errno, "chown %s", scratch);
-#endif
-
-  const char *base = strrchr(source, '/') ? strrchr(source, '/') + 1 : source;
-  char srcname[NAME_MAX + 1];
-  snprintf(srcname, sizeof srcname, "%s", base);
-  size_t bl = strlen(srcname);
-  if (bl < 2 || strcmp(srcname + bl - 2, ".c"))
-    snprintf(srcname, sizeof srcname, "kernel.c");
-  char spath[PATH_MAX + NAME_MAX + 2], opath[PATH_MAX + 16], lpath[PATH_MAX + 16];
-  snprintf(spath, sizeof spath, "%s/%s", scratch, srcname);
-  snprintf(opath, sizeof opath, "%s/kernel.so", scratch);
-  snprintf(lpath, sizeof lpath, "%s/cc.log", scratch);
-  int rc = -1;
-  if (kc_write_file(spath, src, src_len, 0644, err) < 0)
-    goto out;
-  int log_fd = open(lpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log_fd < 0) {
-    kc_error_set(err, errno, "create %s", lpath);
-    goto out;
-  }
-
-  char flagbuf[4096];
-  snprintf(flagbuf, sizeof flagbuf, "%s", o.cflags);
-  char *argv[MAX_FLAGS + 8];
-  int an = 0;
-  argv[an++] = cc_path;
-  int nf = split_flags(flagbuf, argv + an, MAX_FLAGS);
-  if (nf < 0) {
-    close(log_fd);
-    kc_error_set(err, 0, "too many compiler flags");
-    goto out;
-  }
-  an += nf;
-  argv[an++] = "-o";
-  argv[an++] = opath;
-  argv[an++] = spath;
-  argv[an] = NULL;
-  char tmpenv[PATH_MAX + 8];
-  snprintf(tmpenv, sizeof tmpenv, "TMPDIR=%s", scratch);
-  char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C", tmpenv, NULL};
-
-  kc_result vr;
-  double t0 = now_s();
-  int r;
-#ifdef KC_HAVE_SANDBOX
-  if (getenv("KCAGE_BENCH_NO_SANDBOX"))
-    r = run_plain(argv, envp, scratch, log_fd, &o, &vr, err);
-  else
-    r = run_sandboxed(argv, envp, scratch, log_fd, &o, &vr, err);
-#else
-  r = run_plain(argv, envp, scratch, log_fd, &o, &vr, err);
-#endif
-  res->build_s = now_s() - t0;
-  if (r < 0) {
-    close(log_fd);
-    res->status = KC_BUILD_FAILED;
-    snprintf(res->message, sizeof res->message, "could not run the compiler: %s", err->msg);
-    rc = 0;
-    goto out;
-  }
-  ssize_t got = pread(log_fd, res->message, sizeof res->message - 1, 0);
-  close(log_fd);
-  res->message[got > 0 ? got : 0] = 0;
-  trim_message(res->message, scratch);
-
-  switch (vr.status) {
-  case KC_STATUS_OK:
-    if (access(opath, R_OK) < 0) {
-      res->status = KC_BUILD_ERROR;
-      snprintf(res->message, sizeof res->message, "the compiler produced no shared object");
-    } else if (store_artifact(opath, res->artifact, err) < 0) {
-      goto out;
-    } else {
-      res->status = KC_BUILD_OK;
+  char two[3] = {res->key[0], res->key[1], 0};
+  kc_cleanup_close int sub_fd = kc_safe_subdir(cache_fd, two, sub, err);
+  if (sub_fd < 0)
+    return kc_error_prefix(err, "cache dir");
+  if (!o.no_cache) {
+    /* A hit only for a regular file of ours: anything else (a planted link) is built
+     * again and replaced. */
+    kc_cleanup_close int afd = openat(sub_fd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat st;
+    if (afd >= 0 && fstat(afd, &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == geteuid()) {
+      res->status = KC_BUILD_CACHED;
+      return 0;
     }
-    break;
-  case KC_STATUS_EXITED:
-    res->status = KC_BUILD_ERROR;
-    if (!res->message[0])
-      snprintf(res->message, sizeof res->message, "the compiler exited with status %d",
-               vr.exit_code);
-    break;
-  case KC_STATUS_TIMEOUT:
-    res->status = KC_BUILD_TIMEOUT;
-    snprintf(res->message, sizeof res->message, "the compiler ran past %.3g s", o.timeout_s);
-    break;
-  case KC_STATUS_MEMORY:
-    res->status = KC_BUILD_MEMORY;
-    snprintf(res->message, sizeof res->message, "the compiler ran out of its %llu MiB",
-             (unsigned long long)(o.memory_bytes >> 20));
-    break;
-  default:
-    res->status = KC_BUILD_FAILED;
-    snprintf(res->message, sizeof res->message, "compiler %s: %s", kc_status_name_local(&vr),
-             vr.message[0] ? vr.message : "no details");
   }
-  rc = 0;
-out:
-  kc_rm_rf(scratch);
-  return rc;
+  return compile(&o, cc_path, source, src, src_len, sub_fd, name, res, err);
 }

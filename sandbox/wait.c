@@ -44,6 +44,8 @@ typedef struct wait_state {
   bool exec_allowed; /* the one exec `kcage run` grants under a no-exec policy */
   uint64_t out_total;
   bool init_exited;
+  char in_buf[4096]; /* terminal input on its way to the program's stdin pipe */
+  size_t in_len, in_off;
 } wait_state;
 
 /* No libm in the sandbox library. */
@@ -122,6 +124,30 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
   return true;
 }
 
+/* One step of feeding the caller's terminal to the program: read when the buffer is
+ * empty, write what is buffered.  End of input (^D, hang-up) and a program that closed
+ * its stdin both end the feeding. */
+static void feed_stdin(kc_sandbox *sb, wait_state *ws) {
+  if (ws->in_off == ws->in_len) {
+    ssize_t r = read(sb->in_src, ws->in_buf, sizeof ws->in_buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+      return;
+    if (r <= 0) {
+      close_fd(&sb->in_wr);
+      return;
+    }
+    ws->in_len = (size_t)r;
+    ws->in_off = 0;
+  }
+  ssize_t w = write(sb->in_wr, ws->in_buf + ws->in_off, ws->in_len - ws->in_off);
+  if (w > 0)
+    ws->in_off += (size_t)w;
+  else if (w < 0 && errno != EAGAIN && errno != EINTR)
+    close_fd(&sb->in_wr);
+  if (ws->in_off == ws->in_len)
+    ws->in_off = ws->in_len = 0;
+}
+
 static void read_report(kc_sandbox *sb, wait_state *ws) {
   kc_setup_report r;
   ssize_t n;
@@ -197,10 +223,14 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   double kill_deadline = INFINITY; /* bounded wait for the tree to die once killed */
 
   while (!ws.init_exited) {
-    struct pollfd pf[7];
+    struct pollfd pf[8];
     int n = 0;
     pf[n++] = (struct pollfd){sb->pidfd, POLLIN, 0};
-    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1;
+    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1, i_in = -1;
+    if (sb->in_wr >= 0 && ws.in_off < ws.in_len)
+      i_in = n, pf[n++] = (struct pollfd){sb->in_wr, POLLOUT, 0};
+    else if (sb->in_wr >= 0 && sb->in_src >= 0 && ws.reason == KILL_NONE)
+      i_in = n, pf[n++] = (struct pollfd){sb->in_src, POLLIN, 0};
     if (sb->cancel_fd >= 0 && ws.reason == KILL_NONE)
       i_can = n, pf[n++] = (struct pollfd){sb->cancel_fd, POLLIN, 0};
     if (sb->report_rd >= 0)
@@ -246,6 +276,8 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
         pump(sb, &ws, &sb->out_rd, sb->fwd_out);
       if (i_err >= 0 && pf[i_err].revents && sb->err_rd >= 0)
         pump(sb, &ws, &sb->err_rd, sb->fwd_err);
+      if (i_in >= 0 && pf[i_in].revents)
+        feed_stdin(sb, &ws);
       if (i_can >= 0 && pf[i_can].revents)
         do_kill(sb, &ws, KILL_CANCEL);
       if (pf[0].revents)

@@ -50,6 +50,19 @@ no_entry_record)
   cat "$tmp/out" "$tmp/err"
   [[ $rc == 0 ]] && grep -q '"status": *"error"' "$tmp/r.jsonl" && grep -q "no symbol 'kernel'" "$tmp/r.jsonl"
   ;;
+escaped_build_error)
+  # A compiler message carrying terminal escapes reaches the table and stderr escaped:
+  # no ESC byte at all, the text visible as \e[...
+  printf '#error "\033[32mok 99.99x\033[0m\033]0;pwned\007"\nint kernel(void *a, int n) { return 0; }\n' >"$tmp/esc.c"
+  "$kcage" bench --args "$small" "$tmp/esc.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat -v "$tmp/out" "$tmp/err"
+  [[ $rc == 0 ]] || { echo "FAIL: exit $rc"; exit 1; }
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out" "$tmp/err"; then
+    echo "FAIL: a control character reached the terminal"; exit 1
+  fi
+  grep -q 'build_error' "$tmp/out" && grep -qF '\e[32mok 99.99x' "$tmp/out"
+  ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)
