@@ -182,15 +182,6 @@ static void on_notification(kc_sandbox *sb, wait_state *ws) {
   do_kill(sb, ws, KILL_SYSCALL);
 }
 
-static void human_size(uint64_t b, char *buf, size_t len) {
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0)
-    snprintf(buf, len, "%llu GiB", (unsigned long long)(b >> 30));
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
-    snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
-  else
-    snprintf(buf, len, "%llu bytes", (unsigned long long)b);
-}
-
 static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err);
 
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
@@ -384,51 +375,19 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
              si.si_code, si.si_status);
     return 0;
   }
-  res->exit_code = code;
-  res->signal = sig;
-  bool failed = !(sig == 0 && code == 0);
-  char sz[48];
-  if (oom) {
-    res->status = KC_STATUS_MEMORY;
-    human_size(sb->lim.memory_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "memory limit of %s exceeded (OOM kill)", sz);
-  } else if (pids_hit && failed) {
-    res->status = KC_STATUS_PIDS;
-    snprintf(res->message, sizeof res->message, "process limit of %u reached", sb->lim.pids);
-  } else if (ws.reason == KILL_SYSCALL) {
-    res->status = KC_STATUS_SYSCALL;
-    snprintf(res->syscall, sizeof res->syscall, "%s", ws.syscall);
-    snprintf(res->message, sizeof res->message, "forbidden system call %s", ws.syscall);
-  } else if (ws.reason == KILL_CPU ||
-             (sb->lim.cpu_s > 0 && (sig == SIGXCPU || (sig == SIGKILL && res->cpu_s >= sb->lim.cpu_s)))) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "cpu";
-    snprintf(res->message, sizeof res->message, "CPU time limit of %g s exceeded", sb->lim.cpu_s);
-  } else if (ws.reason == KILL_WALL) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "wall";
-    snprintf(res->message, sizeof res->message, "wall-clock limit of %g s exceeded", sb->lim.wall_s);
-  } else if (ws.reason == KILL_CANCEL) {
-    res->status = KC_STATUS_SIGNALED;
-    res->exit_code = -1;
-    res->signal = SIGKILL;
-    snprintf(res->message, sizeof res->message, "killed by kcage: the run was cancelled");
-  } else if (ws.reason == KILL_OUTPUT) {
-    res->status = KC_STATUS_OUTPUT;
-    human_size(sb->lim.output_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "output limit of %s exceeded", sz);
-  } else if (sig) {
-    res->status = KC_STATUS_SIGNALED;
-    const char *abbr = sigabbrev_np(sig);
-    snprintf(res->message, sizeof res->message, "killed by signal %d (SIG%s)", sig,
-             abbr ? abbr : "?");
-  } else if (code == 0) {
-    res->status = KC_STATUS_OK;
-    snprintf(res->message, sizeof res->message, "exited normally");
-  } else {
-    res->status = KC_STATUS_EXITED;
-    snprintf(res->message, sizeof res->message, "exited with status %d", code);
-  }
+  static const kc_kill_cause cause[] = {
+      [KILL_NONE] = KC_KILLED_NONE,     [KILL_SYSCALL] = KC_KILLED_SYSCALL,
+      [KILL_CPU] = KC_KILLED_CPU,       [KILL_WALL] = KC_KILLED_WALL,
+      [KILL_OUTPUT] = KC_KILLED_OUTPUT, [KILL_CANCEL] = KC_KILLED_CANCEL,
+  };
+  kc_verdict_facts f = {.exit_code = code,
+                        .signal = sig,
+                        .killed = cause[ws.reason],
+                        .syscall = ws.syscall,
+                        .oom = oom,
+                        .pids_hit = pids_hit,
+                        .lim = &sb->lim};
+  kc_verdict_decide(&f, res);
   return 0;
 }
 
