@@ -1,5 +1,5 @@
 /* `kcage run [OPTIONS] -- PROGRAM [ARG...]`: one program in a fresh sandbox, with the
- * result record of DESIGN.md §3.1. */
+ * result record of docs/contracts.md. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>

@@ -5,7 +5,7 @@
  * wall deadline is the poll timeout; CPU time of the whole tree is polled from the
  * cgroup (RLIMIT_CPU is only a backstop); output is counted as it is forwarded.
  *
- * Verdict priority (exact, DESIGN.md §3.1): memory (OOM-kill counter delta), pids
+ * Verdict priority (exact, docs/contracts.md): memory (OOM-kill counter delta), pids
  * (pids.max hits delta AND the program failed), syscall (a seccomp notification),
  * timeout cpu, timeout wall, output, signaled, exited/ok.  The tree is killed and the
  * cgroup read before it is removed. */

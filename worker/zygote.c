@@ -1,5 +1,5 @@
 /* The zygote: one exec'd kcage-worker per pool that forks workers on request.  A fork
- * from it costs one clone, not a new sandbox (DESIGN.md §2).
+ * from it costs one clone, not a new sandbox (docs/architecture.md).
  *
  * Workers are cloned with CLONE_PARENT, so they are children of the kcage parent, not
  * of the zygote: the parent reaps them itself (waitid on a pidfd gives the exact exit

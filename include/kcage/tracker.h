@@ -1,6 +1,5 @@
-/* Tracker: Apache TVM's RPC tracker protocol (reference/tvm.md §2), a tracker server,
- * a tracker client with leases and the TVM RPC handshake, and the device agent
- * (DESIGN.md §3.4, issue 5).
+/* Tracker: Apache TVM's RPC tracker protocol, a tracker server, a tracker client with
+ * leases and the TVM RPC handshake, and the device agent (docs/contracts.md).
  *
  * Wire (unchanged from TVM so TVM's own clients, servers and query_rpc_tracker work):
  *   client -> tracker: int32 LE 0x2F271; tracker -> client: the same magic.

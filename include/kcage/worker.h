@@ -1,6 +1,5 @@
-/* Worker: TVM's PopenWorker (reference/tvm.md §1) over a shared-memory ring, with the
- * timeout enforced by the parent and every worker locked in a sandbox (DESIGN.md §2,
- * §3.5, issue 3).
+/* Worker: TVM's PopenWorker over a shared-memory ring, with the timeout enforced by the
+ * parent and every worker locked in a sandbox (docs/architecture.md).
  *
  * Life of a worker (all of it inside the pool's sandbox):
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
