@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "kcage/cleanup.h"
 #include "kcage/cgroup.h"
+#include "kcage/cleanup.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
