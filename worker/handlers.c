@@ -77,7 +77,8 @@ static void *lookup(const char *spec, size_t len, char *error, size_t cap) {
   buf[len] = 0;
   char *colon = strrchr(buf, ':');
   if (!colon || colon == buf || !colon[1]) {
-    snprintf(error, cap, "unknown handler '%s' (built-ins: echo, exec, measure; or lib.so:symbol)",
+    snprintf(error, cap,
+             "unknown handler '%s' (built-ins: echo, exec, measure, python; or lib.so:symbol)",
              buf);
     return NULL;
   }
@@ -125,6 +126,8 @@ kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, siz
     return h_measure;
   if (IS("@init"))
     return h_init;
+  if (IS("python"))
+    return kc_handler_python;
 #undef IS
   return (kc_handler_fn)lookup(name, len, error, cap);
 }

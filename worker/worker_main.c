@@ -15,7 +15,7 @@ const char *__asan_default_options(void) {
 }
 
 /* kcage-worker zygote FD [--policy NAME] [--fs] [--ro-bind|--bind SRC:DST]...
- * [--tmpfs DST[:SIZE]]... */
+ * [--tmpfs DST[:SIZE]]... [--python LIBPYTHON BOOT_SOURCE] */
 int main(int argc, char **argv) {
   if (argc < 3 || strcmp(argv[1], "zygote")) {
     fprintf(stderr, "kcage-worker: started by the kcage library only\n");
@@ -38,6 +38,11 @@ int main(int argc, char **argv) {
     char *v = argv[++i];
     if (!strcmp(o, "--policy")) {
       a.policy = v;
+      continue;
+    }
+    if (!strcmp(o, "--python") && i + 1 < argc) {
+      a.python_lib = v;
+      a.python_boot = argv[++i];
       continue;
     }
     if (a.n_mounts == sizeof mounts / sizeof mounts[0])
