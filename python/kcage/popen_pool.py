@@ -141,6 +141,12 @@ class PopenWorker:
         if self._w and self._live:
             lib.kc_worker_join(self._w, -1.0 if timeout is None else float(timeout))
 
+    @property
+    def pid(self):
+        """Host pid of the worker process (None when there is none); TVM: _proc.pid."""
+        pid = lib.kc_worker_pid(self._w) if self._w and self._live else 0
+        return pid or None
+
     def is_alive(self):
         """Whether the worker process exists and runs."""
         return bool(self._w and self._live and lib.kc_worker_is_alive(self._w))
