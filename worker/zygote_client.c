@@ -81,7 +81,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   int netns = sandboxed ? shared_netns() : -1;
   bool as_root = geteuid() == 0; /* else setgroups is denied in the new namespace */
   /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
-  enum { MAXARG = 8 + 2 * 64 };
+  enum { MAXARG = 11 + 2 * 64 };
   char *argv[MAXARG + 1];
   char margs[64][1024];
   int ac = 0;
@@ -111,6 +111,11 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
       snprintf(margs[i], sizeof margs[i], "%s:%s", m->src, m->dst ? m->dst : m->src);
     }
     argv[ac++] = margs[i];
+  }
+  if (o->python_lib) {
+    argv[ac++] = "--python";
+    argv[ac++] = (char *)o->python_lib;
+    argv[ac++] = (char *)(o->python_boot ? o->python_boot : "pass");
   }
   argv[ac] = NULL;
   /* sync[0]: child -> parent "namespaces made"; sync[1]: parent -> child "maps written" */
@@ -203,7 +208,11 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* its hello (generation 0): policy loaded, file system entered, or why not */
   pid_t dummy;
   kc_error e = {0};
-  if (kc_zygote_collect(z, 0, &dummy, &e) < 0) {
+  /* an interpreter's boot imports what the caller named (TVM: seconds when loaded) */
+  z->answer_ms = o->python_lib ? 300000 : 0;
+  int hello = kc_zygote_collect(z, 0, &dummy, &e);
+  z->answer_ms = 0;
+  if (hello < 0) {
     kc_zygote_stop(z);
     return kc_error_set(err, e.code, "zygote did not start: %s", e.msg);
   }
@@ -213,8 +222,22 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   return 0;
 }
 
+static kc_zygote *zlock(kc_zygote *z) {
+  if (z->shared)
+    pthread_mutex_lock(&z->mu);
+  return z;
+}
+
+static void zunlock(kc_zygote **z) {
+  if ((*z)->shared)
+    pthread_mutex_unlock(&(*z)->mu);
+}
+
+#define KC_ZLOCK(z) __attribute__((cleanup(zunlock))) kc_zygote *zl_ = zlock(z)
+
 int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
                       const int *fds, int nfds, kc_error *err) {
+  KC_ZLOCK(z);
   kc_zygote_req q;
   memset(&q, 0, sizeof q);
   q.magic = KC_ZYGOTE_MAGIC;
@@ -237,6 +260,7 @@ static int answer(const kc_zygote_early *a, pid_t *pid, kc_error *err) {
 }
 
 int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err) {
+  KC_ZLOCK(z);
   for (unsigned i = 0; i < z->n_early; i++)
     if (z->early[i].generation == generation) {
       kc_zygote_early a = z->early[i];
@@ -248,7 +272,7 @@ int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *e
     struct pollfd p[2] = {{.fd = z->ctl, .events = POLLIN}, {.fd = z->pidfd, .events = POLLIN}};
     int n;
     do
-      n = poll(p, z->pidfd >= 0 ? 2 : 1, 2000);
+      n = poll(p, z->pidfd >= 0 ? 2 : 1, z->answer_ms ? z->answer_ms : 2000);
     while (n < 0 && errno == EINTR);
     if (n <= 0 || !(p[0].revents & POLLIN))
       return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
@@ -274,6 +298,7 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
 }
 
 int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err) {
+  KC_ZLOCK(z);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return kc_error_set(err, errno, "zygote: socketpair");
