@@ -104,6 +104,7 @@ typedef struct kc_tracker_opts {
   uint16_t port_end;    /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
   const char *stop_key; /* the key STOP must carry; NULL = a random one */
   size_t max_frame;     /* 0 = KC_TRACKER_MAX_FRAME */
+  size_t max_buffered;  /* all connections' large buffers together; 0 = 256 MiB */
   double keepalive_s;   /* silent peers are dropped after about this; 0 = 15 */
   double handshake_s;   /* a connection without the magic by then is dropped; 0 = 5 */
   bool verbose;         /* log connections to stderr */
