@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
 
@@ -46,6 +47,9 @@ static void usage(FILE *out) {
           "  --build-memory SIZE  per build (default 1G)\n"
           "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
           "  --no-cache           compile even when a build is cached\n"
+          "  --limits-fallback rlimit\n"
+          "                       without a delegated cgroup, hold memory and the builds'\n"
+          "                       process limit as rlimits instead of refusing to run\n"
           "output:\n"
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
           "  --quiet              no table\n"
@@ -88,6 +92,7 @@ enum {
   O_QUIET,
   O_AUTHKEY,
   O_HELP,
+  O_LFALLBACK,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -120,6 +125,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"quiet", 0, 0, O_QUIET},
                                      {"auth-key", 1, 0, O_AUTHKEY},
                                      {"help", 0, 0, O_HELP},
+                                     {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
 
 static int parse_double(const char *s, double *out) {
@@ -198,8 +204,12 @@ static void print_table(json_t *recs, json_t *ref) {
       snprintf(kshow, sizeof kshow, "...%s", k + kl - kw + 3);
     else
       snprintf(kshow, sizeof kshow, "%s", k);
-    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kshow,
-           json_string_value(json_object_get(r, "status")), med, mn, cv, sp, note);
+    /* The kernel's name, its status and the compiler's or kernel's message are not
+     * ours: escaped, so no sequence in them can redraw the table. */
+    char ek[4 * sizeof kshow], es[64], en[4 * sizeof note];
+    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kc_escape(kshow, ek, sizeof ek),
+           kc_escape(json_string_value(json_object_get(r, "status")), es, sizeof es), med, mn, cv,
+           sp, kc_escape(note, en, sizeof en));
   }
 }
 
@@ -310,6 +320,10 @@ int kc_cmd_bench(int argc, char **argv) {
     case O_NOCACHE:
       cfg.build.no_cache = true;
       break;
+    case O_LFALLBACK:
+      if (kc_cli_limits_fallback("bench", a) < 0)
+        return KC_EXIT_USAGE;
+      break;
     case O_TRACKER:
       cfg.tracker = a;
       break;
@@ -417,7 +431,7 @@ int kc_cmd_bench(int argc, char **argv) {
     size_t i;
     json_t *r;
     json_array_foreach(recs, i, r) {
-      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER);
+      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
       if (line) {
         fprintf(jf, "%s\n", line);
         free(line);

@@ -2,7 +2,7 @@
  * straight into the v2 cgroup), id maps, then "go". */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -150,6 +151,7 @@ void kc_sandbox_free(kc_sandbox *sb) {
   close_fd(&sb->listener);
   close_fd(&sb->out_rd);
   close_fd(&sb->err_rd);
+  close_fd(&sb->in_wr);
   free(sb);
 }
 
@@ -185,7 +187,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   if (!sb)
     return kc_error_set(err, ENOMEM, "sandbox");
   sb->sync_wr = sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
-  sb->out_rd = sb->err_rd = -1;
+  sb->out_rd = sb->err_rd = sb->in_src = sb->in_wr = -1;
   sb->fwd_out = c->stdout_fd;
   sb->fwd_err = c->stderr_fd;
   sb->cancel_fd = c->cancel_fd;
@@ -223,7 +225,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
 
   int rc = -1;
   int sync_p[2] = {-1, -1}, rep_p[2] = {-1, -1}, st_p[2] = {-1, -1}, sock_p[2] = {-1, -1};
-  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+  int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, in_p[2] = {-1, -1};
   int devnull = -1, self_net = -1;
   kc_seccomp_prog *prog = NULL;
 
@@ -234,12 +236,14 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
    * and cpu_s / peak memory then come from init's rusage. */
   bool need_cg = l->memory_bytes || l->pids || l->cpus > 0 || l->cpu_s > 0 || !plan.ns.pid ||
                  c->always_cgroup;
-  if (need_cg && kc_cgroup_detect() != KC_CGROUP_NONE) {
+  bool limits = l->memory_bytes || l->pids || l->cpus;
+  if (need_cg && (kc_cgroup_detect() != KC_CGROUP_NONE || limits)) {
     kc_cgroup_limits cl = {.memory_bytes = l->memory_bytes, .pids = l->pids, .cpus = l->cpus};
     char name[64];
     snprintf(name, sizeof name, "run-%d-%u", (int)getpid(), atomic_fetch_add(&run_counter, 1));
     if (kc_cgroup_create(name, &cl, &sb->cg, err) < 0) {
-      kc_error_prefix(err, "cgroup");
+      if (err && err->code != ENOTSUP) /* a refusal is one line as it is */
+        kc_error_prefix(err, "cgroup");
       goto out;
     }
     if (kc_cgroup_read(sb->cg, &sb->base, err) < 0) {
@@ -247,9 +251,6 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
     plan.cgroup_cpu = sb->base.cpu_usec >= 0;
-  } else if (need_cg && (l->memory_bytes || l->pids || l->cpus)) {
-    kc_error_set(err, ENOTSUP, "memory/pids/cpus limits need cgroups, and this host has none");
-    goto out;
   }
 
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_p) < 0 || pipe2(rep_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0 ||
@@ -270,6 +271,22 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   plan.status_wr = st_p[1];
   plan.sock_wr = sock_p[1];
   plan.stdin_fd = c->stdin_fd >= 0 ? c->stdin_fd : devnull;
+  if (c->stdin_fd >= 0 && isatty(c->stdin_fd)) {
+    /* A terminal stays on this side: the program reads it through a pipe, so it can
+     * neither write to the caller's terminal past --output nor change its settings. */
+    if (pipe2(in_p, O_CLOEXEC) < 0) {
+      kc_error_set(err, errno, "pipes");
+      goto out;
+    }
+    plan.stdin_fd = in_p[0];
+    /* Reading our controlling terminal from the background would stop us (SIGTTIN):
+     * then the program gets end of file, as a background job gets no input. */
+    pid_t fg = tcgetpgrp(c->stdin_fd);
+    if (fg < 0 || fg == getpgrp())
+      sb->in_src = c->stdin_fd;
+    else
+      close_fd(&in_p[1]);
+  }
   plan.out_wr = out_p[1];
   plan.err_wr = err_p[1];
 
@@ -299,6 +316,7 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
   }
+  kc__fs_open_trees(plan.mnts, plan.n_mnts);
   kc__caps_prepare();
   /* The filter is compiled here (libseccomp allocates and takes 100s of µs); the
    * child only loads it. */
@@ -361,6 +379,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   sb->sock_rd = kc_steal_fd(sock_p[0]);
   sb->out_rd = kc_steal_fd(out_p[0]);
   sb->err_rd = kc_steal_fd(err_p[0]);
+  sb->in_wr = kc_steal_fd(in_p[1]);
+  if (sb->in_wr >= 0)
+    fcntl(sb->in_wr, F_SETFL, O_NONBLOCK);
   fcntl(sb->out_rd, F_SETFL, O_NONBLOCK);
   fcntl(sb->err_rd, F_SETFL, O_NONBLOCK);
   fcntl(sb->status_rd, F_SETFL, O_NONBLOCK);
@@ -379,8 +400,11 @@ out:
   close_fd(&out_p[1]);
   close_fd(&err_p[0]);
   close_fd(&err_p[1]);
+  close_fd(&in_p[0]);
+  close_fd(&in_p[1]);
   close_fd(&devnull);
   close_fd(&self_net);
+  kc__fs_close_trees(plan.mnts, plan.n_mnts);
   free(plan.mnts);
   kc_seccomp_prog_free(prog);
   if (rc < 0) {

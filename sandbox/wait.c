@@ -11,7 +11,7 @@
  * cgroup read before it is removed. */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <math.h>
@@ -44,6 +44,8 @@ typedef struct wait_state {
   bool exec_allowed; /* the one exec `kcage run` grants under a no-exec policy */
   uint64_t out_total;
   bool init_exited;
+  char in_buf[4096]; /* terminal input on its way to the program's stdin pipe */
+  size_t in_len, in_off;
 } wait_state;
 
 /* No libm in the sandbox library. */
@@ -122,6 +124,30 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
   return true;
 }
 
+/* One step of feeding the caller's terminal to the program: read when the buffer is
+ * empty, write what is buffered.  End of input (^D, hang-up) and a program that closed
+ * its stdin both end the feeding. */
+static void feed_stdin(kc_sandbox *sb, wait_state *ws) {
+  if (ws->in_off == ws->in_len) {
+    ssize_t r = read(sb->in_src, ws->in_buf, sizeof ws->in_buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+      return;
+    if (r <= 0) {
+      close_fd(&sb->in_wr);
+      return;
+    }
+    ws->in_len = (size_t)r;
+    ws->in_off = 0;
+  }
+  ssize_t w = write(sb->in_wr, ws->in_buf + ws->in_off, ws->in_len - ws->in_off);
+  if (w > 0)
+    ws->in_off += (size_t)w;
+  else if (w < 0 && errno != EAGAIN && errno != EINTR)
+    close_fd(&sb->in_wr);
+  if (ws->in_off == ws->in_len)
+    ws->in_off = ws->in_len = 0;
+}
+
 static void read_report(kc_sandbox *sb, wait_state *ws) {
   kc_setup_report r;
   ssize_t n;
@@ -156,15 +182,6 @@ static void on_notification(kc_sandbox *sb, wait_state *ws) {
   do_kill(sb, ws, KILL_SYSCALL);
 }
 
-static void human_size(uint64_t b, char *buf, size_t len) {
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0)
-    snprintf(buf, len, "%llu GiB", (unsigned long long)(b >> 30));
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
-    snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
-  else
-    snprintf(buf, len, "%llu bytes", (unsigned long long)b);
-}
-
 static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err);
 
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
@@ -197,10 +214,14 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   double kill_deadline = INFINITY; /* bounded wait for the tree to die once killed */
 
   while (!ws.init_exited) {
-    struct pollfd pf[7];
+    struct pollfd pf[8];
     int n = 0;
     pf[n++] = (struct pollfd){sb->pidfd, POLLIN, 0};
-    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1;
+    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1, i_in = -1;
+    if (sb->in_wr >= 0 && ws.in_off < ws.in_len)
+      i_in = n, pf[n++] = (struct pollfd){sb->in_wr, POLLOUT, 0};
+    else if (sb->in_wr >= 0 && sb->in_src >= 0 && ws.reason == KILL_NONE)
+      i_in = n, pf[n++] = (struct pollfd){sb->in_src, POLLIN, 0};
     if (sb->cancel_fd >= 0 && ws.reason == KILL_NONE)
       i_can = n, pf[n++] = (struct pollfd){sb->cancel_fd, POLLIN, 0};
     if (sb->report_rd >= 0)
@@ -246,6 +267,8 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
         pump(sb, &ws, &sb->out_rd, sb->fwd_out);
       if (i_err >= 0 && pf[i_err].revents && sb->err_rd >= 0)
         pump(sb, &ws, &sb->err_rd, sb->fwd_err);
+      if (i_in >= 0 && pf[i_in].revents)
+        feed_stdin(sb, &ws);
       if (i_can >= 0 && pf[i_can].revents)
         do_kill(sb, &ws, KILL_CANCEL);
       if (pf[0].revents)
@@ -352,51 +375,19 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
              si.si_code, si.si_status);
     return 0;
   }
-  res->exit_code = code;
-  res->signal = sig;
-  bool failed = !(sig == 0 && code == 0);
-  char sz[48];
-  if (oom) {
-    res->status = KC_STATUS_MEMORY;
-    human_size(sb->lim.memory_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "memory limit of %s exceeded (OOM kill)", sz);
-  } else if (pids_hit && failed) {
-    res->status = KC_STATUS_PIDS;
-    snprintf(res->message, sizeof res->message, "process limit of %u reached", sb->lim.pids);
-  } else if (ws.reason == KILL_SYSCALL) {
-    res->status = KC_STATUS_SYSCALL;
-    snprintf(res->syscall, sizeof res->syscall, "%s", ws.syscall);
-    snprintf(res->message, sizeof res->message, "forbidden system call %s", ws.syscall);
-  } else if (ws.reason == KILL_CPU ||
-             (sb->lim.cpu_s > 0 && (sig == SIGXCPU || (sig == SIGKILL && res->cpu_s >= sb->lim.cpu_s)))) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "cpu";
-    snprintf(res->message, sizeof res->message, "CPU time limit of %g s exceeded", sb->lim.cpu_s);
-  } else if (ws.reason == KILL_WALL) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "wall";
-    snprintf(res->message, sizeof res->message, "wall-clock limit of %g s exceeded", sb->lim.wall_s);
-  } else if (ws.reason == KILL_CANCEL) {
-    res->status = KC_STATUS_SIGNALED;
-    res->exit_code = -1;
-    res->signal = SIGKILL;
-    snprintf(res->message, sizeof res->message, "killed by kcage: the run was cancelled");
-  } else if (ws.reason == KILL_OUTPUT) {
-    res->status = KC_STATUS_OUTPUT;
-    human_size(sb->lim.output_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "output limit of %s exceeded", sz);
-  } else if (sig) {
-    res->status = KC_STATUS_SIGNALED;
-    const char *abbr = sigabbrev_np(sig);
-    snprintf(res->message, sizeof res->message, "killed by signal %d (SIG%s)", sig,
-             abbr ? abbr : "?");
-  } else if (code == 0) {
-    res->status = KC_STATUS_OK;
-    snprintf(res->message, sizeof res->message, "exited normally");
-  } else {
-    res->status = KC_STATUS_EXITED;
-    snprintf(res->message, sizeof res->message, "exited with status %d", code);
-  }
+  static const kc_kill_cause cause[] = {
+      [KILL_NONE] = KC_KILLED_NONE,     [KILL_SYSCALL] = KC_KILLED_SYSCALL,
+      [KILL_CPU] = KC_KILLED_CPU,       [KILL_WALL] = KC_KILLED_WALL,
+      [KILL_OUTPUT] = KC_KILLED_OUTPUT, [KILL_CANCEL] = KC_KILLED_CANCEL,
+  };
+  kc_verdict_facts f = {.exit_code = code,
+                        .signal = sig,
+                        .killed = cause[ws.reason],
+                        .syscall = ws.syscall,
+                        .oom = oom,
+                        .pids_hit = pids_hit,
+                        .lim = &sb->lim};
+  kc_verdict_decide(&f, res);
   return 0;
 }
 

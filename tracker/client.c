@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -248,7 +249,7 @@ static void sb_add(struct sbuf *b, const char *fmt, ...) {
  * so a key or an address cannot drive the terminal of whoever runs `kcage query`. */
 #define SHOWN_MAX (4 * (KC_TRACKER_MAX_MATCHKEY + 16) + 1)
 static const char *shown(const char *s, char buf[SHOWN_MAX]) {
-  return kc_escape_ctrl(s, buf, SHOWN_MAX);
+  return kc_escape(s, buf, SHOWN_MAX);
 }
 
 /* Python's str() of a JSON scalar as json.loads returns it. */

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "kcage/measure.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -78,7 +79,7 @@ static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_erro
 static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *err) {
   struct remote_ctx *x = vctx;
   char host[KC_TRACKER_MAX_ADDR], peer[KC_TRACKER_MAX_ADDR + 8];
-  snprintf(peer, sizeof peer, "%s:%u", kc_escape_ctrl(lease->host, host, sizeof host), lease->port);
+  snprintf(peer, sizeof peer, "%s:%u", kc_escape(lease->host, host, sizeof host), lease->port);
   int dup_fd = dup(fd); /* the session owns its fd; request_and_run closes the original */
   if (dup_fd < 0)
     return kc_error_set(err, errno, "dup");

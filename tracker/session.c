@@ -14,6 +14,7 @@
 
 #include "kcage/cleanup.h"
 #include "kcage/measure.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -87,7 +88,7 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
     const char *m = json_string_value(json_object_get(r, "message"));
     const char *code = json_string_value(json_object_get(r, "code"));
     char shown[512];
-    kc_error_set(err, 0, "device agent: %s", kc_escape_ctrl(m ? m : "error", shown, sizeof shown));
+    kc_error_set(err, 0, "device agent: %s", kc_escape(m ? m : "error", shown, sizeof shown));
     if (err)
       err->code = code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO;
     json_decref(r);
@@ -377,8 +378,8 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   if (rc == 0)
     stamp_records(st, *records, ks, clamped);
   json_decref(clamped);
-  for (size_t i = 0; i < n; i++)
-    free(paths[i]);
+  for (size_t k = 0; k < n; k++)
+    free(paths[k]);
   free(paths);
   return rc;
 }

@@ -21,9 +21,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 #define KC_TRACKER_MAGIC 0x2F271
 #define KC_RPC_MAGIC 0xFF271
@@ -319,9 +323,7 @@ json_t *kc_run_config_clamp(struct kc_bench_config *cfg, const kc_run_caps *caps
 int kc_remote_records_decode(const json_t *reply, const char *const *kernels, size_t n,
                              const char *peer, json_t **records, kc_error *err);
 
-/* Copy s to out with control characters (C0, DEL, C1) escaped as \xNN, for printing
- * what a peer sent; returns out (always NUL-terminated, truncated to fit). */
-char *kc_escape_ctrl(const char *s, char *out, size_t len);
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

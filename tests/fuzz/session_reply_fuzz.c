@@ -53,6 +53,8 @@ static void frames(const uint8_t *data, size_t size) {
   close(sv[1]);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0)
     return 0;

@@ -275,9 +275,9 @@ static void test_query_escapes_peer_strings(void **state) {
         ((unsigned char)out[i] == 0xc2 && (unsigned char)out[i + 1] >= 0x80 &&
          (unsigned char)out[i + 1] <= 0x9f))
       fail_msg("raw control character at %zu: %s", i, out);
-  assert_non_null(strstr(out, "server:ev\\x1b[2Jil"));
-  assert_non_null(strstr(out, "h\\x1b]0;x\\x07:9000"));
-  assert_non_null(strstr(out, "ev\\x1b[2Jil   1      1     0"));
+  assert_non_null(strstr(out, "server:ev\\e[2Jil"));
+  assert_non_null(strstr(out, "h\\e]0;x\\x07:9000"));
+  assert_non_null(strstr(out, "ev\\e[2Jil   1      1     0"));
   close(srv);
   trk_stop(&t);
 }
