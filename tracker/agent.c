@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -421,6 +422,10 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
                                 .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
+    if (rc < 0) { /* the operator sees why a session ended early (a refused key, say) */
+      char shown[KC_ERROR_MSG_MAX * 4];
+      logf_(a, "session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+    }
     _exit(rc < 0 ? 1 : 0);
   }
   close(fd);
