@@ -178,6 +178,10 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
 int kc_rpc_connect(const char *host, uint16_t port, const char *matchkey, double session_timeout_s,
                    double timeout_s, char *server_key, size_t server_key_len, kc_error *err);
 
+/* The server side: does the key a client sent ("client:<matchkey>[ -timeout=N]") name
+ * this matchkey?  *timeout_s gets N (0 when absent or not a positive number). */
+bool kc_rpc_client_key(const char *key, const char *matchkey, double *timeout_s);
+
 /* TVM's TrackerSession.request: up to max_retry attempts of REQUEST + connect +
  * handshake.  *fd = the connected device session.  Error text follows TVM's
  * "Cannot request <key> after <n> retry, last_error:<err>". */

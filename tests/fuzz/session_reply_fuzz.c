@@ -2,6 +2,7 @@
  * Input byte 0 selects:
  *   'C' the rest is a run config as the agent reads it (kc_run_config_decode), then
  *       clamped to operator caps;
+ *   'H' the rest is the key of TVM's RPC handshake as the agent parses it;
  *   'S' the rest is a byte stream from the peer, read through a socket as session
  *       frames (kc_session_recv, both sides' frame decoder) until it fails;
  *   else byte 0 is the number of kernels (mod 8: "1" is one) and the rest an agent's reply to
@@ -58,6 +59,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's ent
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size == 0)
     return 0;
+  if (data[0] == 'H') {
+    char *key = strndup((const char *)data + 1, size - 1);
+    double t;
+    if (key && kc_rpc_client_key(key, "cpu:0.1234", &t) && (!(t >= 0) || t > 1e308))
+      abort();
+    free(key);
+    return 0;
+  }
   if (data[0] == 'S') {
     frames(data + 1, size - 1);
     return 0;
