@@ -1,6 +1,6 @@
 /* Tracker: Apache TVM's RPC tracker protocol (reference/tvm.md §2), a tracker server,
  * a tracker client with leases and the TVM RPC handshake, and the device agent
- * (DESIGN.md §3.4, issue 5).
+ * (docs/contracts.md).
  *
  * Wire (unchanged from TVM so TVM's own clients, servers and query_rpc_tracker work):
  *   client -> tracker: int32 LE 0x2F271; tracker -> client: the same magic.
@@ -9,8 +9,9 @@
  * v0.25), every message shape is validated and a bad one closes only its own
  * connection, servers whose connection dies are removed at once (with or without
  * UPDATE_INFO), silent peers are expired by TCP keepalive/user-timeout, a REQUEST whose
- * client left stops counting as pending, replies go out in one write with TCP_NODELAY
- * and the listen backlog is SOMAXCONN. */
+ * client left stops counting as pending, replies go out in one write with TCP_NODELAY,
+ * the listen backlog is SOMAXCONN, connections that never send the magic are dropped
+ * (first at the fd limit) and empty keys give way when the key table fills. */
 #ifndef KCAGE_TRACKER_H
 #define KCAGE_TRACKER_H
 
