@@ -71,6 +71,14 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     return kc_error_set(err, errno, "zygote: socketpair");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
   int netns = sandboxed ? shared_netns() : -1;
+  /* The pool's own host ids (never nobody, never another sandbox's), held until the
+   * zygote and every worker it forked are gone. */
+  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0) {
+    close(sv[0]);
+    close(sv[1]);
+    return kc_error_prefix(err, "zygote");
+  }
   bool as_root = geteuid() == 0; /* else setgroups is denied in the new namespace */
   /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
   enum { MAXARG = 8 + 2 * 64 };
@@ -155,11 +163,11 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     close(up[1]);
     close(down[0]);
     bool ok = read(up[0], &c, 1) == 1 && c == 'u';
-    /* the namespace's root is the sandbox layer's host id: nobody when we are root,
-     * else ourselves (an unprivileged map must also deny setgroups first) */
+    /* the namespace's root is the pool's own host ids as root, else ourselves (an
+     * unprivileged map must also deny setgroups first) */
     char map[2][64];
-    snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)kc_sandbox_host_uid());
-    snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)kc_sandbox_host_gid());
+    snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)ids.uid);
+    snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)ids.gid);
     static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
     for (int i = geteuid() == 0 ? 1 : 0; ok && i < 3; i++) {
       snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
@@ -191,6 +199,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->pid = pid;
   z->ctl = sv[0];
   z->sandboxed = sandboxed;
+  z->ids = ids;
+  ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   /* its hello (generation 0): policy loaded, file system entered, or why not */
   pid_t dummy;
@@ -291,6 +301,8 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
   s->pid = pid;
   s->ctl = sv[0];
   s->sandboxed = z->sandboxed;
+  s->ids = z->ids;
+  s->ids.lock_fd = -1; /* held by the zygote it came from */
   s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   *out = s;
   return 0;
@@ -313,5 +325,6 @@ void kc_zygote_stop(kc_zygote *z) {
   waitpid(z->pid, NULL, 0);
   if (z->pidfd >= 0)
     close(z->pidfd);
+  kc_sandbox_ids_release(&z->ids);
   free(z);
 }
