@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../worker/measure_internal.h"
+#include "../measure/measure_internal.h"
 #include "bench_common.h"
 #include "kcage/measure.h"
 

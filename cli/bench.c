@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
+#include "kcage/tracker.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -46,11 +47,16 @@ static void usage(FILE *out) {
           "  --build-memory SIZE  per build (default 1G)\n"
           "  --cache-dir DIR      build cache (default $XDG_CACHE_HOME/kcage)\n"
           "  --no-cache           compile even when a build is cached\n"
+          "  --limits-fallback rlimit\n"
+          "                       without a delegated cgroup, hold memory and the builds'\n"
+          "                       process limit as rlimits instead of refusing to run\n"
           "output:\n"
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
           "  --quiet              no table\n"
           "remote devices:\n"
           "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
+          "  --auth-key FILE      run only on agents that prove this shared key (and\n"
+          "                       prove it to them); see `kcage agent --auth-key`\n"
           "\n"
           "statuses: ok build_error wrong_result timeout memory crash syscall error suspicious\n");
 }
@@ -84,7 +90,9 @@ enum {
   O_SETS,
   O_CHECKS,
   O_QUIET,
+  O_AUTHKEY,
   O_HELP,
+  O_LFALLBACK,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -115,7 +123,9 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"sets", 1, 0, O_SETS},
                                      {"checks", 1, 0, O_CHECKS},
                                      {"quiet", 0, 0, O_QUIET},
+                                     {"auth-key", 1, 0, O_AUTHKEY},
                                      {"help", 0, 0, O_HELP},
+                                     {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
 
 static int parse_double(const char *s, double *out) {
@@ -206,7 +216,7 @@ static void print_table(json_t *recs, json_t *ref) {
 int kc_cmd_bench(int argc, char **argv) {
   kc_bench_config cfg;
   kc_bench_config_init(&cfg);
-  const char *json_path = NULL;
+  const char *json_path = NULL, *auth_path = NULL;
   bool quiet = false;
   uint64_t u;
 
@@ -310,6 +320,10 @@ int kc_cmd_bench(int argc, char **argv) {
     case O_NOCACHE:
       cfg.build.no_cache = true;
       break;
+    case O_LFALLBACK:
+      if (kc_cli_limits_fallback("bench", a) < 0)
+        return KC_EXIT_USAGE;
+      break;
     case O_TRACKER:
       cfg.tracker = a;
       break;
@@ -337,6 +351,9 @@ int kc_cmd_bench(int argc, char **argv) {
       break;
     case O_QUIET:
       quiet = true;
+      break;
+    case O_AUTHKEY:
+      auth_path = a;
       break;
     case '?':
     default:
@@ -371,6 +388,15 @@ int kc_cmd_bench(int argc, char **argv) {
     kc_cli_error("bench", "--tracker needs --key");
     return KC_EXIT_USAGE;
   }
+  static kc_auth_key auth;
+  if (auth_path && !cfg.tracker) {
+    kc_cli_error("bench", "--auth-key is for remote devices (--tracker)");
+    return KC_EXIT_USAGE;
+  }
+  if (auth_path && kc_auth_key_load(auth_path, &auth, &err) < 0) {
+    kc_cli_error("bench", "%s", err.msg);
+    return KC_EXIT_USAGE;
+  }
   for (int i = optind; i < argc; i++)
     if (access(argv[i], R_OK) < 0) {
       kc_cli_error("bench", "%s: %s", argv[i], strerror(errno));
@@ -387,8 +413,10 @@ int kc_cmd_bench(int argc, char **argv) {
   if (isatty(STDERR_FILENO))
     cfg.progress = progress;
   json_t *recs = NULL, *ref = NULL;
-  int rc = kc_bench_run_batch_ex(&cfg, (const char *const *)argv + optind, (size_t)(argc - optind),
-                                 &recs, &ref, &err);
+  const char *const *kernels = (const char *const *)argv + optind;
+  size_t nk = (size_t)(argc - optind);
+  int rc = cfg.tracker ? kc_bench_remote_run(&cfg, &auth, kernels, nk, &recs, &err)
+                       : kc_bench_run_batch_ex(&cfg, kernels, nk, &recs, &ref, &err);
   if (rc < 0) {
     if (cfg.progress)
       fprintf(stderr, "\r%60s\r", "");

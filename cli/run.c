@@ -38,11 +38,16 @@ static const char usage_text[] =
     "                       is otherwise PATH, HOME=/tmp, LANG=C.UTF-8)\n"
     "  --report FILE|-      write the result record as one JSON object ('-' = stdout,\n"
     "                       after the program's own output)\n"
+    "  --limits-fallback rlimit\n"
+    "                       where no delegated cgroup can hold --memory/--pids, enforce\n"
+    "                       them as rlimits (RLIMIT_AS per process, RLIMIT_NPROC) instead\n"
+    "                       of refusing to run; the record's \"limits\" names which\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
-    "limit fired; 125 when kcage failed; 126/127 program not executable / not found;\n"
-    "137 for a memory/pids/output/syscall verdict of a program that itself exited 0.\n"
+    "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
+    "executable / not found; 137 for a memory/pids/output/syscall verdict of a\n"
+    "program that itself exited 0.\n"
     "The result record: status (ok exited signaled timeout memory syscall pids output\n"
     "setup_error), exit_code, signal, signal_name, syscall, limit, cpu_s, wall_s,\n"
     "peak_memory_bytes, message.\n";
@@ -61,6 +66,7 @@ enum {
   OPT_CWD,
   OPT_ENV,
   OPT_REPORT,
+  OPT_LIMITS_FALLBACK,
 };
 
 static const struct option long_opts[] = {
@@ -77,13 +83,14 @@ static const struct option long_opts[] = {
     {"cwd", required_argument, NULL, OPT_CWD},
     {"env", required_argument, NULL, OPT_ENV},
     {"report", required_argument, NULL, OPT_REPORT},
+    {"limits-fallback", required_argument, NULL, OPT_LIMITS_FALLBACK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
 static int bad(const char *opt, const char *val) {
   kc_cli_error("run", "invalid value for --%s: '%s' (see `kcage run --help`)", opt, val);
-  return KC_EXIT_USAGE;
+  return KC_EXIT_RUN_FAILED;
 }
 
 int kc_cmd_run(int argc, char **argv) {
@@ -94,10 +101,10 @@ int kc_cmd_run(int argc, char **argv) {
   char **env = calloc((size_t)argc + 4, sizeof *env);
   if (!mounts || !env) {
     kc_cli_error("run", "out of memory");
-    return 125;
+    return KC_EXIT_RUN_FAILED;
   }
   size_t n_mounts = 0, n_env = 0;
-  int rc = 125;
+  int rc = KC_EXIT_RUN_FAILED;
   optind = 1;
   opterr = 0;
   int c;
@@ -198,16 +205,22 @@ int kc_cmd_run(int argc, char **argv) {
     case OPT_REPORT:
       report = optarg;
       break;
+    case OPT_LIMITS_FALLBACK:
+      if (kc_cli_limits_fallback("run", optarg) < 0) {
+        rc = KC_EXIT_USAGE;
+        goto done;
+      }
+      break;
     default:
       kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
                    argv[optind - 1]);
-      rc = KC_EXIT_USAGE;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
   }
   if (optind >= argc) {
     kc_cli_error("run", "no program given (usage: kcage run [OPTIONS] -- PROGRAM [ARG...])");
-    rc = KC_EXIT_USAGE;
+    rc = KC_EXIT_RUN_FAILED;
     goto done;
   }
   /* The default environment, unless --env replaced a variable of it. */
@@ -227,7 +240,7 @@ int kc_cmd_run(int argc, char **argv) {
   kc_error err = {0};
   if (kc_policy_load(policy_name, &policy, &err) < 0) {
     kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
-    rc = 125;
+    rc = KC_EXIT_RUN_FAILED;
     goto done;
   }
   cfg.policy = policy;
@@ -268,7 +281,7 @@ int kc_cmd_run(int argc, char **argv) {
     if (wrc < 0) {
       kc_cli_error("run", "%s", err.msg);
       kc_policy_free(policy);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
   }
@@ -285,20 +298,26 @@ int kc_cmd_run(int argc, char **argv) {
     char *json = NULL;
     if (kc_result_to_json(&res, &json, &err) < 0) {
       kc_cli_error("run", "report: %s", err.msg);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
+    }
+    char *with = kc_cli_record_with_limits(json, cfg.limits.memory_bytes, cfg.limits.pids,
+                                           cfg.limits.cpus > 0);
+    if (with) {
+      free(json);
+      json = with;
     }
     FILE *f = strcmp(report, "-") ? fopen(report, "w") : stdout;
     if (!f) {
       kc_cli_error("run", "report %s: %s", report, strerror(errno));
       free(json);
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
       goto done;
     }
     fprintf(f, "%s\n", json);
     if (f != stdout ? fclose(f) != 0 : fflush(f) != 0) {
       kc_cli_error("run", "report %s: %s", report, strerror(errno));
-      rc = 125;
+      rc = KC_EXIT_RUN_FAILED;
     }
     free(json);
   }

@@ -89,11 +89,6 @@ struct kc_sandbox {
 
 double kc__now(void);
 
-/* lockdown.c: kc_sandbox_lockdown with a filter the parent compiled (no allocation in
- * the child). */
-int kc__lockdown_prog(const kc_policy *policy, double cpu_s, const struct kc_seccomp_prog *prog,
-                      int sock, kc_error *err);
-
 /* caps.c: allocate what the child's capability drop needs, before clone3. */
 void kc__caps_prepare(void);
 

@@ -2,7 +2,7 @@
  * straight into the v2 cgroup), id maps, then "go". */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -240,12 +240,14 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
    * and cpu_s / peak memory then come from init's rusage. */
   bool need_cg = l->memory_bytes || l->pids || l->cpus > 0 || l->cpu_s > 0 || !plan.ns.pid ||
                  c->always_cgroup;
-  if (need_cg && kc_cgroup_detect() != KC_CGROUP_NONE) {
+  bool limits = l->memory_bytes || l->pids || l->cpus;
+  if (need_cg && (kc_cgroup_detect() != KC_CGROUP_NONE || limits)) {
     kc_cgroup_limits cl = {.memory_bytes = l->memory_bytes, .pids = l->pids, .cpus = l->cpus};
     char name[64];
     snprintf(name, sizeof name, "run-%d-%u", (int)getpid(), atomic_fetch_add(&run_counter, 1));
     if (kc_cgroup_create(name, &cl, &sb->cg, err) < 0) {
-      kc_error_prefix(err, "cgroup");
+      if (err && err->code != ENOTSUP) /* a refusal is one line as it is */
+        kc_error_prefix(err, "cgroup");
       goto out;
     }
     if (kc_cgroup_read(sb->cg, &sb->base, err) < 0) {
@@ -253,9 +255,6 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
       goto out;
     }
     plan.cgroup_cpu = sb->base.cpu_usec >= 0;
-  } else if (need_cg && (l->memory_bytes || l->pids || l->cpus)) {
-    kc_error_set(err, ENOTSUP, "memory/pids/cpus limits need cgroups, and this host has none");
-    goto out;
   }
 
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sync_p) < 0 || pipe2(rep_p, O_CLOEXEC) < 0 || pipe2(st_p, O_CLOEXEC) < 0 ||

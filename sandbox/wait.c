@@ -11,7 +11,7 @@
  * cgroup read before it is removed. */
 #include "kcage/sandbox_parts.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <math.h>

@@ -73,6 +73,7 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
 
 /* handlers.c */
 kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, size_t cap);
+void kc_handlers_set_builtins(const kc_builtin *builtins);
 
 /* fd passing */
 int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);

@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/seccomp.h"
 #include "kcage/sandbox_parts.h"
 #include "worker_internal.h"
 

@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,9 +19,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "install_dirs.h"
 #include "kcage/cgroup.h"
 #include "kcage/sandbox.h"
 #include "worker_internal.h"
+
+static char worker_path[PATH_MAX];
+
+static void find_worker(void) {
+  char dir[PATH_MAX - 16];
+  if (kc_install_dir_get(KC_DIR_WORKER, dir, sizeof dir) == 0)
+    snprintf(worker_path, sizeof worker_path, "%s/kcage-worker", dir);
+}
 
 const char *kc_worker_binary(const kc_worker_opts *o) {
   if (o && o->worker_path)
@@ -28,12 +38,10 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
   const char *e = getenv("KCAGE_WORKER");
   if (e && *e)
     return e;
-  static const char *cands[] = {KC_BUILD_DIR "/kcage-worker",
-                                KC_INSTALL_LIBEXECDIR "/kcage-worker"};
-  for (size_t i = 0; i < 2; i++)
-    if (access(cands[i], X_OK) == 0)
-      return cands[i];
-  return cands[0];
+  /* Next to this binary or library (install_dirs.c); found once, never changes. */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, find_worker);
+  return worker_path[0] ? worker_path : "kcage-worker (not found next to kcage)";
 }
 
 /* One empty network namespace with loopback up per process, joined by every zygote: a

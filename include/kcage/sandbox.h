@@ -11,9 +11,13 @@
 #include "kcage/error.h"
 #include "kcage/policy.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Limits for one run.  0 means "no limit" (or "the policy's default" where a policy
  * sets one). */
@@ -136,6 +140,8 @@ int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, cons
 
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

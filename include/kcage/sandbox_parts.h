@@ -18,9 +18,13 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Build and enter the sandbox's file system: the policy's mounts (or the built-in
  * layout when the policy has none: ro /usr + merged-usr symlinks, /proc, minimal
@@ -44,9 +48,20 @@ int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err)
  * goes to the supervisor over that unix socket (kc_seccomp_install_and_send; the
  * supervisor takes it with kc_seccomp_recv_listener) and *listener_fd is -1; with
  * handoff_sock < 0, *listener_fd gets it (-1 when the policy notifies nothing): hand
- * it over and close it before untrusted code runs (see sandbox/seccomp_notify.h). */
+ * it over and close it before untrusted code runs (see kcage/seccomp.h). */
 int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
                         int *listener_fd, kc_error *err);
+
+/* The same lockdown with a filter compiled once beforehand (kc_seccomp_prog_compile,
+ * kcage/seccomp.h): the child allocates nothing, so it is safe right after a clone3 or
+ * fork from a process that has other threads.  The listener goes over sock, the fd
+ * number the filter was compiled for; prog NULL = no filter.  The one lockdown of
+ * `kcage run`'s child and of every pool worker. */
+typedef struct kc_seccomp_prog kc_seccomp_prog;
+int kc_sandbox_lockdown_prog(const kc_policy *policy, double cpu_s, const kc_seccomp_prog *prog,
+                             int sock, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -48,9 +48,13 @@
 #include "kcage/error.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---------------------------------------------------------------------------------
  * Handlers (run inside the worker).
@@ -61,9 +65,8 @@ extern "C" {
  *   "exec"      built-in: arg = argv as NUL-terminated strings back to back; runs the
  *               program (needs a policy that allows fork+exec, e.g. "exec"), result =
  *               its wait status as an int32 (little-endian);
- *   "measure"   built-in: calls kc_handler_measure (below, defined by worker/
- *               measure_handler.c; a weak symbol, so "measure" fails with an
- *               exception "measure handler not built" when it is missing);
+ *   "measure"   built-in of the kcage-worker program: kcage bench's measure
+ *               handler (kc_handler_measure, kcage/measure.h);
  *   "lib.so:symbol"  a user handler: lib.so is dlopen'd inside the worker (path as
  *               seen INSIDE the sandbox: bind it in with opts.mounts) once per worker,
  *               symbol is looked up with dlsym and must have type kc_handler_fn.
@@ -93,9 +96,16 @@ typedef struct kc_call {
  * sandbox's verdict. */
 typedef int (*kc_handler_fn)(kc_call *call);
 
-/* The measure handler (issue 4, worker/measure_handler.c).  Weak: present only when
- * that file is linked into kcage-worker. */
-int kc_handler_measure(kc_call *call) __attribute__((weak));
+/* A handler built into the worker program, found by name before "lib.so:symbol". */
+typedef struct kc_builtin {
+  const char *name;
+  kc_handler_fn fn;
+} kc_builtin;
+
+/* The body of the kcage-worker program (argv as the library starts it), with the
+ * program's own built-ins (an array ended by {0}).  The layers above link their
+ * handlers into the program this way; the worker layer knows none of them. */
+int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins);
 
 /* Initializer ("lib.so:symbol"), run once in each new worker before its first call,
  * under the seccomp filter.  Non-zero return = the initializer raised: its message
@@ -152,7 +162,9 @@ typedef struct kc_worker_opts {
   size_t max_result_bytes; /* largest result payload; 0 = 1 MiB */
   kc_isolation isolation;
   const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
-                              build dir, then the installed libexec copy */
+                              one next to kcage (<libexecdir>/kcage, relative to
+                              the installed binary or library; the build dir for a
+                              binary that runs from it) */
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
@@ -234,6 +246,8 @@ bool kc_worker_is_alive(kc_worker *w);   /* false while a replacement is still s
 pid_t kc_worker_pid(const kc_worker *w); /* host pid, 0 when none */
 /* Kills (when alive) and frees.  Safe with NULL. */
 void kc_worker_free(kc_worker *w);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

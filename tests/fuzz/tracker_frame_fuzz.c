@@ -24,6 +24,8 @@ static void parse_one(const char *p, size_t n) {
   }
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 0 && data[0] == 'J') {
     parse_one((const char *)data + 1, size - 1);

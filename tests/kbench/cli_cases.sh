@@ -66,7 +66,8 @@ escaped_build_error)
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)
-  # Exactly the record fields of DESIGN.md §3.3, one object per line, input order.
+  # Exactly the record fields of DESIGN.md §3.3 (plus "limits": memory, pids), one
+  # object per line, input order.
   "$kcage" bench --args "$small" --reference "$ex/reference.c" --repeat 2 --min-repeat-ms 1 \
     --json "$tmp/r.jsonl" "$ex/naive.c" "$ex/wrong_result.c" >"$tmp/out" 2>"$tmp/err" || exit 1
   cat "$tmp/out"
@@ -76,7 +77,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"cv":"device":"kernel":"max_abs_err":"median_s":"message":"min_s":"number":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"build_s":"cv":"device":"kernel":"limits":"max_abs_err":"median_s":"memory":"message":"min_s":"number":"pids":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
   ;;
 timing_options)

@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <nettle/sha2.h>
+
 #include "build_fs.h"
 #include "kcage/cleanup.h"
 
@@ -182,7 +184,7 @@ static int resolve_cc(const char *cc, char *out, size_t len) {
   return -1;
 }
 
-static void cpu_identity(kc_sha256 *h) {
+static void cpu_identity(struct sha256_ctx *h) {
   FILE *f = fopen("/proc/cpuinfo", "r");
   if (!f)
     return;
@@ -190,7 +192,7 @@ static void cpu_identity(kc_sha256 *h) {
   int seen = 0;
   while (seen < 2 && fgets(line, sizeof line, f))
     if (!strncmp(line, "model name", 10) || !strncmp(line, "flags", 5)) {
-      kc_sha256_update(h, line, strlen(line));
+      sha256_update(h, strlen(line), (const uint8_t *)line);
       seen++;
     }
   fclose(f);
@@ -510,18 +512,18 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
   if (stat(cc_path, &cst) < 0)
     return kc_error_set(err, errno, "%s", cc_path);
 
-  kc_sha256 h;
-  kc_sha256_init(&h);
+  struct sha256_ctx h;
+  sha256_init(&h);
   /* -march=native makes the binary this CPU's: a cache shared between machines (an NFS
    * home) must not hand it to another model. */
   cpu_identity(&h);
   char hdr[PATH_MAX + 256];
   int hn = snprintf(hdr, sizeof hdr, "kcage-build-v1\n%s\n%lld %lld\n%s\n", cc_path,
                     (long long)cst.st_size, (long long)cst.st_mtime, o.cflags);
-  kc_sha256_update(&h, hdr, (size_t)hn);
-  kc_sha256_update(&h, src, src_len);
-  uint8_t d[32];
-  kc_sha256_final(&h, d);
+  sha256_update(&h, (size_t)hn, (const uint8_t *)hdr);
+  sha256_update(&h, src_len, (const uint8_t *)src);
+  uint8_t d[SHA256_DIGEST_SIZE];
+  sha256_digest(&h, sizeof d, d);
   for (int i = 0; i < 32; i++)
     snprintf(res->key + 2 * i, 3, "%02x", d[i]);
 
