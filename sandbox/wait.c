@@ -6,7 +6,8 @@
  * cgroup (RLIMIT_CPU is only a backstop); output is counted as it is forwarded.
  *
  * Verdict priority (exact, DESIGN.md §3.1): memory (OOM-kill counter delta), pids
- * (pids.max hits delta AND the program failed), syscall (a seccomp notification),
+ * (pids.max hits delta: a fork or thread of the tree was refused, even if the program
+ * coped and exited 0, as an OOM-killed child is memory), syscall (a seccomp notification),
  * timeout cpu, timeout wall, output, signaled, exited/ok.  The tree is killed and the
  * cgroup read before it is removed. */
 #include "kcage/sandbox_parts.h"
@@ -386,13 +387,12 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   }
   res->exit_code = code;
   res->signal = sig;
-  bool failed = !(sig == 0 && code == 0);
   char sz[48];
   if (oom) {
     res->status = KC_STATUS_MEMORY;
     human_size(sb->lim.memory_bytes, sz, sizeof sz);
     snprintf(res->message, sizeof res->message, "memory limit of %s exceeded (OOM kill)", sz);
-  } else if (pids_hit && failed) {
+  } else if (pids_hit) {
     res->status = KC_STATUS_PIDS;
     snprintf(res->message, sizeof res->message, "process limit of %u reached", sb->lim.pids);
   } else if (ws.reason == KILL_SYSCALL) {
