@@ -28,3 +28,23 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/kcageConfigVersion.cmake
 install(FILES ${CMAKE_BINARY_DIR}/kcageConfig.cmake ${CMAKE_BINARY_DIR}/kcageConfigVersion.cmake
   DESTINATION ${kc_cmakedir})
 set_target_properties(kcage_shared PROPERTIES EXPORT_NAME kcage)
+
+# systemd units and their settings.  The units name absolute paths, so they are made
+# when installing, for the prefix installed to (not the configure-time one).
+set(KC_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
+  "Where the systemd units go (relative to the prefix, or absolute)")
+install(CODE "
+  set(kc_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  set(KC_BINDIR \"\${kc_prefix}/${CMAKE_INSTALL_BINDIR}\")
+  if(kc_prefix STREQUAL \"/usr\")
+    set(KC_CONFDIR /etc/kcage)
+  else()
+    set(KC_CONFDIR \"\${kc_prefix}/${CMAKE_INSTALL_SYSCONFDIR}/kcage\")
+  endif()
+  foreach(u kcage-tracker.service kcage-agent@.service)
+    configure_file(${CMAKE_SOURCE_DIR}/systemd/\${u}.in ${CMAKE_BINARY_DIR}/systemd/\${u} @ONLY)
+  endforeach()")
+install(FILES ${CMAKE_BINARY_DIR}/systemd/kcage-tracker.service
+  ${CMAKE_BINARY_DIR}/systemd/kcage-agent@.service DESTINATION ${KC_SYSTEMD_UNITDIR})
+install(FILES systemd/tracker.conf systemd/agent.conf
+  DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kcage)

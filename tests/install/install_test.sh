@@ -89,4 +89,23 @@ cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_C_COMPILER="$cc" \
 cmake --build "$tmp/consumer/build" >/dev/null
 "$tmp/consumer/build/consumer" "$tmp/kernels/naive.c" "$args" || fail "find_package consumer"
 [ -f "$p/share/doc/kcage/LICENSE" ] || fail "LICENSE not installed"
+
+echo "== systemd units"
+units=$p/lib/systemd/system
+[ -f "$units/kcage-tracker.service" ] && [ -f "$units/kcage-agent@.service" ] || fail "no units"
+grep -q "^ExecStart=$p/bin/kcage tracker" "$units/kcage-tracker.service" ||
+  fail "the tracker unit does not run the installed kcage"
+grep -q "^EnvironmentFile=-$p/etc/kcage/agent.conf" "$units/kcage-agent@.service" ||
+  fail "the agent unit does not read the installed agent.conf"
+[ -f "$p/etc/kcage/tracker.conf" ] && [ -f "$p/etc/kcage/agent.conf" ] || fail "no settings files"
+if command -v systemd-analyze >/dev/null; then
+  cp "$units/kcage-tracker.service" "$units/kcage-agent@.service" "$tmp/"
+  cp "$units/kcage-agent@.service" "$tmp/kcage-agent@cpu.service"
+  for u in kcage-tracker.service kcage-agent@cpu.service; do
+    out=$(systemd-analyze verify --man=no "$tmp/$u" 2>&1) || fail "systemd-analyze verify $u: $out"
+    [ -z "$out" ] || fail "systemd-analyze verify $u: $out"
+  done
+else
+  echo "   (no systemd-analyze: units not verified)"
+fi
 echo "install test: ok"
