@@ -46,7 +46,8 @@ export XDG_CACHE_HOME="$tmp/cache"
 for p in "$tmp/prefix" "$tmp/stage$nowhere"; do
   echo "== $p: kcage run -- /bin/true"
   "$p/bin/kcage" run -- /bin/true || fail "kcage run -- /bin/true from $p: exit $?"
-  "$p/bin/kcage" policy show exec | head -1 | grep -q "$p/share/kcage/policies/exec.policy" ||
+  shown=$("$p/bin/kcage" policy show exec) || fail "kcage policy show exec from $p"
+  [[ $(printf '%s\n' "$shown" | head -1) == *"$p/share/kcage/policies/exec.policy"* ]] ||
     fail "kcage policy show exec from $p: not the installed policy"
 done
 
@@ -108,4 +109,25 @@ if command -v systemd-analyze >/dev/null; then
 else
   echo "   (no systemd-analyze: units not verified)"
 fi
+echo "== man pages and bash completion"
+if command -v help2man >/dev/null; then
+  for sub in run bench policy tracker agent query; do
+    page=$p/share/man/man1/kcage-$sub.1
+    grep -q "^\.TH KCAGE-$(echo $sub | tr a-z A-Z) " "$page" || fail "no man page kcage-$sub.1"
+  done
+  grep -q 'limits\\-fallback' "$p/share/man/man1/kcage-run.1" || fail "kcage-run.1 lacks --limits-fallback"
+  grep -q 'metrics' "$p/share/man/man1/kcage-tracker.1" || fail "kcage-tracker.1 lacks --metrics"
+else
+  echo "   (no help2man: no man pages to check)"
+fi
+comp=$p/share/bash-completion/completions/kcage
+[ -f "$comp" ] || fail "no bash completion installed"
+complete_words() { # WORDS... -> the completions of the last word
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+    COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; _kcage; printf "%s\n" "${COMPREPLY[@]}"' \
+    _ "$comp" "$@"
+}
+complete_words "$p/bin/kcage" "r" | grep -qx run || fail "completion: kcage r -> run"
+complete_words "$p/bin/kcage" run --mem | grep -qx -- --memory || fail "completion: --memory"
+complete_words "$p/bin/kcage" tracker --met | grep -qx -- --metrics || fail "completion: --metrics"
 echo "install test: ok"
