@@ -208,6 +208,11 @@ typedef struct {
 
 static void put(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void put(text *t, const char *fmt, ...) {
+  if (!t->buf && !t->oom) {
+    t->cap = 4096;
+    t->buf = malloc(t->cap);
+    t->oom = !t->buf;
+  }
   for (int tries = 0; tries < 2 && !t->oom; tries++) {
     va_list ap;
     va_start(ap, fmt);
