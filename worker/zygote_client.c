@@ -115,6 +115,7 @@ __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv,
                                                    int sock) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
+  bool host_root = geteuid() == 0; /* asked before the unshare: inside, everyone is 0 */
   if (sandboxed) {
     /* A user namespace whose root is the sandbox layer's host id, the process's one
      * empty network namespace (loopback only; or a new one when that could not be
@@ -128,7 +129,7 @@ __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv,
     /* become the namespace's root: full capabilities in the pool's namespaces, none
      * outside them, and no supplementary groups (setgroups is denied to a non-root
      * caller's namespace) */
-    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (geteuid() == 0 || errno != EPERM)) ||
+    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (host_root || errno != EPERM)) ||
         setresuid(0, 0, 0) < 0)
       _exit(125);
     mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
