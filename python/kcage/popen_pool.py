@@ -24,15 +24,12 @@ What differs (on purpose):
 import concurrent.futures
 import ctypes
 import os
-import pickle
 import signal as _signal
 import threading
 from collections import namedtuple
 from enum import IntEnum
 
-import cloudpickle
-
-from . import _lib, _sandbox
+from . import _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
 
@@ -108,6 +105,8 @@ class PopenWorker:
         self._stdout = stdout
         self._stderr = stderr
         self._failed = []
+        self._res = _lib.KcCallResult()  # reused: one call in flight per recv
+        self._err = _lib.KcError()
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
@@ -174,10 +173,9 @@ class PopenWorker:
             if exc is not None:
                 self._live = False
                 raise exc
-        res = _lib.KcCallResult()
-        lib.kc_call_result_init(ctypes.byref(res))
-        err = _lib.KcError()
-        if not self._w or lib.kc_worker_recv(self._w, ctypes.byref(res), ctypes.byref(err)) < 0:
+        res, err = self._res, self._err
+        lib.kc_call_result_init(res)
+        if not self._w or lib.kc_worker_recv(self._w, res, err) < 0:
             self._live = False
             raise ChildProcessError("Subprocess terminated: " + err.text())
         try:
@@ -196,8 +194,8 @@ class PopenWorker:
                 self._mark_replaced()
                 raise _verdict_error(res)
         finally:
-            lib.kc_call_result_clear(ctypes.byref(res))
-        status, value = cloudpickle.loads(data)
+            lib.kc_call_result_clear(res)
+        status, value = _pickle.loads(data)
         if status == StatusKind.COMPLETE:
             return value
         raise value
@@ -224,10 +222,10 @@ class PopenWorker:
         _count("workers_started")
 
     def _send(self, op, fn, args, kwargs, timeout):
-        data = cloudpickle.dumps((op, fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        data = _pickle.dumps((op, fn, args, kwargs))
         t = 0.0 if timeout is None else max(float(timeout), 1e-6)
-        err = _lib.KcError()
-        if lib.kc_worker_send(self._w, b"python", data, len(data), t, ctypes.byref(err)) < 0:
+        err = self._err
+        if lib.kc_worker_send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
             self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
         else:
