@@ -18,6 +18,8 @@ What differs (on purpose):
     by max_payload (default 16 MiB each way);
   * workers are forks of a zygote that embeds this interpreter and already imported
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
+  * results are unpickled with an allow-list (see PopenWorker), so a compromised
+    worker cannot run code in the parent through its answer;
   * stdout=subprocess.PIPE is refused (nothing could read it).
 """
 
@@ -91,12 +93,20 @@ class PopenWorker:
     Keyword-only sandbox options: policy ("python", a name or a .policy file), memory
     (bytes or "256M"), cpus (CPU bandwidth), pids, mounts (["SRC[:DST]", (SRC, DST, "rw"),
     ("tmpfs", DST, SIZE)]), preload (modules the zygote imports), max_payload.
+
+    Results are unpickled with an allow-list (kcage._pickle.safe_loads: plain data,
+    exceptions, enums, namedtuples, numpy arrays): a compromised worker must not run code
+    in this process.  result_types=["module.Class", ...] trusts more classes by name;
+    unsafe_results=True turns the check off (TVM's behaviour).
     """
 
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
                  stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
-                 mounts=(), preload=(), max_payload=16 << 20, _config=None):
+                 mounts=(), preload=(), max_payload=16 << 20, result_types=(),
+                 unsafe_results=False, _config=None):
         self._w = None
+        self._result_types = frozenset(result_types)
+        self._unsafe_results = bool(unsafe_results)
         self._live = False
         self._initializer = initializer
         self._initargs = initargs
@@ -195,7 +205,17 @@ class PopenWorker:
                 raise _verdict_error(res)
         finally:
             lib.kc_call_result_clear(res)
-        status, value = _pickle.loads(data)
+        if self._unsafe_results:
+            status, value = _pickle.loads(data)
+        else:
+            try:
+                status, value = _pickle.safe_loads(data, self._result_types)
+            except Exception as e:  # pylint: disable=broad-except
+                # a worker that answers with something else is not trusted again
+                self.kill()
+                exc = ChildProcessError("Subprocess terminated: result refused: %s" % e)
+                exc.verdict = "result_refused"
+                raise exc from None
         if status == StatusKind.COMPLETE:
             return value
         raise value
@@ -242,7 +262,7 @@ class PopenPoolExecutor:
     def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
                  maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
                  memory=None, cpus=None, pids=None, mounts=(), preload=(),
-                 max_payload=16 << 20):
+                 max_payload=16 << 20, result_types=(), unsafe_results=False):
         if max_workers is None:
             max_workers = os.cpu_count()
         self._threadpool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
@@ -258,6 +278,7 @@ class PopenPoolExecutor:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenPoolExecutor")
         self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload)
+        self._result_opts = {"result_types": result_types, "unsafe_results": unsafe_results}
         if initializer is not None:
             self._cfg.add_module(getattr(initializer, "__module__", None))
 
@@ -280,7 +301,7 @@ class PopenPoolExecutor:
             if proc is None:
                 proc = PopenWorker(self._initializer, self._initargs,
                                    self._maximum_process_uses, self._stdout, self._stderr,
-                                   _config=self._cfg)
+                                   _config=self._cfg, **self._result_opts)
                 self._worker_map[tid] = proc
         proc.send(fn, args, kwargs, self._timeout)
         return proc.recv()

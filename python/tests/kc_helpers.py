@@ -67,3 +67,20 @@ def square_or_fail(x):
     if x == 3:
         time.sleep(30)
     return x * x
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+def make_point(x):
+    return Point(x)
+
+
+def forge_result(marker):
+    """A compromised worker: its next answer is a pickle that would call os.system."""
+    import kcage._child as child  # pylint: disable=import-outside-toplevel
+
+    evil = b"cos\nsystem\n(S'touch " + marker.encode() + b"'\ntR."
+    child._pickle.dumps = lambda obj: evil  # pylint: disable=protected-access
