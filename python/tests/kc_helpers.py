@@ -84,3 +84,11 @@ def forge_result(marker):
 
     evil = b"cos\nsystem\n(S'touch " + marker.encode() + b"'\ntR."
     child._pickle.dumps = lambda obj: evil  # pylint: disable=protected-access
+
+
+def hold_the_gil():
+    """Catastrophic backtracking: hours inside one C call that never releases the GIL
+    (TVM's in-child Timer thread could not run until it returned)."""
+    import re  # pylint: disable=import-outside-toplevel
+
+    return bool(re.match(r"(a+)+$", "a" * 64 + "b"))

@@ -123,3 +123,14 @@ def test_result_types(kc):
     w3 = kc.PopenWorker(unsafe_results=True)
     w3.send(h.make_point, (5,))
     assert w3.recv().x == 5
+
+
+def test_gil_holding_child_times_out(kc):
+    w = kc.PopenWorker()
+    w.send(h.hold_the_gil, timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        w.recv()
+    assert time.monotonic() - t0 < 30  # the regex alone would run for hours
+    w.send(h.add, (2, 3))
+    assert w.recv() == 5
