@@ -92,3 +92,10 @@ def hold_the_gil():
     import re  # pylint: disable=import-outside-toplevel
 
     return bool(re.match(r"(a+)+$", "a" * 64 + "b"))
+
+
+def write_file(directory, text):
+    path = os.path.join(directory, "artifact.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
