@@ -48,6 +48,17 @@ def _category(fn):
     return "other"
 
 
+def _check_artifact(path, scratch):
+    """A builder's answer is a path the tuner later reads, hands to the runner and
+    removes (shutil.rmtree of its directory): from a hostile worker it must lie inside
+    the shared scratch directory, with no symbolic link on the way."""
+    real = os.path.realpath(path)
+    if real != os.path.abspath(path) or not real.startswith(scratch.rstrip("/") + "/"):
+        raise ChildProcessError(
+            "Subprocess terminated: the builder answered with a path outside %s: %r"
+            % (scratch, path))
+
+
 def install(**sandbox):
     """Swap TVM's PopenWorker/PopenPoolExecutor for kcage's.  Keyword arguments are
     kcage's sandbox options (policy, memory, cpus, pids, mounts, preload); returns the
@@ -82,7 +93,10 @@ def install(**sandbox):
         def _worker_run(self, fn, args, kwargs):
             cat = _category(fn)
             calls[cat] = calls.get(cat, 0) + 1
-            return super()._worker_run(fn, args, kwargs)
+            result = super()._worker_run(fn, args, kwargs)
+            if cat == "build" and isinstance(result, str):
+                _check_artifact(result, scratch)
+            return result
 
     originals = {}
     for name in _MODULES:

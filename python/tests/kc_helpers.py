@@ -99,3 +99,12 @@ def write_file(directory, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+def builder_escape():
+    """Looks like a MetaSchedule builder (module name) and answers with a path the tuner
+    would rmtree: outside the scratch directory."""
+    return "/etc/passwd"
+
+
+builder_escape.__module__ = "kc_helpers.builder.escape"

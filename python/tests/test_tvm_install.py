@@ -24,6 +24,10 @@ def test_install_swaps_and_restores(kc):
             with open(path, encoding="utf-8") as f:
                 assert f.read() == "from-sandbox"
             assert pool.submit(__import__("os").getpid).result() == 1  # sandboxed
+            # a builder's path must stay in the scratch dir (the tuner rmtrees it)
+            with pytest.raises(ChildProcessError) as info:
+                pool.submit(h.builder_escape).result()
+            assert "outside" in str(info.value)
         finally:
             pool.shutdown()
     finally:
