@@ -1,4 +1,4 @@
-/* `kcage agent`: a device agent for a TVM-compatible tracker (DESIGN.md §3.4). */
+/* `kcage agent`: a device agent for a TVM-compatible tracker (docs/contracts.md). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>

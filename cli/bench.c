@@ -1,4 +1,4 @@
-/* `kcage bench [OPTIONS] KERNEL...` (DESIGN.md §3.3): build and time candidate kernels,
+/* `kcage bench [OPTIONS] KERNEL...` (docs/contracts.md): build and time candidate kernels,
  * a table on stdout, JSON Lines with --json. */
 #include <errno.h>
 #include <getopt.h>

@@ -1,4 +1,4 @@
-/* `kcage policy check FILE...` and `kcage policy show NAME|FILE` (DESIGN.md §3.2). */
+/* `kcage policy check FILE...` and `kcage policy show NAME|FILE` (docs/contracts.md). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>

@@ -1,4 +1,4 @@
-/* The result record of DESIGN.md §3.1 and the `kcage run` exit status derived from it. */
+/* The result record of docs/contracts.md and the `kcage run` exit status derived from it. */
 #include "kcage/sandbox.h"
 
 #include <errno.h>

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_reader.h"
 #include "kcage/tracker.h"
 
 static int bad(kc_error *err, const char *what) {

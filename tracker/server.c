@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "frame_reader.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 

@@ -23,6 +23,7 @@
 
 #include <seccomp.h>
 
+#include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
@@ -63,7 +64,7 @@ typedef struct pending {
 
 struct kc_worker {
   kc_worker_opts o;
-  char *initializer, *policy, *worker_path;
+  char *initializer, *policy, *worker_path, *python_lib, *python_boot;
   void *initargs;
   kc_mount *mounts; /* deep copy of opts.mounts: callers may pass a stack array */
   kc_zygote *zyg;
@@ -198,6 +199,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->policy =
       dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
   w->worker_path = dupstr(w->o.worker_path);
+  w->python_lib = dupstr(w->o.python_lib);
+  w->python_boot = dupstr(w->o.python_boot);
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
@@ -224,6 +227,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->o.initializer = w->initializer;
   w->o.policy = w->policy;
   w->o.worker_path = w->worker_path;
+  w->o.python_lib = w->python_lib;
+  w->o.python_boot = w->python_boot;
   w->o.initargs = w->initargs;
   if (!w->o.max_arg_bytes)
     w->o.max_arg_bytes = 1u << 20;
@@ -366,52 +371,47 @@ static void orphan_rest(kc_worker *w, uint64_t skip, const char *why) {
   }
 }
 
+/* The worker's end as the parent saw it (siginfo, the listener, the cgroup's counters,
+ * the seal's trap word), decided by the sandbox layer's one decider. */
 static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v, char *msg,
                                  size_t cap) {
   kc_result_init(v);
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);
-  uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
-  char nb[48] = "";
-  if (w->violation[0]) {
-    v->status = KC_STATUS_SYSCALL;
-    scopy(v->syscall, sizeof v->syscall, w->violation);
-    snprintf(msg, cap, "worker made a forbidden system call: %s", w->violation);
-  } else if (si->si_code == CLD_EXITED && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
-    /* the seal filter's trap: the number is the worker's word, so only ever printed */
-    v->status = KC_STATUS_SYSCALL;
-    const char *name = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
-    scopy(v->syscall, sizeof v->syscall, name);
-    snprintf(msg, cap, "worker made a forbidden system call after sealing: %s", v->syscall);
-  } else if (c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base) {
-    v->status = KC_STATUS_MEMORY;
-    v->signal = SIGKILL;
-    snprintf(msg, cap, "worker killed by the out-of-memory killer (memory limit)");
-  } else if (rlimit_memory_death(w, si)) {
-    v->status = KC_STATUS_MEMORY;
-    v->signal = si->si_status;
-    snprintf(msg, cap,
-             "worker died at its memory limit (RLIMIT_AS %" PRIu64 " MiB, peak RSS %ld MiB)",
-             kc_cgroup_rlimit_memory(w->cg) >> 20, w->maxrss_kb >> 10);
-  } else if (c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base &&
-             si->si_code != CLD_EXITED) {
-    v->status = KC_STATUS_PIDS;
-    snprintf(msg, cap, "worker hit its process limit");
-  } else if (si->si_code == CLD_EXITED) {
-    v->status = si->si_status ? KC_STATUS_EXITED : KC_STATUS_OK;
-    v->exit_code = si->si_status;
-    snprintf(msg, cap, "worker exited with status %d", si->si_status);
-  } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
-    v->status = si->si_status == SIGSYS ? KC_STATUS_SYSCALL : KC_STATUS_SIGNALED;
-    v->signal = si->si_status;
-    snprintf(msg, cap, "worker killed by signal %d (%s)", si->si_status, strsignal(si->si_status));
-  } else {
-    v->status = KC_STATUS_SETUP_ERROR;
-    snprintf(msg, cap, "worker ended");
-  }
   if (c.peak_memory >= 0)
     v->peak_memory_bytes = c.peak_memory;
+  bool exited = si->si_code == CLD_EXITED;
+  if (!exited && si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED) {
+    v->status = KC_STATUS_SETUP_ERROR;
+    snprintf(msg, cap, "worker ended");
+    scopy(v->message, sizeof v->message, msg);
+    return;
+  }
+  kc_verdict_facts f = {.exit_code = exited ? si->si_status : -1,
+                        .signal = exited ? 0 : si->si_status,
+                        .lim = &w->o.limits};
+  uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
+  char nb[48] = "", detail[160];
+  if (w->violation[0]) {
+    f.killed = KC_KILLED_SYSCALL;
+    f.syscall = w->violation;
+  } else if (exited && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
+    /* the seal filter's trap: the number is the worker's word, so only ever printed */
+    f.killed = KC_KILLED_SYSCALL;
+    f.syscall = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
+  }
+  f.oom = c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base;
+  if (!f.oom && rlimit_memory_death(w, si)) {
+    f.oom = true;
+    snprintf(detail, sizeof detail,
+             "died at its memory limit (RLIMIT_AS %" PRIu64 " MiB, peak RSS %ld MiB)",
+             kc_cgroup_rlimit_memory(w->cg) >> 20, w->maxrss_kb >> 10);
+    f.memory_detail = detail;
+  }
+  f.pids_hit = c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base;
+  kc_verdict_decide(&f, v);
+  snprintf(msg, cap, "worker: %s", v->message);
   scopy(v->message, sizeof v->message, msg);
 }
 
@@ -1017,6 +1017,8 @@ void kc_worker_free(kc_worker *w) {
   free(w->initializer);
   free(w->policy);
   free(w->worker_path);
+  free(w->python_lib);
+  free(w->python_boot);
   free(w->initargs);
   free(w->q);
   free(w);

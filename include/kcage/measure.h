@@ -1,4 +1,4 @@
-/* Kernels and measurement (DESIGN.md §3.3, issue 4): the `--args` language, the
+/* Kernels and measurement (docs/contracts.md): the `--args` language, the
  * deterministic inputs, output checking, the sandboxed build with its content-addressed
  * cache, and the batch entry point behind `kcage bench` (also called by the tracker's
  * device agent).
@@ -173,7 +173,7 @@ typedef struct kc_bench_config {
 void kc_bench_config_init(kc_bench_config *c);
 
 /* Run the batch.  *records: a JSON array with one object per kernel, in input order,
- * with exactly the fields of DESIGN.md §3.3 (kernel, status, message, run_secs,
+ * with exactly the fields of docs/contracts.md (kernel, status, message, run_secs,
  * median_s, min_s, cv, number, repeat, max_abs_err, build_s, device).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */

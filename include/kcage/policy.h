@@ -1,4 +1,4 @@
-/* Sandbox policies (DESIGN.md §3.2): policies/<name>.policy, parsed into what the
+/* Sandbox policies (docs/contracts.md): policies/<name>.policy, parsed into what the
  * spawner needs (namespaces, mounts, limits, rlimits) and a seccomp filter. */
 #ifndef KCAGE_POLICY_H
 #define KCAGE_POLICY_H

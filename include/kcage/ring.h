@@ -1,4 +1,4 @@
-/* The per-worker ring (DESIGN.md §2, reference/measurement.md §4): one sealed memfd,
+/* The per-worker ring (docs/architecture.md, reference/measurement.md §4): one sealed memfd,
  * mapped only by the parent and its worker, holding one SPSC submission ring (parent
  * -> worker) and one SPSC completion ring (worker -> parent) with fixed-size slots.
  *

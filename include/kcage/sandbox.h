@@ -1,5 +1,5 @@
 /* Sandbox core: one program (or one pre-started worker) in Linux namespaces, its own
- * cgroup, seccomp and dropped capabilities, with an exact verdict (DESIGN.md §3.1). */
+ * cgroup, seccomp and dropped capabilities, with an exact verdict (docs/contracts.md). */
 #ifndef KCAGE_SANDBOX_H
 #define KCAGE_SANDBOX_H
 
@@ -39,7 +39,7 @@ typedef struct kc_mount {
   uint64_t size;    /* tmpfs size in bytes, 0 = default */
 } kc_mount;
 
-/* The result record (contract, DESIGN.md §3.1). */
+/* The result record (contract, docs/contracts.md). */
 typedef enum kc_status {
   KC_STATUS_OK,
   KC_STATUS_EXITED,

@@ -12,6 +12,7 @@
 #ifndef KCAGE_SANDBOX_PARTS_H
 #define KCAGE_SANDBOX_PARTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kcage/error.h"
@@ -60,6 +61,36 @@ int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
 typedef struct kc_seccomp_prog kc_seccomp_prog;
 int kc_sandbox_lockdown_prog(const kc_policy *policy, double cpu_s, const kc_seccomp_prog *prog,
                              int sock, kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * The one verdict decider, for every supervisor of a sandboxed process.
+ * ------------------------------------------------------------------------------- */
+typedef enum kc_kill_cause {
+  KC_KILLED_NONE,
+  KC_KILLED_SYSCALL, /* a seccomp violation the parent saw (named) */
+  KC_KILLED_CPU,     /* the CPU-time limit, by the parent's polling */
+  KC_KILLED_WALL,    /* the wall-clock limit or the call's deadline */
+  KC_KILLED_CANCEL,  /* the caller cancelled the run */
+  KC_KILLED_OUTPUT,  /* the output cap */
+} kc_kill_cause;
+
+/* What the parent observed of the end, from outside the sandbox. */
+typedef struct kc_verdict_facts {
+  int exit_code;             /* the program's exit status; ignored when signal != 0 */
+  int signal;                /* the signal that ended it, 0 when it exited */
+  kc_kill_cause killed;      /* why the parent killed it, if it did */
+  const char *syscall;       /* KC_KILLED_SYSCALL: the call's name */
+  bool oom;                  /* the memory limit ended it (cgroup OOM kill, rlimit) */
+  bool pids_hit;             /* the process limit was hit during this run */
+  const kc_limits *lim;      /* the run's limits, for the CPU backstop and messages */
+  const char *memory_detail; /* a message for `memory` instead of the generic one */
+} kc_verdict_facts;
+
+/* Fill res's status, exit_code, signal, syscall, limit and message by the one
+ * priority: memory, pids (when the program failed), syscall, CPU time, wall clock,
+ * cancel, output, then the program's own end (SIGSYS = syscall).  res->cpu_s must
+ * already hold the run's CPU time. */
+void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);
 
 KC_PUBLIC_END
 

@@ -1,6 +1,5 @@
-/* Tracker: Apache TVM's RPC tracker protocol (reference/tvm.md §2), a tracker server,
- * a tracker client with leases and the TVM RPC handshake, and the device agent
- * (DESIGN.md §3.4, issue 5).
+/* Tracker: Apache TVM's RPC tracker protocol, a tracker server, a tracker client with
+ * leases and the TVM RPC handshake, and the device agent (docs/contracts.md).
  *
  * Wire (unchanged from TVM so TVM's own clients, servers and query_rpc_tracker work):
  *   client -> tracker: int32 LE 0x2F271; tracker -> client: the same magic.
@@ -83,21 +82,6 @@ void kc_trk_msg_clear(kc_trk_msg *msg);
 
 /* Encode `value` as one frame (length prefix + JSON) into a malloc'd buffer. */
 int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err);
-
-/* Incremental frame reader over a byte stream (bounded).  Feed bytes with
- * kc_frame_reader_push; take complete payloads with kc_frame_reader_next. */
-typedef struct kc_frame_reader {
-  char *buf;
-  size_t off, len, cap; /* unread bytes are buf[off..len) */
-  size_t taken;         /* bytes of the frame handed out by the last next() */
-  size_t max_frame;
-} kc_frame_reader;
-void kc_frame_reader_init(kc_frame_reader *r, size_t max_frame);
-void kc_frame_reader_free(kc_frame_reader *r);
-int kc_frame_reader_push(kc_frame_reader *r, const void *data, size_t len, kc_error *err);
-/* 1: the next frame is at *payload, *len bytes (valid until the next call); 0: need more
- * bytes; -1: bad length (<= 0 or > max_frame): the stream is unusable. */
-int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *len, kc_error *err);
 
 /* ---------------------------------------------------------------------------------
  * Tracker server (tracker/server.c): single thread, epoll.

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_reader.h"
 #include "kcage/tracker.h"
 
 static void parse_one(const char *p, size_t n) {

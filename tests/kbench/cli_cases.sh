@@ -73,7 +73,7 @@ cache_dir_refused)
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)
-  # Exactly the record fields of DESIGN.md §3.3 (plus "limits": memory, pids), one
+  # Exactly the record fields of docs/contracts.md (plus "limits": memory, pids), one
   # object per line, input order.
   "$kcage" bench --args "$small" --reference "$ex/reference.c" --repeat 2 --min-repeat-ms 1 \
     --json "$tmp/r.jsonl" "$ex/naive.c" "$ex/wrong_result.c" >"$tmp/out" 2>"$tmp/err" || exit 1

@@ -259,7 +259,7 @@ static void test_remote_bench_same_records(void **state) {
   args[strcspn(args, "\n")] = '\0';
   const char *common[] = {"bench",    "--reference", KC_EXAMPLES "/reference.c",
                           "--args",   args,          "--atol",
-                          "1e-4",     "--timeout",   "2",
+                          "1e-4",     "--timeout",   "10",
                           "--memory", "256M",        "--repeat",
                           "2"};
   const char *argv[32];

@@ -1,4 +1,4 @@
-/* Real workers in real sandboxes (issue 3 "Must show"). */
+/* Real workers in real sandboxes. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
