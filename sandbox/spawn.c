@@ -387,13 +387,24 @@ static void keep_fds(kc_sandbox *sb, spawn_fds *f) {
       fcntl(nonblocking[i], F_SETFL, O_NONBLOCK);
 }
 
-static kc_sandbox *sandbox_new(const kc_sandbox_config *c) {
+/* A sandbox with its own host ids: the caller's, or a slot of the reserved range held
+ * until kc_sandbox_free (every process of the sandbox gone). */
+static kc_sandbox *sandbox_new(const kc_sandbox_config *c, kc_error *err) {
   kc_sandbox *sb = calloc(1, sizeof *sb);
-  if (!sb)
+  if (!sb) {
+    kc_error_set(err, ENOMEM, "sandbox");
     return NULL;
+  }
   sb->sync_wr = sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
   sb->out_rd = sb->err_rd = sb->in_src = sb->in_wr = -1;
   sb->ids.lock_fd = -1;
+  if (c->ids) {
+    sb->ids = *c->ids;
+    sb->ids.lock_fd = -1; /* the caller's to release */
+  } else if (kc_sandbox_ids_acquire(&sb->ids, err) < 0) {
+    free(sb);
+    return NULL;
+  }
   sb->fwd_out = c->stdout_fd;
   sb->fwd_err = c->stderr_fd;
   sb->cancel_fd = c->cancel_fd;
@@ -417,15 +428,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   if (!c->argv || !c->argv[0] || !c->argv[0][0])
     return kc_error_set(err, EINVAL, "no program to run");
   const kc_policy_spec *spec = c->policy ? kc_policy_get_spec(c->policy) : NULL;
-  __attribute__((cleanup(sandbox_freep))) kc_sandbox *sb = sandbox_new(c);
+  __attribute__((cleanup(sandbox_freep))) kc_sandbox *sb = sandbox_new(c, err);
   if (!sb)
-    return kc_error_set(err, ENOMEM, "sandbox");
-  if (c->ids) {
-    sb->ids = *c->ids;
-    sb->ids.lock_fd = -1; /* the caller's to release */
-  } else if (kc_sandbox_ids_acquire(&sb->ids, err) < 0) {
     return -1;
-  }
   effective_limits(c, spec, &sb->lim);
   __attribute__((cleanup(plan_free))) kc_plan plan;
   if (make_plan(c, spec, &sb->lim, &plan, err) < 0 || maybe_cgroup(sb, c, &plan, err) < 0)

@@ -21,7 +21,9 @@ static void human_size(uint64_t b, char *buf, size_t len) {
 static kc_status decide(const kc_verdict_facts *f, bool cpu_hit) {
   if (f->oom)
     return KC_STATUS_MEMORY;
-  if (f->pids_hit) /* a refused fork is the limit firing, even if the program coped */
+  /* a fork or thread of the tree was refused, even if the program coped and exited 0
+   * (as an OOM-killed child is memory) */
+  if (f->pids_hit)
     return KC_STATUS_PIDS;
   if (f->killed == KC_KILLED_SYSCALL)
     return KC_STATUS_SYSCALL;

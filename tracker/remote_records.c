@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
@@ -113,8 +114,8 @@ static json_t *decode_one(const json_t *rec, const char *kernel, const char *pee
     const struct field *f = known(k);
     if (f ? !f->ok(v) || json_object_set(out, k, v) < 0 : copy_extra(out, k, v, &nextra) < 0) {
       json_decref(out);
-      char what[128];
-      snprintf(what, sizeof what, "field %.64s is out of shape", k);
+      char what[320], name[260];
+      snprintf(what, sizeof what, "field %s is out of shape", kc_escape(k, name, sizeof name));
       return bad(err, peer, i, what), NULL;
     }
   }

@@ -103,12 +103,12 @@ typedef struct kc_zygote {
   int pidfd;
   int ctl;
   bool sandboxed;
-  kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
   int answer_ms; /* bound on one answer; 0 = 2 s (an interpreter's boot needs more) */
   /* kc_zygote_new: workers of several threads share it, one request+answer at a time
    * (recursive: a slot request collects its own answer) */
   bool shared;
   pthread_mutex_t mu;
+  kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
   /* answers read while waiting for another one (several spawns in flight) */
   kc_zygote_early early[64];
   unsigned n_early;

@@ -127,7 +127,8 @@ __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv,
       _exit(125);
     /* become the namespace's root: full capabilities in the pool's namespaces, none
      * outside them, and no supplementary groups (setgroups is denied to a non-root
-     * caller's namespace) */
+     * caller's namespace; inside, everyone is root by now, so the caller's euid from
+     * before the fork decides) */
     if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
         setresuid(0, 0, 0) < 0)
       _exit(125);
@@ -179,6 +180,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     kc_cgroup_reap_stale(NULL);
   const char *bin = kc_worker_binary(o);
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  bool as_root = geteuid() == 0;
   int netns = sandboxed ? shared_netns() : -1;
   char *argv[ZYG_MAXARG + 1];
   char margs[ZYG_MAX_MOUNTS][1024];
@@ -195,8 +197,6 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     return kc_error_set(err, errno, "zygote: socketpair");
   if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0))
     return kc_error_set(err, errno, "zygote: pipe");
-  /* Asked here: inside the new user namespace the child is uid 0 whoever called. */
-  bool as_root = geteuid() == 0;
   pid_t pid = fork();
   if (pid < 0)
     return kc_error_set(err, errno, "zygote: fork");
