@@ -13,6 +13,7 @@ tempfile at it.  Only that directory is shared; the rest of the sandbox is read-
 
 import importlib
 import os
+import shutil
 import sys
 import tempfile
 
@@ -129,6 +130,9 @@ def uninstall():
         setattr(mod, attr, old)
     if _state:
         tempfile.tempdir = None
+        # rmtree opens each level without following symbolic links: what the sandboxes
+        # left there cannot point it elsewhere
+        shutil.rmtree(_state["scratch"], ignore_errors=True)
         _state.clear()
         os.environ.pop("TMPDIR", None)
 

@@ -34,3 +34,4 @@ def test_install_swaps_and_restores(kc):
         kcage.tvm.uninstall()
     assert popen_pool.PopenPoolExecutor is theirs
     assert local_builder.PopenPoolExecutor is theirs
+    assert not __import__("os").path.exists(scratch)
