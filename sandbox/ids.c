@@ -101,6 +101,10 @@ int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err) {
 /* /run/kcage/ids, root's and nobody else's (a lock file others could replace would
  * hand two sandboxes one id). */
 static int lock_dir(kc_error *err) {
+  /* A host without /run (an initramfs, a minimal container) gets one, root's: only
+   * root takes ids from the range. */
+  if (mkdir("/run", 0755) < 0 && errno != EEXIST)
+    return kc_error_set(err, errno, "mkdir /run");
   if (mkdir(KC_IDS_DIR, 0700) < 0 && errno != EEXIST)
     return kc_error_set(err, errno, "mkdir %s", KC_IDS_DIR);
   kc_cleanup_close int top = open(KC_IDS_DIR, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
