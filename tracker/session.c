@@ -319,6 +319,12 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   kc_bench_config_init(&cfg);
   cfg.args = json_string_value(json_object_get(c, "args"));
   cfg.seed = (uint64_t)json_integer_value(json_object_get(c, "seed"));
+  cfg.seed_set = json_is_integer(json_object_get(c, "seed"));
+  if (json_object_get(c, "no_isolation") || json_object_get(c, "isolation")) {
+    /* a tenant never chooses how it is isolated: every agent's kernels run sandboxed */
+    kc_error_set(err, EPERM, "run: this agent runs every kernel in its sandbox");
+    goto out;
+  }
   if (ref) {
     if (!valid_name(ref)) {
       kc_error_set(err, EPROTO, "run: bad reference name");
@@ -516,6 +522,8 @@ static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *e
                 (json_int_t)cfg->memory_bytes, "sets", (int)cfg->sets, "checks", (int)cfg->checks);
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
+  if (!cfg->seed_set) /* the agent draws its own secret seed */
+    json_object_del(c, "seed");
   json_t *m = json_pack("{s:s, s:O, s:o}", "op", "run", "kernels", names, "config", c);
   json_object_set_new(m, "reference", cfg->reference ? json_string(refname) : json_null());
   double per = (cfg->timeout_s > 0 ? cfg->timeout_s : 10) + 70; /* build + measure */

@@ -12,7 +12,7 @@ static uint64_t round_seed(uint64_t seed, uint64_t round) {
   return kc_splitmix64(&st);
 }
 
-/* Make set `dup` a copy of set 0 with about one element in 64 of each input replaced by
+/* Make set `dup` a copy of set 0 with about one element in 4096 of each input replaced by
  * the value it would have had (at least one): a cache keyed on a sample of the input
  * takes it for set 0 and replays set 0's answer, which the reference tells apart. */
 static void near_copy(const kc_args_spec *a, unsigned char *map, uint64_t in_region, uint32_t dup,
@@ -29,7 +29,7 @@ static void near_copy(const kc_args_spec *a, unsigned char *map, uint64_t in_reg
       continue; /* the set stays all fresh: nothing is wrong, only less is tested */
     memcpy(fresh, dst, (size_t)t->nbytes);
     memcpy(dst, map + kc_args_offset(a, i), (size_t)t->nbytes);
-    uint64_t k = t->numel / 64 ? t->numel / 64 : 1;
+    uint64_t k = t->numel / 4096 ? t->numel / 4096 : 1;
     for (uint64_t j = 0; j < k; j++) {
       uint64_t e = kc_splitmix64(&st) % t->numel;
       memcpy(dst + e * es, fresh + e * es, es);
@@ -46,7 +46,7 @@ uint32_t kc_round_inputs(const kc_args_spec *a, unsigned char *map, uint64_t in_
       if (!a->t[i].out)
         kc_data_fill(&a->t[i], map + k * in_region + kc_args_offset(a, i), rs, k, i);
   uint32_t dup = UINT32_MAX;
-  if (n_sets >= 3) {
+  if (n_sets >= 2) {
     dup = n_sets - 1;
     near_copy(a, map, in_region, dup, rs);
   }

@@ -52,6 +52,19 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
   return 0;
 }
 
+/* Some aligned 8 bytes of the output still hold a random poison word (never the
+ * all-ones one, which honest integer outputs can hold): the call was interrupted, or
+ * never finished, when the worker said the round was done.  One chance in 2^64 per
+ * word for an honest output. */
+static bool poison_partly(const unsigned char *p, uint64_t len, uint64_t word) {
+  if (word == ~0ull)
+    return false;
+  for (uint64_t i = 0; i + 8 <= len; i += 8)
+    if (!memcmp(p + i, &word, 8))
+      return true;
+  return false;
+}
+
 /* Read call i's output region.  1 read, 0 the worker's memory is not there (its own
  * doing: status set), -1 the parent cannot read it at all. */
 static int read_call(const kc_round_view *v, kc_kmeasure *m, uint64_t i, unsigned char *buf,
@@ -78,7 +91,16 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, kc
       return r;
     uint64_t word = kc_poison_word(v->poison_seed, i);
     for (uint32_t t = 0; t < a->n; t++) {
-      if (!a->t[t].out || !kc_poison_equal(cur + kc_args_offset(a, t), a->t[t].nbytes, word))
+      const unsigned char *o = cur + kc_args_offset(a, t);
+      if (a->t[t].out && v->timed && !kc_poison_equal(o, a->t[t].nbytes, word) &&
+          poison_partly(o, a->t[t].nbytes, word)) {
+        fail(m, KC_BENCH_SUSPICIOUS,
+             "timed run: the worker said the round was done while output %u of call %llu of %llu "
+             "was only partly written (it ended the round before finishing its work)",
+             t, (unsigned long long)i, (unsigned long long)v->number);
+        return 0;
+      }
+      if (!a->t[t].out || !kc_poison_equal(o, a->t[t].nbytes, word))
         continue;
       if (v->timed)
         fail(m, KC_BENCH_SUSPICIOUS,
