@@ -36,7 +36,7 @@ static void usage(FILE *out) {
           "  --cooldown-ms MS     sleep between rounds (default 0)\n"
           "  --flush-cache        evict the tensors from the CPU caches before each round\n"
           "  --sets N             input sets of the untimed round (default 4)\n"
-          "  --checks N           timed calls verified per round, drawn after it (default 4)\n"
+          "  --checks N           timed calls verified per round, drawn after it (default 2)\n"
           "  --no-isolation       run the kernels in a plain process, with no namespaces and\n"
           "                       no cgroup: only for code you trust (records say\n"
           "                       \"isolation\": \"none\")\n"

@@ -439,7 +439,7 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->min_repeat_ms = cfg->min_repeat_ms < 0 ? 20 : cfg->min_repeat_ms;
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
-  x->checks = cfg->checks ? cfg->checks : 4;
+  x->checks = cfg->checks ? cfg->checks : 2;
   x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
 }
 

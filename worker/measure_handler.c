@@ -216,7 +216,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     errf(errbuf, errcap, "error: --args: %s", err.msg);
     goto fail;
   }
-  if (n_sets == 0 || n_sets > 64) {
+  if (n_sets == 0 || n_sets > KC_MPROTO_MAX_SETS) {
     errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
     goto fail;
   }

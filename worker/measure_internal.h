@@ -36,6 +36,7 @@ static inline const char *kc_status_name_local(const kc_result *r) {
 
 #define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */
 #define KC_MPROTO_MAX_CHECKS 16
+#define KC_MPROTO_MAX_SETS 4096 /* input sets one inputs file holds */
 
 enum kc_mop {
   KC_MOP_LOAD = 1,  /* load the artifact, map the inputs, then seal */

@@ -163,7 +163,7 @@ typedef struct kc_bench_config {
   double timeout_s;      /* per kernel measurement; 0 = 10 */
   uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
-  uint32_t checks;       /* timed calls verified per round (drawn after it); 0 = 4 */
+  uint32_t checks;       /* timed calls verified per round (drawn after it); 0 = 2 */
   bool no_isolation;     /* run kernels in a plain process: no namespaces, no cgroup
                             (--no-isolation only; records say "isolation": "none") */
   kc_build_opts build;
