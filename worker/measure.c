@@ -113,7 +113,6 @@ static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_erro
   return do_call_expect(x, req, len, 0, c, err);
 }
 
-
 static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
   kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_slots, 0};
   size_t n = sizeof h;
@@ -158,8 +157,8 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   if (used <= dt * 1.25 + 0.005)
     return 1;
   set_status(m, KC_BENCH_SUSPICIOUS,
-             "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)", what,
-             used, dt);
+             "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)",
+             what, used, dt);
   return 0;
 }
 

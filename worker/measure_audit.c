@@ -67,8 +67,9 @@ int kc_audit_maps_line(const char *line, const char *artifact, const char *exe, 
   unsigned long long lo, hi, off, inode;
   char perms[8], dev[32];
   int used = 0;
-  if (sscanf(line, "%llx-%llx %7s %llx %31s %llu %n", &lo, &hi, perms, &off, dev, &inode,
-             &used) < 6 || strlen(perms) < 3)
+  if (sscanf(line, "%llx-%llx %7s %llx %31s %llu %n", &lo, &hi, perms, &off, dev, &inode, &used) <
+          6 ||
+      strlen(perms) < 3)
     return 0;
   const char *path = line + used;
   size_t pl = strcspn(path, "\n");

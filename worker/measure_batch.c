@@ -368,10 +368,10 @@ typedef struct session {
   uint64_t data_seed;
 } session;
 
-/* Inputs of a round: up to 32 MiB of distinct sets (never fewer than --sets), so that
- * short calls each get their own input; outputs: up to 128 MiB of regions, one per
+/* Inputs of a round: up to 8 MiB of distinct sets (within a last-level cache) (never fewer than
+ * --sets), so that short calls each get their own input; outputs: up to 128 MiB of regions, one per
  * call of a round (never fewer than two). */
-#define KC_ROUND_INPUT_BYTES (32ull << 20)
+#define KC_ROUND_INPUT_BYTES (8ull << 20)
 #define KC_ROUND_OUTPUT_BYTES (128ull << 20)
 
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
@@ -403,7 +403,8 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
     return kc_error_set(err, errno, "create %s", s->inputs);
   if (ftruncate(s->in_fd, (off_t)(s->in_len ? s->in_len : 1)) < 0)
     return kc_error_set(err, errno, "size %s", s->inputs);
-  s->in_map = mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, s->in_fd, 0);
+  s->in_map =
+      mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, s->in_fd, 0);
   if (s->in_map == MAP_FAILED) {
     s->in_map = NULL;
     return kc_error_set(err, errno, "map %s", s->inputs);
@@ -485,8 +486,8 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
   uint32_t set0 = 0;
   if (!probe)
     return kc_error_set(err, ENOMEM, "reference");
-  if (kc_reference_eval(r, &set0, 1, s->out_region, cfg->timeout_s > 0 ? cfg->timeout_s : 10,
-                        probe, err) < 0) {
+  if (kc_reference_eval(r, &set0, 1, s->out_region, cfg->timeout_s > 0 ? cfg->timeout_s : 10, probe,
+                        err) < 0) {
     const char *m = err->msg, *p = strstr(m, "error: ");
     kc_error_set(err, 0, "%s", p ? p + 7 : m);
     return -1;

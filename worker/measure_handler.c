@@ -32,9 +32,9 @@ struct kc_mstate {
   size_t in_len;
   unsigned char *out; /* n_sets * out_region, private */
   size_t out_len;
-  DLTensor *pristine; /* n_sets * n */
-  DLTensor *live;     /* what the kernel gets; restored before each call */
-  int64_t *shapes;    /* n_sets * n * KC_ARGS_MAX_NDIM */
+  DLTensor *pristine;  /* n_sets * n */
+  DLTensor *live;      /* what the kernel gets; restored before each call */
+  int64_t *shapes;     /* n_sets * n * KC_ARGS_MAX_NDIM */
   unsigned char *area; /* PREPARE: one output region per call of a round */
   size_t area_len;
   uint64_t area_calls;
@@ -405,9 +405,8 @@ int kc_mstate_prepare(kc_mstate *s, const kc_mreq_prepare *req, kc_mreply_prepar
   for (uint64_t i = 0; i < req->number; i++)
     kc_poison_fill(s->area + i * s->out_region, (size_t)s->out_region,
                    kc_poison_word(req->poison_seed, i));
-  *rep = (kc_mreply_prepare){.magic = KC_MPROTO_MAGIC,
-                             .base = (uint64_t)(uintptr_t)s->area,
-                             .region = s->out_region};
+  *rep = (kc_mreply_prepare){
+      .magic = KC_MPROTO_MAGIC, .base = (uint64_t)(uintptr_t)s->area, .region = s->out_region};
   return 0;
 }
 

@@ -39,11 +39,11 @@ static inline const char *kc_status_name_local(const kc_result *r) {
 #define KC_MPROTO_MAX_SETS 4096 /* input sets one inputs file holds */
 
 enum kc_mop {
-  KC_MOP_LOAD = 1,  /* load the artifact, map the inputs, then seal */
-  KC_MOP_RUN = 2,   /* `number` calls back to back (the parent times the request) */
-  KC_MOP_FLUSH = 3, /* evict all tensors from the CPU caches (untimed) */
-  KC_MOP_WAKE = 4,  /* answer at once (untimed): wakes the worker and the parent's CPUs
-                       right before a timed round, so neither wake-up is timed */
+  KC_MOP_LOAD = 1,    /* load the artifact, map the inputs, then seal */
+  KC_MOP_RUN = 2,     /* `number` calls back to back (the parent times the request) */
+  KC_MOP_FLUSH = 3,   /* evict all tensors from the CPU caches (untimed) */
+  KC_MOP_WAKE = 4,    /* answer at once (untimed): wakes the worker and the parent's CPUs
+                         right before a timed round, so neither wake-up is timed */
   KC_MOP_PREPARE = 5, /* (untimed) size the output area for `number` calls and poison
                          every call's own region; reply: kc_mreply_prepare */
 };

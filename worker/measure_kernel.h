@@ -13,10 +13,10 @@ typedef struct kc_mctx {
   const char *args_text;
   const char *artifact; /* path readable inside the worker */
   const char *entry;
-  const char *inputs; /* inputs file */
-  uint32_t n_sets;    /* sets of the first (untimed) round, each called twice */
-  uint32_t n_slots;   /* sets the inputs file holds: a timed round uses up to this many */
-  uint64_t max_calls; /* calls whose outputs fit the worker's output area */
+  const char *inputs;    /* inputs file */
+  uint32_t n_sets;       /* sets of the first (untimed) round, each called twice */
+  uint32_t n_slots;      /* sets the inputs file holds: a timed round uses up to this many */
+  uint64_t max_calls;    /* calls whose outputs fit the worker's output area */
   unsigned char *in_map; /* the parent's writable mapping of the inputs file */
   uint64_t data_seed;    /* the inputs of round r derive from it (secret unless --seed) */
   kc_mrunner *ref;       /* the reference, loaded and sealed, or NULL */
@@ -36,7 +36,7 @@ typedef struct kc_kmeasure {
   double *run_secs; /* repeat entries (malloc'd) */
   uint32_t repeat;  /* rounds completed */
   uint64_t number;
-  double max_abs_err; /* NAN when nothing was compared */
+  double max_abs_err;     /* NAN when nothing was compared */
   uint64_t checked_calls; /* timed calls whose output was verified against the reference */
   uint64_t timed_calls;
 } kc_kmeasure;

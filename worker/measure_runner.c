@@ -298,8 +298,6 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
-  if (timed && rr == 1)
-    kc_observe_stop(r->pid);
   if (rr == 0) {
     plain_kill(r);
     res->status = KC_MCALL_TIMEOUT;
@@ -346,6 +344,8 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     }
     return 0;
   }
+  if (timed) /* only now: the body comes in a second write */
+    kc_observe_stop(r->pid);
   if (hdr[1] == 0) {
     res->status = KC_MCALL_OK;
     res->value = buf;

@@ -29,8 +29,7 @@ static void mm(const float *A, const float *B, float *C, int64_t N) {
   }
 }
 
-__attribute__((section(".rwx,\"awx\",@progbits#"), used)) static unsigned char
-    rwx[4096] = {0xc3};
+__attribute__((section(".rwx,\"awx\",@progbits#"), used)) static unsigned char rwx[4096] = {0xc3};
 
 int kernel(DLTensor *args, int32_t num_args) {
   int64_t N;
