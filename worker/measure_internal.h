@@ -162,6 +162,10 @@ void kc_mcall_clear(kc_mcall *c);
 /* The measuring process seen from outside, by host pid (measure_observe.c). */
 int kc_observe_stop(pid_t pid); /* SIGSTOP, then wait until stopped; -1 when gone */
 void kc_observe_cont(pid_t pid);
+/* SIGCONT, then wait (at most 5 ms) until the scheduler has given the process a CPU;
+ * returns the seconds it waited for one (its wake-up: it ran nothing meanwhile), 0 when
+ * unknown. */
+double kc_observe_cont_arrived(pid_t pid);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
 
@@ -169,9 +173,10 @@ int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *e
 pid_t kc_mrunner_pid(kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is
  * continued, and it is stopped again as soon as its completion is seen - before
- * anything else.  So it sees the round's inputs only inside the clock, and whatever
- * it does after it claims to be done does not happen until the parent has checked
- * the round. */
+ * anything else.  elapsed_s leaves out the wake-up after SIGCONT (the scheduler's
+ * account of the time the process waited for a CPU before it first ran).  So it sees the round's
+ * inputs only inside the clock, and whatever it does after it claims to be done does not happen
+ * until the parent has checked the round. */
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                           double expect_s, kc_mcall *res, kc_error *err);
 

@@ -293,8 +293,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     plain_died(r, res, -1);
     return 0;
   }
-  if (timed)
-    kc_observe_cont(r->pid);
+  double wake = timed ? kc_observe_cont_arrived(r->pid) : 0;
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
@@ -350,7 +349,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     res->status = KC_MCALL_OK;
     res->value = buf;
     res->value_len = body;
-    res->elapsed_s = seen - sent;
+    res->elapsed_s = seen - sent - wake;
     res->pid = r->pid;
   } else {
     res->status = KC_MCALL_EXCEPTION;
@@ -408,8 +407,7 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
       return -1;
     pid_t pid = kc_worker_pid(r->w);
-    if (timed)
-      kc_observe_cont(pid);
+    double wake = timed ? kc_observe_cont_arrived(pid) : 0;
     kc_call_result cr;
     kc_call_result_init(&cr);
     int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
@@ -422,7 +420,7 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
       res->status = KC_MCALL_OK;
       res->value = cr.value;
       res->value_len = cr.value_len;
-      res->elapsed_s = cr.elapsed_s;
+      res->elapsed_s = cr.elapsed_s - wake;
       res->pid = cr.pid;
       cr.value = NULL;
       break;
