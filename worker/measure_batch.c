@@ -368,9 +368,10 @@ typedef struct session {
   uint64_t data_seed;
 } session;
 
-/* Inputs of a round: up to 8 MiB of distinct sets (within a last-level cache) (never fewer than
- * --sets), so that short calls each get their own input; outputs: up to 128 MiB of regions, one per
- * call of a round (never fewer than two). */
+/* Inputs of a round: up to 8 MiB of distinct sets (about a last-level cache; never
+ * fewer than --sets), so that short calls each get their own input; outputs: up to
+ * 128 MiB of regions (and a quarter of the worker's memory), one per call of a round,
+ * never fewer than two. */
 #define KC_ROUND_INPUT_BYTES (8ull << 20)
 #define KC_ROUND_OUTPUT_BYTES (128ull << 20)
 
@@ -389,7 +390,10 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
   slots = slots > 4096 ? 4096 : slots;
   s->n_slots = (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
-  uint64_t calls = s->out_region ? KC_ROUND_OUTPUT_BYTES / s->out_region : 1ull << 32;
+  /* a quarter of the worker's memory at most: the area must never be what kills it */
+  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
+  uint64_t calls = s->out_region ? budget / s->out_region : 1ull << 32;
   s->max_calls = calls > 2 ? calls : 2;
   if (cfg->seed_set)
     s->data_seed = cfg->seed;
