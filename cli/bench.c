@@ -24,7 +24,9 @@ static void usage(FILE *out) {
           "problem:\n"
           "  --args SPEC          tensors, e.g. 'f32[512,512] f32[512,512] f32[512,512]:out'\n"
           "                       (dtypes f32 f64 i32 i64 i8 u8 f16 bf16; ':out' = output)\n"
-          "  --seed N             seed of the random inputs (default 0)\n"
+          "  --seed N             seed of the random inputs (default: a secret one per run;\n"
+          "                       with --seed the inputs are predictable and the records\n"
+          "                       say so)\n"
           "  --reference FILE     trusted kernel whose outputs are the truth\n"
           "  --rtol X, --atol X   tolerances against the reference (default 1e-4, 1e-5)\n"
           "  --entry SYMBOL       the kernel's entry point (default kernel)\n"
@@ -35,8 +37,11 @@ static void usage(FILE *out) {
           "  --min-repeat-ms MS   shortest round (default 20)\n"
           "  --cooldown-ms MS     sleep between rounds (default 0)\n"
           "  --flush-cache        evict the tensors from the CPU caches before each round\n"
-          "  --sets N             input/output sets the calls rotate through (default 4)\n"
-          "  --checks N           timed calls verified per round (default 2)\n"
+          "  --sets N             input sets of the untimed round (default 4)\n"
+          "  --checks N           timed calls verified per round, drawn after it (default 2)\n"
+          "  --no-isolation       run the kernels in a plain process, with no namespaces and\n"
+          "                       no cgroup: only for code you trust (records say\n"
+          "                       \"isolation\": \"none\")\n"
           "resources:\n"
           "  --workers N          parallel builds (default: CPUs online)\n"
           "  --timeout SEC        per kernel measurement (default 10)\n"
@@ -93,10 +98,12 @@ enum {
   O_AUTHKEY,
   O_HELP,
   O_LFALLBACK,
+  O_NO_ISOLATION,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"seed", 1, 0, O_SEED},
+                                     {"no-isolation", 0, 0, O_NO_ISOLATION},
                                      {"reference", 1, 0, O_REF},
                                      {"rtol", 1, 0, O_RTOL},
                                      {"atol", 1, 0, O_ATOL},
@@ -237,6 +244,12 @@ int kc_cmd_bench(int argc, char **argv) {
       if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
         goto bad;
       cfg.seed = u;
+      cfg.seed_set = true;
+      break;
+    case O_NO_ISOLATION:
+      cfg.no_isolation = true;
+      fprintf(stderr, "kcage bench: warning: --no-isolation: the kernels run as this user with no "
+                      "sandbox; use it only for code you trust\n");
       break;
     case O_REF:
       cfg.reference = a;
@@ -382,6 +395,10 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   if (optind >= argc) {
     kc_cli_error("bench", "no KERNEL given (see --help)");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg.tracker && cfg.no_isolation) {
+    kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
     return KC_EXIT_USAGE;
   }
   if (cfg.tracker && !cfg.key) {

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -277,6 +278,20 @@ static json_t *limits_record(void) {
   return o;
 }
 
+/* The integrity fields: how many timed calls were compared with the reference (out of
+ * how many), whether the inputs could have been known in advance, and the isolation. */
+static void integrity_fields(json_t *o, const item *it, const kc_bench_config *cfg,
+                             const char *isolation) {
+  json_object_set_new(o, "checked_calls",
+                      it->measured && it->status == KC_BENCH_OK
+                          ? json_pack("{s:I, s:I}", "verified", (json_int_t)it->m.checked_calls,
+                                      "timed", (json_int_t)it->m.timed_calls)
+                          : json_null());
+  json_object_set_new(o, "seed",
+                      cfg->seed_set ? json_integer((json_int_t)cfg->seed) : json_string("secret"));
+  json_object_set_new(o, "isolation", json_string(isolation));
+}
+
 static json_t *record(const item *it, const char *device) {
   json_t *o = json_object();
   json_object_set_new(o, "kernel", json_string(it->path));
@@ -343,55 +358,82 @@ static bool build_verdict(item *it) {
   }
 }
 
+/* The session directory holds every staged .so; a worker sees only view/, which holds
+ * the inputs file and the one kernel being loaded (kernel.so), nothing else: not the
+ * other candidates, not the reference (removed once it is loaded), not its outputs
+ * (those never leave the parent's memory). */
 typedef struct session {
-  kc_minputs slots;
-  unsigned char *in_data;
   char dir[PATH_MAX];
-  char inputs[PATH_MAX + 16];
+  char view[PATH_MAX + 8];
+  char inputs[PATH_MAX + 32];
+  char kernel[PATH_MAX + 32];
+  int in_fd;
+  unsigned char *in_map; /* the parent's read-write mapping of the inputs file */
+  size_t in_len;
   kc_args_spec spec;
   uint32_t n_sets;
+  uint32_t n_slots;
   uint64_t out_region;
+  uint64_t max_calls;
+  uint64_t data_seed;
 } session;
+
+/* Inputs of a round: up to 8 MiB of distinct sets (about a last-level cache; never
+ * fewer than --sets), so that short calls each get their own input; outputs: up to
+ * 128 MiB of regions (and a quarter of the worker's memory), one per call of a round,
+ * never fewer than two. */
+#define KC_ROUND_INPUT_BYTES (8ull << 20)
+#define KC_ROUND_OUTPUT_BYTES (128ull << 20)
 
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(s->dir))
     return kc_error_set(err, errno, "mkdtemp %s", s->dir);
-  chmod(s->dir, 0755);
-  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->dir);
+  snprintf(s->view, sizeof s->view, "%s/view", s->dir);
+  if (mkdir(s->view, 0755) < 0)
+    return kc_error_set(err, errno, "mkdir %s", s->view);
+  chmod(s->dir, 0711); /* the workers' ids reach view/ but cannot list the session */
+  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->view);
+  snprintf(s->kernel, sizeof s->kernel, "%s/kernel.so", s->view);
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
-  size_t len = (size_t)(in_region * s->n_sets);
-  unsigned char *buf = calloc(1, len);
-  if (!buf)
-    return kc_error_set(err, ENOMEM, "inputs (%zu bytes)", len);
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    for (uint32_t i = 0; i < s->spec.n; i++)
-      if (!s->spec.t[i].out)
-        kc_data_fill(&s->spec.t[i], buf + k * in_region + kc_args_offset(&s->spec, i), cfg->seed, k,
-                     i);
-  /* Read-only for everyone else (the worker's ro bind); the parent keeps its own
-   * read-write descriptor to move the sets between slots. */
-  int fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-  if (fd < 0) {
-    free(buf);
+  uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
+  slots = slots > 4096 ? 4096 : slots;
+  s->n_slots = (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
+  /* a quarter of the worker's memory at most: the area must never be what kills it */
+  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
+  uint64_t calls = s->out_region ? budget / s->out_region : 1ull << 32;
+  s->max_calls = calls > 2 ? calls : 2;
+  if (cfg->seed_set)
+    s->data_seed = cfg->seed;
+  else if (getrandom(&s->data_seed, sizeof s->data_seed, 0) != sizeof s->data_seed)
+    return kc_error_set(err, errno, "getrandom");
+  s->in_len = (size_t)(in_region * s->n_slots);
+  /* Read-only for the workers (mode, and the read-only bind); the parent writes each
+   * round's data through its own mapping while the worker is stopped. */
+  s->in_fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (s->in_fd < 0)
     return kc_error_set(err, errno, "create %s", s->inputs);
+  if (ftruncate(s->in_fd, (off_t)(s->in_len ? s->in_len : 1)) < 0)
+    return kc_error_set(err, errno, "size %s", s->inputs);
+  s->in_map =
+      mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, s->in_fd, 0);
+  if (s->in_map == MAP_FAILED) {
+    s->in_map = NULL;
+    return kc_error_set(err, errno, "map %s", s->inputs);
   }
-  s->slots.fd = fd;
-  s->slots.data = buf;
-  s->in_data = buf;
-  s->slots.in_region = in_region;
-  s->slots.n_sets = s->n_sets;
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    s->slots.slot_set[k] = UINT32_MAX; /* nothing written yet */
-  uint32_t id[64];
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    id[k] = k;
-  return kc_minputs_place(&s->slots, id, err);
+  return 0;
+}
+
+/* Put one kernel alone into the view (replacing the previous one). */
+static int show_kernel(const session *s, const char *staged, kc_error *err) {
+  unlink(s->kernel);
+  return copy_file(staged, s->kernel, err);
 }
 
 static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
-                     const char *artifact, const unsigned char *ref) {
+                     const char *artifact, kc_mrunner *ref) {
   memset(x, 0, sizeof *x);
   x->runner = r;
   x->spec = &s->spec;
@@ -400,6 +442,10 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->entry = cfg->entry ? cfg->entry : "kernel";
   x->inputs = s->inputs;
   x->n_sets = s->n_sets;
+  x->n_slots = s->n_slots;
+  x->max_calls = s->max_calls;
+  x->in_map = s->in_map;
+  x->data_seed = s->data_seed;
   x->ref = ref;
   x->rtol = cfg->rtol < 0 ? 1e-4 : cfg->rtol;
   x->atol = cfg->atol < 0 ? 1e-5 : cfg->atol;
@@ -410,21 +456,23 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->flush_cache = cfg->flush_cache;
   x->checks = cfg->checks ? cfg->checks : 2;
   x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
-  x->slots = (kc_minputs *)&s->slots;
 }
 
-/* The truth: the reference's outputs for every set, computed twice in its own worker
- * (under different poison) and required to agree bit for bit. */
-static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
-                             const char *artifact, unsigned char **out, kc_error *err) {
+/* The truth: the reference, loaded and sealed in its own worker, which stays up for
+ * the whole batch and computes the outputs of whatever sets the parent picks after
+ * each round.  A first evaluation (of all-zero inputs) finds a reference that does not
+ * work with --args before any kernel is measured. */
+static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+                          const char *staged, kc_error *err) {
+  if (show_kernel(s, staged, err) < 0)
+    return -1;
   kc_mctx x;
-  fill_ctx(&x, cfg, s, r, artifact, NULL);
-  kc_mcall c;
+  fill_ctx(&x, cfg, s, r, s->kernel, NULL);
   unsigned char lbuf[4 * 4096 + 64];
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_sets, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_slots, 0};
   size_t n = sizeof h;
   memcpy(lbuf, &h, n);
-  const char *strs[4] = {artifact, x.entry, s->inputs, cfg->args};
+  const char *strs[4] = {s->kernel, x.entry, s->inputs, cfg->args};
   for (int i = 0; i < 4; i++) {
     size_t l = strlen(strs[i]) + 1;
     if (n + l > sizeof lbuf)
@@ -432,81 +480,32 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
     memcpy(lbuf + n, strs[i], l);
     n += l;
   }
-  if (kc_mrunner_call(r, lbuf, n, 30, &c, err) < 0)
+  kc_mcall c;
+  int rc = kc_mrunner_call(r, lbuf, n, 30, &c, err);
+  unlink(s->kernel);
+  if (rc < 0)
     return -1;
-  kc_kmeasure m = {0};
   if (c.status != KC_MCALL_OK) {
-    kc_error_set(err, 0, "%s", c.status == KC_MCALL_EXCEPTION ? c.message : "the worker failed");
     if (c.status == KC_MCALL_DIED)
       kc_error_set(err, 0, "%s", c.verdict.message);
     else if (c.status == KC_MCALL_TIMEOUT)
       kc_error_set(err, 0, "timed out while loading");
+    else
+      kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
     kc_mcall_clear(&c);
     return -1;
   }
   kc_mcall_clear(&c);
-  (void)m;
-  unsigned char *res = malloc(s->n_sets * s->out_region);
-  if (!res)
-    return kc_error_set(err, ENOMEM, "reference outputs");
-  uint64_t seed;
-  if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
-    seed = 42;
-  seed &= ~1ull;
-  for (int pass = 0; pass < 2; pass++) {
-    uint32_t done = 0;
-    while (done < s->n_sets) {
-      uint32_t k =
-          s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
-      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                         .op = KC_MOP_RUN,
-                         .number = k,
-                         .first_set = done,
-                         .n_checks = k,
-                         .poison_seed = seed | (uint64_t)pass};
-      for (uint32_t i = 0; i < k; i++)
-        req.checks[i] = i;
-      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) <
-          0) {
-        free(res);
-        return -1;
-      }
-      if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run) + k * s->out_region) {
-        if (c.status == KC_MCALL_EXCEPTION)
-          kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
-        else if (c.status == KC_MCALL_TIMEOUT)
-          kc_error_set(err, 0, "ran past the time limit");
-        else if (c.status == KC_MCALL_DIED)
-          kc_error_set(err, 0, "%s", c.verdict.message);
-        else
-          kc_error_set(err, 0, "malformed reply");
-        kc_mcall_clear(&c);
-        free(res);
-        return -1;
-      }
-      const unsigned char *o = (const unsigned char *)c.value + sizeof(kc_mreply_run);
-      for (uint32_t i = 0; i < k; i++) {
-        unsigned char *dst = res + (done + i) * s->out_region;
-        if (pass == 0) {
-          memcpy(dst, o + i * s->out_region, s->out_region);
-          continue;
-        }
-        for (uint32_t t = 0; t < s->spec.n; t++) {
-          uint64_t off = kc_args_offset(&s->spec, t);
-          if (s->spec.t[t].out &&
-              memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
-            kc_mcall_clear(&c);
-            free(res);
-            return kc_error_set(err, 0,
-                                "its output %u depends on the poison or is not deterministic", t);
-          }
-        }
-      }
-      kc_mcall_clear(&c);
-      done += k;
-    }
+  kc_cleanup_free unsigned char *probe = malloc(s->out_region + 1);
+  uint32_t set0 = 0;
+  if (!probe)
+    return kc_error_set(err, ENOMEM, "reference");
+  if (kc_reference_eval(r, &set0, 1, s->out_region, cfg->timeout_s > 0 ? cfg->timeout_s : 10, probe,
+                        err) < 0) {
+    const char *m = err->msg, *p = strstr(m, "error: ");
+    kc_error_set(err, 0, "%s", p ? p + 7 : m);
+    return -1;
   }
-  *out = res;
   return 0;
 }
 
@@ -546,8 +545,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   if (!items)
     return kc_error_set(err, ENOMEM, "batch");
   int rc = -1;
-  unsigned char *ref_out = NULL;
-  kc_mrunner *runner = NULL;
+  kc_mrunner *runner = NULL, *ref_runner = NULL;
+  s.in_fd = -1;
   bool have_session = false;
   char device[512];
   device_name(device, sizeof device);
@@ -614,13 +613,17 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       goto out;
   }
 
-  kc_mrunner_opts ro = {.bind_dir = s.dir,
+  kc_mrunner_opts ro = {.bind_dir = s.view,
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
-                        .max_result_bytes =
-                            sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
+                        .max_result_bytes = 4096,
+                        .plain = cfg->no_isolation};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
+  ro.max_result_bytes = sizeof(kc_mreply_run) + s.out_region + 4096;
+  if (cfg->reference && kc_mrunner_new(&ro, &ref_runner, err) < 0)
+    goto out;
+  const char *isolation = strcmp(kc_mrunner_kind(runner), "sandbox") ? "none" : "sandbox";
   {
     /* Say how the kernels were isolated: the pool's sandboxed workers, or the plain
      * fallback (no namespaces, no cgroup). */
@@ -635,8 +638,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       kc_error_set(err, 0, "--reference %s: %s", cfg->reference, ri->message);
       goto out;
     }
-    int r = reference_outputs(cfg, &s, runner, ri->staged, &ref_out, err);
-    kc_mrunner_reset(runner);
+    int r = reference_load(cfg, &s, ref_runner, ri->staged, err);
     if (r < 0) {
       kc_error_prefix(err, "--reference %s (with --args '%s', %u tensors)", cfg->reference,
                       cfg->args, s.spec.n);
@@ -655,12 +657,13 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     if (cfg->progress)
       cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
     kc_mctx x;
-    fill_ctx(&x, cfg, &s, runner, it->staged, ref_out);
-    if (kc_measure_kernel(&x, &it->m, err) < 0) {
+    fill_ctx(&x, cfg, &s, runner, s.kernel, ref_runner);
+    if (show_kernel(&s, it->staged, err) < 0 || kc_measure_kernel(&x, &it->m, err) < 0) {
       kc_error_prefix(err, "%s", it->path);
       goto out;
     }
     kc_mrunner_reset(runner);
+    unlink(s.kernel);
     it->measured = true;
     it->status = it->m.status;
     snprintf(it->message, sizeof it->message, "%s", it->m.message);
@@ -670,10 +673,14 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
 
   json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, record(&items[i], device));
+  for (size_t i = 0; i < n; i++) {
+    json_t *o = record(&items[i], device);
+    integrity_fields(o, &items[i], cfg, isolation);
+    json_array_append_new(arr, o);
+  }
   if (cfg->reference && reference_record) { /* for the speed-up column */
     json_t *r = record(&items[ref_index], device);
+    integrity_fields(r, &items[ref_index], cfg, isolation);
     json_object_set_new(r, "kernel", json_string(cfg->reference));
     *reference_record = r;
   }
@@ -681,7 +688,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   rc = 0;
 out:
   kc_mrunner_free(runner);
-  free(ref_out);
+  kc_mrunner_free(ref_runner);
   for (size_t i = 0; i < total; i++) {
     free(items[i].src);
     free(items[i].m.run_secs);
@@ -689,8 +696,9 @@ out:
   free(items);
   if (have_session)
     kc_rm_rf(s.dir);
-  if (s.slots.fd > 0)
-    close(s.slots.fd);
-  free(s.in_data);
+  if (s.in_map)
+    munmap(s.in_map, s.in_len ? s.in_len : 1);
+  if (s.in_fd >= 0)
+    close(s.in_fd);
   return rc;
 }

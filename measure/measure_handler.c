@@ -32,9 +32,12 @@ struct kc_mstate {
   size_t in_len;
   unsigned char *out; /* n_sets * out_region, private */
   size_t out_len;
-  DLTensor *pristine; /* n_sets * n */
-  DLTensor *live;     /* what the kernel gets; restored before each call */
-  int64_t *shapes;    /* n_sets * n * KC_ARGS_MAX_NDIM */
+  DLTensor *pristine;  /* n_sets * n */
+  DLTensor *live;      /* what the kernel gets; restored before each call */
+  int64_t *shapes;     /* n_sets * n * KC_ARGS_MAX_NDIM */
+  unsigned char *area; /* PREPARE: one output region per call of a round */
+  size_t area_len;
+  uint64_t area_calls;
   void *dl;
   kc_kernel_fn fn;
 };
@@ -192,6 +195,8 @@ void kc_mstate_free(kc_mstate *s) {
     munmap(s->in, s->in_len);
   if (s->out)
     munmap(s->out, s->out_len);
+  if (s->area)
+    munmap(s->area, s->area_len);
   free(s->pristine);
   free(s->live);
   free(s->shapes);
@@ -211,7 +216,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     errf(errbuf, errcap, "error: --args: %s", err.msg);
     goto fail;
   }
-  if (n_sets == 0 || n_sets > 64) {
+  if (n_sets == 0 || n_sets > KC_MPROTO_MAX_SETS) {
     errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
     goto fail;
   }
@@ -305,7 +310,10 @@ fail:
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap) {
   *out_len = 0;
-  if (req->number == 0 || req->first_set >= s->n_sets || req->n_checks > KC_MPROTO_MAX_CHECKS) {
+  uint32_t n_sets = req->n_sets ? req->n_sets : s->n_sets;
+  bool area = req->flags & KC_MRUN_AREA;
+  if (req->number == 0 || n_sets > s->n_sets || req->first_set >= n_sets ||
+      req->n_checks > KC_MPROTO_MAX_CHECKS || (area && req->number > s->area_calls)) {
     errf(errbuf, errcap, "error: bad run request");
     return -1;
   }
@@ -337,10 +345,18 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   fault_armed = 1;
   uint32_t set = req->first_set;
   for (uint64_t i = 0; i < req->number; i++) {
-    unsigned char *o = s->out + set * s->out_region;
-    kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
+    unsigned char *o;
     DLTensor *args = &s->live[set * n];
     memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
+    if (area) { /* already poisoned, outside the clock */
+      o = s->area + i * s->out_region;
+      for (uint32_t t = 0; t < n; t++)
+        if (s->spec.t[t].out)
+          args[t].data = o + kc_args_offset(&s->spec, t);
+    } else {
+      o = s->out + set * s->out_region;
+      kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
+    }
     int rc = s->fn(args, (int32_t)n);
     if (rc != 0) {
       fault_armed = 0;
@@ -351,7 +367,7 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
       memcpy(dst + (size_t)ci * s->out_region, o, s->out_region);
       ci++;
     }
-    if (++set == s->n_sets)
+    if (++set == n_sets)
       set = 0;
   }
   fault_armed = 0;
@@ -361,12 +377,47 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   return 0;
 }
 
+int kc_mstate_prepare(kc_mstate *s, const kc_mreq_prepare *req, kc_mreply_prepare *rep,
+                      char *errbuf, size_t errcap) {
+  if (req->number == 0 || req->number > (1ull << 32) ||
+      req->number > (uint64_t)SIZE_MAX / (s->out_region ? s->out_region : 1)) {
+    errf(errbuf, errcap, "error: bad prepare request");
+    return -1;
+  }
+  size_t need = (size_t)(req->number * s->out_region);
+  if (need > s->area_len) {
+    /* Kept between rounds so that its pages stay mapped: growing happens here, never
+     * inside a timed request. */
+    if (s->area)
+      munmap(s->area, s->area_len);
+    s->area_len = 0;
+    s->area_calls = 0;
+    s->area = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->area == MAP_FAILED) {
+      s->area = NULL;
+      errf(errbuf, errcap, "error: the outputs of %llu calls (%zu bytes) do not fit",
+           (unsigned long long)req->number, need);
+      return -1;
+    }
+    s->area_len = need;
+  }
+  s->area_calls = s->out_region ? s->area_len / s->out_region : 0;
+  for (uint64_t i = 0; i < req->number; i++)
+    kc_poison_fill(s->area + i * s->out_region, (size_t)s->out_region,
+                   kc_poison_word(req->poison_seed, i));
+  *rep = (kc_mreply_prepare){
+      .magic = KC_MPROTO_MAGIC, .base = (uint64_t)(uintptr_t)s->area, .region = s->out_region};
+  return 0;
+}
+
 void kc_mstate_flush(kc_mstate *s) {
 #if defined(__x86_64__) || defined(__i386__)
   for (size_t i = 0; i < s->in_len; i += 64)
     __builtin_ia32_clflush(s->in + i);
   for (size_t i = 0; i < s->out_len; i += 64)
     __builtin_ia32_clflush(s->out + i);
+  for (size_t i = 0; i < s->area_len; i += 64)
+    __builtin_ia32_clflush(s->area + i);
   __builtin_ia32_mfence();
 #else
   /* Elsewhere: push the tensors out by streaming through a buffer larger than the LLC. */
@@ -436,6 +487,22 @@ int kc_handler_measure(kc_call *call) {
         0)
       return 1;
     call->out_len = len;
+    return 0;
+  }
+  case KC_MOP_PREPARE: {
+    kc_mreq_prepare req;
+    kc_mreply_prepare rep;
+    if (!g_state || call->arg_len != sizeof req || call->out_cap < sizeof rep) {
+      errf(call->error, call->error_cap, "error: prepare before load");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    if (kc_mstate_prepare(g_state, &req, &rep, call->error, call->error_cap) < 0)
+      return 1;
+    memcpy(call->out, &rep, sizeof rep);
+    call->out_len = sizeof rep;
+    /* the parent stops this process now, then starts the timed request */
+    kc_runtime_spin_next(2000000);
     return 0;
   }
   case KC_MOP_WAKE:

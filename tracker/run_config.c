@@ -22,6 +22,8 @@ json_t *kc_run_config_encode(const kc_bench_config *cfg) {
                         (json_int_t)cfg->sets, "checks", (json_int_t)cfg->checks);
   if (!c)
     return NULL;
+  if (!cfg->seed_set) /* the agent draws its own secret seed */
+    json_object_del(c, "seed");
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
   if (cfg->build.cc)
@@ -84,6 +86,9 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   kc_bench_config_init(cfg);
   if (!json_is_object(c))
     return kc_error_set(err, EPROTO, "run: config must be an object");
+  if (json_object_get(c, "no_isolation") || json_object_get(c, "isolation"))
+    /* a tenant never chooses how it is isolated: every agent's kernels run sandboxed */
+    return kc_error_set(err, EPERM, "run: this agent runs every kernel in its sandbox");
   const char *bad = NULL;
   cfg->args = str(c, "args", &bad);
   if (!cfg->args)
@@ -92,6 +97,7 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   if (seed && !json_is_integer(seed))
     bad = "seed";
   cfg->seed = (uint64_t)json_integer_value(seed);
+  cfg->seed_set = json_is_integer(seed);
   cfg->entry = str(c, "entry", &bad);
   cfg->rtol = num(c, "rtol", cfg->rtol, -1, 1e6, &bad);
   cfg->atol = num(c, "atol", cfg->atol, -1, 1e6, &bad);

@@ -144,7 +144,8 @@ int kc_bench_status_parse(const char *name, kc_bench_status *out);
 
 typedef struct kc_bench_config {
   const char *args;      /* the --args text (required) */
-  uint64_t seed;         /* default 0 */
+  uint64_t seed;         /* used only with seed_set */
+  bool seed_set;         /* false: inputs from a secret seed (getrandom), per run */
   const char *reference; /* trusted kernel (.c or .so) or NULL */
   double rtol, atol;     /* negative (as init leaves them) = 1e-4, 1e-5 */
   const char *entry;     /* NULL = "kernel" */
@@ -157,7 +158,9 @@ typedef struct kc_bench_config {
   double timeout_s;      /* per kernel measurement; 0 = 10 */
   uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
-  uint32_t checks;       /* timed calls verified per round; 0 = 2 */
+  uint32_t checks;       /* timed calls verified per round (drawn after it); 0 = 2 */
+  bool no_isolation;     /* run kernels in a plain process: no namespaces, no cgroup
+                            (--no-isolation only; records say "isolation": "none") */
   kc_build_opts build;
   /* Remote runs: the caller sends the batch to kc_bench_remote_run (kcage/tracker.h)
    * when tracker is set; kc_bench_run_batch refuses a config with tracker set. */

@@ -77,7 +77,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"cv":"device":"kernel":"limits":"max_abs_err":"median_s":"memory":"message":"min_s":"number":"pids":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"build_s":"checked_calls":"cv":"device":"isolation":"kernel":"limits":"max_abs_err":"median_s":"memory":"message":"min_s":"number":"pids":"repeat":"run_secs":"seed":"status":"timed":"verified":' ]] || { echo "fields: $keys"; exit 1; }
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
   ;;
 timing_options)

@@ -25,6 +25,7 @@ static void test_run_config_roundtrip(void **state) {
   kc_bench_config_init(&a);
   a.args = "f32[4] f32[4]:out";
   a.seed = UINT64_MAX - 7;
+  a.seed_set = true;
   a.rtol = 0.25;
   a.atol = 0.5;
   a.entry = "go";
@@ -52,7 +53,7 @@ static void test_run_config_roundtrip(void **state) {
   kc_error err = {0};
   assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
   assert_string_equal(b.args, a.args);
-  assert_true(b.seed == a.seed);
+  assert_true(b.seed == a.seed && b.seed_set);
   assert_true(b.rtol == a.rtol && b.atol == a.atol);
   assert_string_equal(b.entry, a.entry);
   assert_int_equal(b.number, a.number);
