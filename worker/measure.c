@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kcage/cleanup.h"
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
@@ -124,25 +125,6 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   }
   return false;
 }
-
-/* expect_s: how long the call should take (0 = unknown); see kc_mrunner_call_expect. */
-static int do_call_expect(kc_mctx *x, const void *req, size_t len, double expect_s, kc_mcall *c,
-                          kc_error *err) {
-  double left = x->deadline - kc_now_s();
-  if (left <= 0) {
-    memset(c, 0, sizeof *c);
-    c->status = KC_MCALL_TIMEOUT;
-    return 0;
-  }
-  return kc_mrunner_call_expect(x->runner, req, len, left, expect_s, c, err);
-}
-
-static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_error *err) {
-  return do_call_expect(x, req, len, 0, c, err);
-}
-
-/* Check the outputs of one call (set `set`, poisoned with `word`).  false when the
- * kernel's status was set. */
 static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, uint32_t slot,
                          uint64_t word, const char *when) {
   const kc_args_spec *a = x->spec;
@@ -190,8 +172,44 @@ static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, u
   return true;
 }
 
+
+/* A failed chunk -> the kernel's status.  A timeout names the limit that fired. */
+static void chunk_outcome(kc_mctx *x, kc_kmeasure *m, const kc_mchunk_out *o) {
+  if (o->malformed) {
+    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", o->what);
+    return;
+  }
+  if (o->fail.status == KC_MCALL_TIMEOUT) {
+    m->limit = o->limit;
+    if (o->limit && !strcmp(o->limit, "budget"))
+      set_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)",
+                 o->what);
+    else
+      set_status(m, KC_BENCH_TIMEOUT, "%s: a call ran past the per-call limit of %g s (--timeout)",
+                 o->what, x->call_s);
+    return;
+  }
+  outcome(m, &o->fail, o->what);
+}
+
+static double call_limit(const kc_mctx *x) {
+  return x->call_s > 0 ? x->call_s : 10;
+}
+
+/* One chunk.  1 done (o filled), 0 kernel status set, -1 parent error. */
+static int chunk(kc_mctx *x, kc_kmeasure *m, const kc_mchunk *ch, kc_mchunk_out *o,
+                 kc_error *err) {
+  kc_mlimits l = {call_limit(x), x->deadline};
+  int r = kc_mchunk_run(x->runner, x->spec, ch, &l, o, err);
+  if (r == 0)
+    chunk_outcome(x, m, o);
+  if (r <= 0)
+    kc_mchunk_out_clear(o);
+  return r;
+}
+
 static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_sets, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_sets, x->n_outs};
   size_t n = sizeof h;
   memcpy(buf, &h, n);
   const char *strs[4] = {x->artifact, x->entry, x->inputs, x->args_text};
@@ -203,36 +221,6 @@ static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
     n += l;
   }
   return n;
-}
-
-/* One RUN request.  Returns 1 completed (reply validated, *rep points at the outputs),
- * 0 kernel status set, -1 parent error. */
-static int run_req(kc_mctx *x, kc_kmeasure *m, const kc_mreq_run *req, double expect_s,
-                   kc_mcall *c, const unsigned char **outs, double *elapsed, const char *what,
-                   kc_error *err) {
-  double t0 = kc_now_s();
-  if (do_call_expect(x, req, sizeof *req, expect_s, c, err) < 0)
-    return -1;
-  double t1 = kc_now_s();
-  /* The worker's own view (published -> completion seen) leaves out the copy of the
-   * checked outputs, which grows with their size; both clocks are the parent's. */
-  if (elapsed)
-    *elapsed = c->status == KC_MCALL_OK && c->elapsed_s > 0 ? c->elapsed_s : t1 - t0;
-  if (!outcome(m, c, what))
-    return 0;
-  uint64_t region = kc_args_region_bytes(x->spec, true);
-  kc_mreply_run rep;
-  if (c->value_len != sizeof rep + req->n_checks * region) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
-    return 0;
-  }
-  memcpy(&rep, c->value, sizeof rep);
-  if (rep.magic != KC_MPROTO_MAGIC || rep.n_checks != req->n_checks) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
-    return 0;
-  }
-  *outs = (const unsigned char *)c->value + sizeof rep;
-  return 1;
 }
 
 /* Parent-chosen, unpredictable: the kernel cannot know which calls are checked. */
@@ -262,83 +250,43 @@ static uint32_t pick_checks(uint64_t *st, uint64_t number, uint32_t want, uint64
   return n;
 }
 
-int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
-  memset(m, 0, sizeof *m);
-  m->status = KC_BENCH_OK;
-  m->max_abs_err = NAN;
-  uint64_t st;
-  if (getrandom(&st, sizeof st, 0) != sizeof st)
-    st = (uint64_t)kc_now_s() * 1000003u;
+uint32_t kc_mouts_for(uint32_t n_sets, uint64_t out_region) {
+  uint64_t per = (uint64_t)n_sets * (out_region ? out_region : 1);
+  uint64_t m = (256u << 10) / per;
+  m = m < 1 ? 1 : m > 16 ? 16 : m;
+  return (uint32_t)(n_sets * m);
+}
+
+/* Every set twice, under different poison (seeds differ in the low bit) and, the
+ * second time, in another slot (another address): the outputs must match the
+ * reference and each other bit for bit. */
+static int verify(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err) {
   uint64_t region = kc_args_region_bytes(x->spec, true);
-  kc_mcall c;
-
-  /* Every kernel starts with set i in slot i (a previous kernel may have moved them). */
-  if (x->slots && x->slots->fd >= 0) {
-    uint32_t id[64];
-    for (uint32_t j = 0; j < x->n_sets; j++)
-      id[j] = j;
-    if (kc_minputs_place(x->slots, id, err) < 0)
-      return -1;
-  }
-
-  /* 1. Load (the worker seals itself once the code is in). */
-  unsigned char lbuf[4 * 4096 + 64];
-  size_t ln = fill_load(x, lbuf, sizeof lbuf);
-  if (!ln)
-    return kc_error_set(err, ENAMETOOLONG, "load request");
-  if (do_call(x, lbuf, ln, &c, err) < 0)
-    return -1;
-  bool ok = outcome(m, &c, "load");
-  kc_mcall_clear(&c);
-  if (!ok)
-    return 0;
-
-  /* 2. One untimed warm-up call (TVM).  Its output is judged in the next step, where
-   * a wrong answer can be told apart from one that depends on the poison. */
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                     .op = KC_MOP_RUN,
-                     .number = 1,
-                     .first_set = 0,
-                     .n_checks = 0,
-                     .poison_seed = rng_next(&st)};
-  const unsigned char *outs;
-  int r = run_req(x, m, &req, 0, &c, &outs, NULL, "warm-up", err);
-  kc_mcall_clear(&c);
-  if (r <= 0)
-    return r;
-
-  /* 3. Every set twice, under different poison (seeds differ in the low bit) and, the
-   * second time, in another slot (another address): the outputs must match the
-   * reference and each other bit for bit. */
   uint32_t nv = x->n_sets < KC_MPROTO_MAX_CHECKS ? x->n_sets : KC_MPROTO_MAX_CHECKS;
-  unsigned char *first = malloc((size_t)x->n_sets * region);
+  kc_cleanup_free unsigned char *first = malloc((size_t)(x->n_sets * region));
   bool seen[64] = {false};
   if (!first)
     return kc_error_set(err, ENOMEM, "verify");
-  uint64_t vseed = rng_next(&st) & ~1ull;
+  uint64_t vseed = rng_next(st) & ~1ull;
   for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1 && shuffle_slots(x, &st, true, err) < 0) {
-      free(first);
+    if (pass == 1 && shuffle_slots(x, st, true, err) < 0)
       return -1;
-    }
-    memset(&req, 0, sizeof req);
-    req.magic = KC_MPROTO_MAGIC;
-    req.op = KC_MOP_RUN;
-    req.number = nv;
-    req.first_set = 0;
-    req.n_checks = nv;
-    req.poison_seed = vseed | (uint64_t)pass;
+    kc_mchunk ch = {.first_set = 0,
+                    .first_out = (uint32_t)(rng_next(st) % x->n_outs),
+                    .count = nv,
+                    .n_outs = x->n_outs,
+                    .poison_seed = vseed | (uint64_t)pass,
+                    .n_fetch = nv,
+                    .what = "verify"};
     for (uint32_t i = 0; i < nv; i++)
-      req.checks[i] = i;
-    r = run_req(x, m, &req, 0, &c, &outs, NULL, "verify", err);
-    if (r <= 0) {
-      kc_mcall_clear(&c);
-      free(first);
+      ch.fetch[i] = i;
+    kc_mchunk_out o;
+    int r = chunk(x, m, &ch, &o, err);
+    if (r <= 0)
       return r;
-    }
     for (uint32_t i = 0; i < nv && m->status == KC_BENCH_OK; i++) {
-      const unsigned char *g = outs + i * region;
-      uint64_t word = kc_poison_word(req.poison_seed, i);
+      const unsigned char *g = o.outs + i * region;
+      uint64_t word = kc_poison_word(ch.poison_seed, i);
       uint32_t set = set_of(x, i);
       /* Left as poison first: that is the clearest explanation. */
       for (uint32_t t = 0; t < x->spec->n; t++)
@@ -371,89 +319,184 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
         }
       }
     }
-    kc_mcall_clear(&c);
-    if (m->status != KC_BENCH_OK) {
-      free(first);
+    kc_mchunk_out_clear(&o);
+    if (m->status != KC_BENCH_OK)
       return 0;
-    }
   }
-  free(first);
+  return 1;
+}
 
-  /* 4. Timing: `number` grown until a round lasts min_repeat_ms (golden-ratio growth or
-   * the predicted count), `repeat` rounds, rotating sets, random calls checked. */
+/* One round of `number` calls, in chunks of at most n_outs, the calls' times summed;
+ * random calls checked.  *secs: seconds per call.  1 done, 0 status set, -1 error. */
+static int round_of(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t number, double per_call,
+                    double *secs, kc_error *err) {
+  if (shuffle_slots(x, st, false, err) < 0) /* untimed: before the clock starts */
+    return -1;
+  uint64_t checks[KC_MPROTO_MAX_CHECKS];
+  uint32_t n_checks = pick_checks(st, number, x->checks, checks), ci = 0;
+  uint32_t first_set = (uint32_t)(rng_next(st) % x->n_sets);
+  uint64_t region = kc_args_region_bytes(x->spec, true);
+  double total = 0;
+  for (uint64_t done = 0; done < number;) {
+    uint64_t left = number - done;
+    kc_mchunk ch = {.first_set = (uint32_t)((first_set + done) % x->n_sets),
+                    .first_out = (uint32_t)(rng_next(st) % x->n_outs),
+                    .count = (uint32_t)(left < x->n_outs ? left : x->n_outs),
+                    .n_outs = x->n_outs,
+                    .poison_seed = rng_next(st),
+                    .flush = x->flush_cache,
+                    .what = "timed run"};
+    ch.expect_s = per_call * ch.count;
+    for (; ci < n_checks && checks[ci] < done + ch.count; ci++)
+      ch.fetch[ch.n_fetch++] = checks[ci] - done;
+    kc_mchunk_out o;
+    int r = chunk(x, m, &ch, &o, err);
+    if (r <= 0)
+      return r;
+    total += o.elapsed_s;
+    for (uint32_t k = 0; k < ch.n_fetch; k++) {
+      uint32_t slot = (uint32_t)((ch.first_set + ch.fetch[k]) % x->n_sets);
+      if (!check_output(x, m, o.outs + k * region, slot,
+                        kc_poison_word(ch.poison_seed, ch.fetch[k]), "timed run")) {
+        /* It passed the untimed checks and failed a timed one: it behaves differently
+         * when it is being timed. */
+        if (m->status == KC_BENCH_WRONG_RESULT) {
+          char msg[sizeof m->message];
+          snprintf(msg, sizeof msg, "%s", m->message);
+          set_status(m, KC_BENCH_SUSPICIOUS, "%s, after passing the untimed checks", msg);
+        }
+        kc_mchunk_out_clear(&o);
+        return 0;
+      }
+    }
+    kc_mchunk_out_clear(&o);
+    done += ch.count;
+  }
+  *secs = total / (double)number;
+  return 1;
+}
+
+/* A round that lasts min_repeat_ms: `number` grown (golden-ratio growth or the
+ * predicted count, TVM) until it does. */
+static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number,
+                       double *per_call, double *secs, kc_error *err) {
+  for (unsigned zero = 0;;) {
+    int r = round_of(x, m, st, *number, *per_call, secs, err);
+    if (r <= 0)
+      return r;
+    double ms = *secs * (double)*number * 1e3;
+    *per_call = *secs;
+    if (ms >= x->min_repeat_ms || *number >= (1ull << 32))
+      return 1;
+    if (ms <= 0 && ++zero >= 100) /* TVM's limit_zero_time_iterations */
+      return 1;
+    double per = ms / (double)*number;
+    double grow = per > 0 ? x->min_repeat_ms / per + 1 : (double)*number * 1.618;
+    double g2 = (double)*number * 1.618;
+    uint64_t next = (uint64_t)(grow > g2 ? grow : g2);
+    *number = next > *number ? next : *number + 1;
+  }
+}
+
+/* A fresh worker runs its first rounds slow (cold caches, TLB, branch predictors,
+ * frequency): untimed rounds until two in a row agree within 3 % and neither is more
+ * than 3 % above the fastest so far; at most 20, and at most a quarter of what is left
+ * of the budget. */
+#define KC_WARMUP_MAX 20
+static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                   kc_error *err) {
+  m->warmup_secs = calloc(KC_WARMUP_MAX, sizeof(double));
+  if (!m->warmup_secs)
+    return kc_error_set(err, ENOMEM, "warm-up");
+  double start = kc_now_s(), best = INFINITY;
+  double allowance = x->deadline > 0 ? (x->deadline - start) / 4 : INFINITY;
+  for (uint32_t i = 0; i < KC_WARMUP_MAX; i++) {
+    double s;
+    int r = sized_round(x, m, st, number, per_call, &s, err);
+    if (r <= 0)
+      return r;
+    m->warmup_secs[m->n_warmup++] = s;
+    best = s < best ? s : best;
+    if (i >= 1) {
+      double prev = m->warmup_secs[i - 1];
+      double lo = s < prev ? s : prev, hi = s < prev ? prev : s;
+      if (hi <= lo * 1.03 && hi <= best * 1.03)
+        break;
+    }
+    if (kc_now_s() - start > allowance)
+      break;
+  }
+  return 1;
+}
+
+void kc_kmeasure_clear(kc_kmeasure *m) {
+  free(m->run_secs);
+  free(m->warmup_secs);
+  m->run_secs = m->warmup_secs = NULL;
+}
+
+int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
+  memset(m, 0, sizeof *m);
+  m->status = KC_BENCH_OK;
+  m->max_abs_err = NAN;
+  uint64_t st;
+  if (getrandom(&st, sizeof st, 0) != sizeof st)
+    st = (uint64_t)kc_now_s() * 1000003u;
+  if (!x->n_outs)
+    x->n_outs = kc_mouts_for(x->n_sets, kc_args_region_bytes(x->spec, true));
+
+  /* Every kernel starts with set i in slot i (a previous kernel may have moved them). */
+  if (x->slots && x->slots->fd >= 0) {
+    uint32_t id[64];
+    for (uint32_t j = 0; j < x->n_sets; j++)
+      id[j] = j;
+    if (kc_minputs_place(x->slots, id, err) < 0)
+      return -1;
+  }
+
+  /* 1. Load (the worker maps and faults in the tensors, then seals itself). */
+  unsigned char lbuf[4 * 4096 + 64];
+  size_t ln = fill_load(x, lbuf, sizeof lbuf);
+  if (!ln)
+    return kc_error_set(err, ENAMETOOLONG, "load request");
+  kc_mchunk_out lo = {0};
+  double load_s = 30 + (double)(kc_args_region_bytes(x->spec, true) * x->n_outs) / 100e6;
+  double left = x->deadline > 0 ? x->deadline - kc_now_s() : load_s;
+  if (kc_mrunner_call(x->runner, lbuf, ln, left < load_s ? left : load_s, &lo.fail, err) < 0)
+    return -1;
+  lo.what = "load";
+  lo.limit = left < load_s ? "budget" : "call";
+  bool ok = lo.fail.status == KC_MCALL_OK;
+  if (!ok)
+    chunk_outcome(x, m, &lo);
+  kc_mcall_clear(&lo.fail);
+  if (!ok)
+    return 0;
+
+  /* 2. One untimed first call (TVM).  Its output is judged in the next step, where a
+   * wrong answer can be told apart from one that depends on the poison. */
+  kc_mchunk ch = {.count = 1, .n_outs = x->n_outs, .poison_seed = rng_next(&st), .what = "warm-up"};
+  kc_mchunk_out o;
+  int r = chunk(x, m, &ch, &o, err);
+  if (r <= 0)
+    return r;
+  kc_mchunk_out_clear(&o);
+
+  /* 3. Correctness, untimed. */
+  if ((r = verify(x, m, &st, err)) <= 0)
+    return r;
+
+  /* 4. Warm-up rounds until steady, then `repeat` timed rounds. */
   uint64_t number = x->number ? x->number : 1;
   double per_call = 0; /* the last round's seconds per call: predicts the next round */
+  if ((r = warm_up(x, m, &st, &number, &per_call, err)) <= 0)
+    return r;
   m->run_secs = calloc(x->repeat, sizeof(double));
   if (!m->run_secs)
     return kc_error_set(err, ENOMEM, "run_secs");
   for (uint32_t rep = 0; rep < x->repeat; rep++) {
-    for (unsigned zero = 0;;) {
-      if (shuffle_slots(x, &st, false, err) < 0) /* untimed: before the clock starts */
-        return -1;
-      memset(&req, 0, sizeof req);
-      req.magic = KC_MPROTO_MAGIC;
-      req.op = KC_MOP_RUN;
-      req.number = number;
-      req.first_set = (uint32_t)(rng_next(&st) % x->n_sets);
-      req.poison_seed = rng_next(&st);
-      req.n_checks = pick_checks(&st, number, x->checks, req.checks);
-      if (x->flush_cache) {
-        kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
-        if (do_call(x, &f, 8, &c, err) < 0)
-          return -1;
-        ok = outcome(m, &c, "flush");
-        kc_mcall_clear(&c);
-        if (!ok)
-          return 0;
-      }
-      /* Untimed wake-up, the parent polling for its answer: the timed request then
-       * finds the worker spinning on its ring and this thread awake, instead of paying
-       * two idle-vCPU wake-ups (tens to hundreds of us here) inside the round. */
-      kc_mreq_load wk = {KC_MPROTO_MAGIC, KC_MOP_WAKE, 0, 0};
-      if (do_call_expect(x, &wk, 8, 1e-6, &c, err) < 0)
-        return -1;
-      ok = outcome(m, &c, "wake");
-      kc_mcall_clear(&c);
-      if (!ok)
-        return 0;
-      double dt;
-      r = run_req(x, m, &req, per_call * (double)number, &c, &outs, &dt, "timed run", err);
-      if (r <= 0) {
-        kc_mcall_clear(&c);
-        return r;
-      }
-      for (uint32_t k = 0; k < req.n_checks; k++) {
-        uint32_t slot = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
-        if (!check_output(x, m, outs + k * region, slot,
-                          kc_poison_word(req.poison_seed, req.checks[k]), "timed run")) {
-          /* It passed the untimed checks and failed a timed one: it behaves differently
-           * when it is being timed. */
-          if (m->status == KC_BENCH_WRONG_RESULT) {
-            char msg[sizeof m->message];
-            snprintf(msg, sizeof msg, "%s", m->message);
-            set_status(m, KC_BENCH_SUSPICIOUS, "%s, after passing the untimed checks", msg);
-          }
-          kc_mcall_clear(&c);
-          return 0;
-        }
-      }
-      kc_mcall_clear(&c);
-      double ms = dt * 1e3;
-      per_call = dt / (double)number;
-      if (ms >= x->min_repeat_ms || number >= (1ull << 32)) {
-        m->run_secs[rep] = dt / (double)number;
-        break;
-      }
-      if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
-        m->run_secs[rep] = 0;
-        break;
-      }
-      double per = ms / (double)number;
-      double grow = per > 0 ? x->min_repeat_ms / per + 1 : (double)number * 1.618;
-      double g2 = (double)number * 1.618;
-      uint64_t next = (uint64_t)(grow > g2 ? grow : g2);
-      number = next > number ? next : number + 1;
-    }
+    if ((r = sized_round(x, m, &st, &number, &per_call, &m->run_secs[rep], err)) <= 0)
+      return r;
     m->repeat = rep + 1;
     if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
       struct timespec ts = {(time_t)(x->cooldown_ms / 1000),

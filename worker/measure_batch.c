@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,8 @@ typedef struct item {
   bool measured;
   kc_bench_status status;
   char message[2048];
+  struct timespec started, ended; /* wall clock, for the record */
+  json_t *rec;                    /* once final */
 } item;
 
 /* Builds run in helper processes, one per --workers slot, forked (glibc fork) while
@@ -127,6 +130,10 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
     pid_t pid = fork();
     if (pid == 0) {
       close(sv[0]);
+      /* A Ctrl-C reaches the whole process group: the helper dies of it (and its
+       * compiler's sandbox with it, by its death signal) instead of running on. */
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
       build_helper(sv[1], items, total, &cfg->build);
       _exit(0);
     }
@@ -169,13 +176,16 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
           alive--;
         }
       }
-    if (done == nj || !alive)
+    if (done == nj || !alive || kc_bench_interrupted())
       break;
     struct pollfd pfd[64];
     for (size_t k = 0; k < nh; k++)
       pfd[k] = (struct pollfd){h[k].fd >= 0 && h[k].job >= 0 ? h[k].fd : -1, POLLIN, 0};
-    if (poll(pfd, (nfds_t)nh, -1) < 0 && errno != EINTR)
+    int pr = poll(pfd, (nfds_t)nh, 100); /* sliced: see kc_bench_interrupted */
+    if (pr < 0 && errno != EINTR)
       break;
+    if (pr <= 0)
+      continue;
     for (size_t k = 0; k < nh; k++) {
       if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
         continue;
@@ -200,6 +210,8 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
   for (size_t k = 0; k < nh; k++) {
     if (h[k].fd >= 0)
       close(h[k].fd);
+    if (h[k].pid > 0 && kc_bench_interrupted())
+      kill(h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
     if (h[k].pid > 0)
       waitpid(h[k].pid, NULL, 0);
   }
@@ -246,69 +258,31 @@ static void device_name(char *buf, size_t len) {
   snprintf(buf, len, "local:%s%s%s", host, model[0] ? " " : "", model);
 }
 
-static double stat_median(const double *v, size_t n) {
-  double *t = malloc(n * sizeof *t);
-  if (!t || !n) {
-    free(t);
-    return NAN;
-  }
-  memcpy(t, v, n * sizeof *t);
-  for (size_t i = 1; i < n; i++)
-    for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-  free(t);
-  return m;
-}
-
-static json_t *num_or_null(double v) {
-  return isfinite(v) ? json_real(v) : json_null();
-}
-
-static json_t *record(const item *it, const char *device) {
-  json_t *o = json_object();
-  json_object_set_new(o, "kernel", json_string(it->path));
-  json_object_set_new(o, "status", json_string(kc_bench_status_name(it->status)));
-  json_object_set_new(o, "message", it->message[0] ? json_string(it->message) : json_null());
-  bool timed = it->status == KC_BENCH_OK && it->m.repeat > 0;
-  if (timed) {
-    json_t *rs = json_array();
-    double mn = INFINITY, sum = 0, sq = 0;
-    for (uint32_t i = 0; i < it->m.repeat; i++) {
-      double v = it->m.run_secs[i];
-      json_array_append_new(rs, json_real(v));
-      mn = v < mn ? v : mn;
-      sum += v;
-    }
-    double mean = sum / it->m.repeat;
-    for (uint32_t i = 0; i < it->m.repeat; i++)
-      sq += (it->m.run_secs[i] - mean) * (it->m.run_secs[i] - mean);
-    double sd = it->m.repeat > 1 ? sqrt(sq / (it->m.repeat - 1)) : 0;
-    json_object_set_new(o, "run_secs", rs);
-    json_object_set_new(o, "median_s", num_or_null(stat_median(it->m.run_secs, it->m.repeat)));
-    json_object_set_new(o, "min_s", num_or_null(mn));
-    json_object_set_new(o, "cv", num_or_null(mean > 0 ? sd / mean : NAN));
-    json_object_set_new(o, "number", json_integer((json_int_t)it->m.number));
-    json_object_set_new(o, "repeat", json_integer(it->m.repeat));
-  } else {
-    json_object_set_new(o, "run_secs", json_null());
-    json_object_set_new(o, "median_s", json_null());
-    json_object_set_new(o, "min_s", json_null());
-    json_object_set_new(o, "cv", json_null());
-    json_object_set_new(o, "number", json_null());
-    json_object_set_new(o, "repeat", json_null());
-  }
-  json_object_set_new(o, "max_abs_err",
-                      it->measured ? num_or_null(it->m.max_abs_err) : json_null());
-  json_object_set_new(o, "build_s",
-                      it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
-                          ? json_real(it->build.build_s)
-                          : json_null());
-  json_object_set_new(o, "device", json_string(device));
-  return o;
+static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
+                      double ref_median) {
+  kc_build_opts bo = cfg->build;
+  if (!bo.cc)
+    bo.cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  if (!bo.cflags)
+    bo.cflags = KC_BUILD_DEFAULT_CFLAGS;
+  kc_mrecord_in in = {
+      .kernel = it->path,
+      .status = it->status,
+      .message = it->message,
+      .m = it->measured ? &it->m : NULL,
+      .build_s = it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
+                     ? it->build.build_s
+                     : NAN,
+      .device = device,
+      .reference_median_s = ref_median,
+      .max_cv = cfg->max_cv,
+      .seed = cfg->seed,
+      .cc = it->is_source ? bo.cc : NULL,
+      .cflags = it->is_source ? bo.cflags : NULL,
+      .started = it->started,
+      .ended = it->ended,
+  };
+  return kc_mrecord(&in);
 }
 
 /* Map a finished build onto the kernel's status; true when it can be measured. */
@@ -399,7 +373,8 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
   x->checks = cfg->checks ? cfg->checks : 2;
-  x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
+  x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
+  x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
   x->slots = (kc_minputs *)&s->slots;
 }
 
@@ -411,7 +386,7 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
   fill_ctx(&x, cfg, s, r, artifact, NULL);
   kc_mcall c;
   unsigned char lbuf[4 * 4096 + 64];
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_sets, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_sets, s->n_sets};
   size_t n = sizeof h;
   memcpy(lbuf, &h, n);
   const char *strs[4] = {artifact, x.entry, s->inputs, cfg->args};
@@ -422,9 +397,8 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
     memcpy(lbuf + n, strs[i], l);
     n += l;
   }
-  if (kc_mrunner_call(r, lbuf, n, 30, &c, err) < 0)
+  if (kc_mrunner_call(r, lbuf, n, 30 + (double)(s->out_region * s->n_sets) / 100e6, &c, err) < 0)
     return -1;
-  kc_kmeasure m = {0};
   if (c.status != KC_MCALL_OK) {
     kc_error_set(err, 0, "%s", c.status == KC_MCALL_EXCEPTION ? c.message : "the worker failed");
     if (c.status == KC_MCALL_DIED)
@@ -435,7 +409,6 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
     return -1;
   }
   kc_mcall_clear(&c);
-  (void)m;
   unsigned char *res = malloc(s->n_sets * s->out_region);
   if (!res)
     return kc_error_set(err, ENOMEM, "reference outputs");
@@ -443,60 +416,121 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
   if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
     seed = 42;
   seed &= ~1ull;
+  kc_mlimits lim = {cfg->timeout_s > 0 ? cfg->timeout_s : 10, 0};
   for (int pass = 0; pass < 2; pass++) {
     uint32_t done = 0;
     while (done < s->n_sets) {
       uint32_t k =
           s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
-      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                         .op = KC_MOP_RUN,
-                         .number = k,
-                         .first_set = done,
-                         .n_checks = k,
-                         .poison_seed = seed | (uint64_t)pass};
+      kc_mchunk ch = {.first_set = done,
+                      .first_out = done,
+                      .count = k,
+                      .n_outs = s->n_sets,
+                      .poison_seed = seed | (uint64_t)pass,
+                      .n_fetch = k,
+                      .what = "run"};
       for (uint32_t i = 0; i < k; i++)
-        req.checks[i] = i;
-      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) <
-          0) {
-        free(res);
-        return -1;
-      }
-      if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run) + k * s->out_region) {
-        if (c.status == KC_MCALL_EXCEPTION)
-          kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
-        else if (c.status == KC_MCALL_TIMEOUT)
-          kc_error_set(err, 0, "ran past the time limit");
-        else if (c.status == KC_MCALL_DIED)
-          kc_error_set(err, 0, "%s", c.verdict.message);
-        else
+        ch.fetch[i] = i;
+      kc_mchunk_out o;
+      int rc = kc_mchunk_run(r, &s->spec, &ch, &lim, &o, err);
+      if (rc <= 0) {
+        if (rc == 0 && o.malformed)
           kc_error_set(err, 0, "malformed reply");
-        kc_mcall_clear(&c);
+        else if (rc == 0 && o.fail.status == KC_MCALL_EXCEPTION)
+          kc_error_set(err, 0, "%s",
+                       !strncmp(o.fail.message, "error: ", 7) ? o.fail.message + 7
+                                                               : o.fail.message);
+        else if (rc == 0 && o.fail.status == KC_MCALL_TIMEOUT)
+          kc_error_set(err, 0, "ran past the time limit");
+        else if (rc == 0)
+          kc_error_set(err, 0, "%s", o.fail.verdict.message);
+        kc_mchunk_out_clear(&o);
         free(res);
         return -1;
       }
-      const unsigned char *o = (const unsigned char *)c.value + sizeof(kc_mreply_run);
       for (uint32_t i = 0; i < k; i++) {
         unsigned char *dst = res + (done + i) * s->out_region;
+        const unsigned char *got = o.outs + i * s->out_region;
         if (pass == 0) {
-          memcpy(dst, o + i * s->out_region, s->out_region);
+          memcpy(dst, got, s->out_region);
           continue;
         }
         for (uint32_t t = 0; t < s->spec.n; t++) {
           uint64_t off = kc_args_offset(&s->spec, t);
-          if (s->spec.t[t].out &&
-              memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
-            kc_mcall_clear(&c);
+          if (s->spec.t[t].out && memcmp(dst + off, got + off, s->spec.t[t].nbytes)) {
+            kc_mchunk_out_clear(&o);
             free(res);
             return kc_error_set(err, 0,
                                 "its output %u depends on the poison or is not deterministic", t);
           }
         }
       }
-      kc_mcall_clear(&c);
+      kc_mchunk_out_clear(&o);
       done += k;
     }
   }
   *out = res;
+  return 0;
+}
+
+static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner *runner, item *it,
+                        const unsigned char *ref_out, int *rc, kc_error *err) {
+  clock_gettime(CLOCK_REALTIME, &it->started);
+  *rc = 0;
+  if (it->staged[0]) {
+    kc_mctx x;
+    fill_ctx(&x, cfg, s, runner, it->staged, ref_out);
+    *rc = kc_measure_kernel(&x, &it->m, err);
+    kc_mrunner_reset(runner);
+    if (*rc < 0)
+      kc_error_prefix(err, "%s", it->path);
+    it->measured = true;
+    it->status = it->m.status;
+    snprintf(it->message, sizeof it->message, "%s", it->m.message);
+  }
+  clock_gettime(CLOCK_REALTIME, &it->ended);
+}
+
+static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+                       item *items, size_t n, size_t ref_index, const unsigned char *ref_out,
+                       const char *device, kc_error *err) {
+  size_t total = n + (cfg->reference ? 1 : 0), to_measure = 0, measured = 0;
+  for (size_t i = 0; i < total; i++)
+    to_measure += items[i].staged[0] != 0;
+  double ref_median = NAN;
+  kc_cleanup_free size_t *order = calloc(total, sizeof *order);
+  size_t no = 0;
+  if (!order)
+    return kc_error_set(err, ENOMEM, "batch");
+  if (cfg->reference)
+    order[no++] = ref_index;
+  for (size_t i = 0; i < n; i++)
+    if (!cfg->reference || i != ref_index)
+      order[no++] = i;
+  for (size_t k = 0; k < no; k++) {
+    size_t i = order[k];
+    if (kc_bench_interrupted())
+      return kc_error_set(err, EINTR, "interrupted by %s",
+                          kc_signal_name(kc_bench_interrupted()));
+    item *it = &items[i];
+    if (cfg->progress && it->staged[0])
+      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
+    int rc;
+    measure_one(cfg, s, runner, it, ref_out, &rc, err);
+    if (rc < 0)
+      return -1;
+    measured += it->staged[0] != 0;
+    if (cfg->reference && i == ref_index && it->status == KC_BENCH_OK && it->m.repeat) {
+      kc_mstats st;
+      kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
+      ref_median = st.median;
+    }
+    it->rec = record(cfg, it, device, ref_median);
+    if (i < n && cfg->on_record)
+      cfg->on_record(cfg->record_ctx, it->rec);
+  }
+  if (cfg->progress)
+    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
   return 0;
 }
 
@@ -591,6 +625,10 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       }
   }
 
+  if (kc_bench_interrupted()) {
+    kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    goto out;
+  }
   if (make_session(cfg, &s, err) < 0)
     goto out;
   have_session = true;
@@ -610,8 +648,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   kc_mrunner_opts ro = {.bind_dir = s.dir,
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
-                        .max_result_bytes =
-                            sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
+                        .max_result_bytes = KC_MFETCH_MAX + 4096};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
   {
@@ -637,36 +674,17 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     }
   }
 
-  /* Measure, one kernel per fresh worker (a sealed worker cannot load another). */
-  size_t to_measure = 0, measured = 0;
-  for (size_t i = 0; i < total; i++)
-    to_measure += items[i].staged[0] != 0 && !(i == n && ref_index != n);
-  for (size_t i = 0; i < total; i++) {
-    item *it = &items[i];
-    if (!it->staged[0] || (i == n && ref_index != n))
-      continue;
-    if (cfg->progress)
-      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
-    kc_mctx x;
-    fill_ctx(&x, cfg, &s, runner, it->staged, ref_out);
-    if (kc_measure_kernel(&x, &it->m, err) < 0) {
-      kc_error_prefix(err, "%s", it->path);
-      goto out;
-    }
-    kc_mrunner_reset(runner);
-    it->measured = true;
-    it->status = it->m.status;
-    snprintf(it->message, sizeof it->message, "%s", it->m.message);
-    measured++;
-  }
-  if (cfg->progress)
-    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
+  /* Measure, one kernel per fresh worker (a sealed worker cannot load another): the
+   * reference first (its median is every record's speed-up), then the kernels in input
+   * order, each record handed out as soon as it is final. */
+  if (measure_all(cfg, &s, runner, items, n, ref_index, ref_out, device, err) < 0)
+    goto out;
 
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, record(&items[i], device));
+    json_array_append(arr, items[i].rec);
   if (cfg->reference && reference_record) { /* for the speed-up column */
-    json_t *r = record(&items[ref_index], device);
+    json_t *r = json_deep_copy(items[ref_index].rec);
     json_object_set_new(r, "kernel", json_string(cfg->reference));
     *reference_record = r;
   }
@@ -677,7 +695,8 @@ out:
   free(ref_out);
   for (size_t i = 0; i < total; i++) {
     free(items[i].src);
-    free(items[i].m.run_secs);
+    kc_kmeasure_clear(&items[i].m);
+    json_decref(items[i].rec);
   }
   free(items);
   if (have_session)

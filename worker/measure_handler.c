@@ -27,10 +27,11 @@ typedef int (*kc_kernel_fn)(DLTensor *args, int32_t num_args);
 struct kc_mstate {
   kc_args_spec spec;
   uint32_t n_sets;
+  uint32_t n_outs; /* output regions: n_sets for plain runs, more for prepared ones */
   uint64_t in_region, out_region;
   unsigned char *in; /* n_sets * in_region, PROT_READ, shared file mapping */
   size_t in_len;
-  unsigned char *out; /* n_sets * out_region, private */
+  unsigned char *out; /* n_outs * out_region, private, faulted in at load */
   size_t out_len;
   DLTensor *pristine; /* n_sets * n */
   DLTensor *live;     /* what the kernel gets; restored before each call */
@@ -200,6 +201,24 @@ void kc_mstate_free(kc_mstate *s) {
 
 int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
                    const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap) {
+  return kc_mstate_load_ex(out, artifact, entry, inputs, args, n_sets, n_sets, seal, errbuf,
+                           errcap);
+}
+
+/* Every page of the tensors present before the first call: a page fault (and the
+ * cgroup charge behind it) inside a timed call would be timed, and an output too large
+ * for the memory limit fails here, at load, not in the middle of the timing. */
+static void prefault(kc_mstate *s) {
+  memset(s->out, 0, s->out_len);
+  volatile unsigned char sink = 0;
+  for (size_t i = 0; i < s->in_len; i += 4096)
+    sink ^= s->in[i];
+  (void)sink;
+}
+
+int kc_mstate_load_ex(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
+                      const char *args, uint32_t n_sets, uint32_t n_outs, bool seal, char *errbuf,
+                      size_t errcap) {
   *out = NULL;
   kc_mstate *s = calloc(1, sizeof *s);
   if (!s) {
@@ -215,7 +234,12 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
     goto fail;
   }
+  if (n_outs < n_sets || n_outs > 1024) {
+    errf(errbuf, errcap, "error: bad number of output regions %u", n_outs);
+    goto fail;
+  }
   s->n_sets = n_sets;
+  s->n_outs = n_outs;
   s->in_region = kc_args_region_bytes(&s->spec, false);
   s->out_region = kc_args_region_bytes(&s->spec, true);
   int fd = open(inputs, O_RDONLY | O_CLOEXEC);
@@ -231,14 +255,14 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     goto fail;
   }
   /* Shared + read-only descriptor: mprotect can never make it writable. */
-  s->in = mmap(NULL, s->in_len, PROT_READ, MAP_SHARED, fd, 0);
+  s->in = mmap(NULL, s->in_len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   close(fd);
   if (s->in == MAP_FAILED) {
     s->in = NULL;
     errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
     goto fail;
   }
-  s->out_len = (size_t)(s->out_region * n_sets);
+  s->out_len = (size_t)(s->out_region * n_outs);
   s->out = mmap(NULL, s->out_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (s->out == MAP_FAILED) {
     s->out = NULL;
@@ -268,6 +292,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
       d->strides = NULL;
       d->byte_offset = 0;
     }
+  prefault(s);
   install_fault_handlers();
   if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
     errf(errbuf, errcap, "error: cannot install the seccomp filter");
@@ -302,6 +327,86 @@ fail:
   return -1;
 }
 
+/* The read-only-input fault, as the kernel's status.  Called after siglongjmp. */
+static void input_fault_message(kc_mstate *s, char *errbuf, size_t errcap) {
+  uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
+  int which = -1;
+  for (uint32_t i = 0; i < s->spec.n; i++)
+    if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
+        off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
+      which = (int)i;
+  errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+}
+
+/* Nothing but the calls: the outputs were poisoned (and faulted in) by PREP, and the
+ * checked ones are read afterwards by FETCH.  Each call writes its own region, so no
+ * output the kernel sees still holds an earlier call's result. */
+static int run_prepared(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap,
+                        size_t *out_len, char *errbuf, size_t errcap) {
+  if (req->number > s->n_outs || req->first_out >= s->n_outs || req->n_checks ||
+      out_cap < sizeof(kc_mreply_run)) {
+    errf(errbuf, errcap, "error: bad prepared run request");
+    return -1;
+  }
+  uint32_t n = s->spec.n, set = req->first_set, reg = req->first_out;
+  fault_lo = s->in;
+  fault_hi = s->in + s->in_len;
+  if (sigsetjmp(fault_env, 1)) {
+    input_fault_message(s, errbuf, errcap);
+    return -1;
+  }
+  fault_armed = 1;
+  for (uint64_t i = 0; i < req->number; i++) {
+    DLTensor *args = &s->live[set * n];
+    memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
+    unsigned char *o = s->out + reg * s->out_region;
+    for (uint32_t t = 0; t < n; t++)
+      if (s->spec.t[t].out)
+        args[t].data = o + kc_args_offset(&s->spec, t);
+    int rc = s->fn(args, (int32_t)n);
+    if (rc != 0) {
+      fault_armed = 0;
+      errf(errbuf, errcap, "error: the kernel returned %d", rc);
+      return -1;
+    }
+    if (++set == s->n_sets)
+      set = 0;
+    if (++reg == s->n_outs)
+      reg = 0;
+  }
+  fault_armed = 0;
+  kc_mreply_run rep = {KC_MPROTO_MAGIC, 0};
+  memcpy(out, &rep, sizeof rep);
+  *out_len = sizeof rep;
+  return 0;
+}
+
+int kc_mstate_prep(kc_mstate *s, const kc_mreq_prep *req, char *errbuf, size_t errcap) {
+  if (req->count == 0 || req->count > s->n_outs || req->first_out >= s->n_outs) {
+    errf(errbuf, errcap, "error: bad prepare request");
+    return -1;
+  }
+  for (uint32_t i = 0; i < req->count; i++) {
+    uint32_t reg = (req->first_out + i) % s->n_outs;
+    kc_poison_fill(s->out + reg * s->out_region, s->out_region,
+                   kc_poison_word(req->poison_seed, i));
+  }
+  return 0;
+}
+
+int kc_mstate_fetch(kc_mstate *s, const kc_mreq_fetch *req, void *out, size_t out_cap,
+                    size_t *out_len, char *errbuf, size_t errcap) {
+  *out_len = 0;
+  if (req->region >= s->n_outs || req->len > KC_MFETCH_MAX || req->len > out_cap ||
+      req->offset > s->out_region || req->len > s->out_region - req->offset) {
+    errf(errbuf, errcap, "error: bad fetch request");
+    return -1;
+  }
+  memcpy(out, s->out + req->region * s->out_region + req->offset, (size_t)req->len);
+  *out_len = (size_t)req->len;
+  return 0;
+}
+
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap) {
   *out_len = 0;
@@ -309,6 +414,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     errf(errbuf, errcap, "error: bad run request");
     return -1;
   }
+  if (req->flags & KC_MRUN_PREPARED)
+    return run_prepared(s, req, out, out_cap, out_len, errbuf, errcap);
   for (uint32_t c = 0; c < req->n_checks; c++)
     if (req->checks[c] >= req->number || (c && req->checks[c] <= req->checks[c - 1])) {
       errf(errbuf, errcap, "error: bad run request");
@@ -325,13 +432,7 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   fault_lo = s->in;
   fault_hi = s->in + s->in_len;
   if (sigsetjmp(fault_env, 1)) {
-    uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
-    int which = -1;
-    for (uint32_t i = 0; i < n; i++)
-      if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
-          off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
-        which = (int)i;
-    errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+    input_fault_message(s, errbuf, errcap);
     return -1;
   }
   fault_armed = 1;
@@ -418,8 +519,9 @@ int kc_handler_measure(kc_call *call) {
       str[i] = p;
       p = z + 1;
     }
-    if (kc_mstate_load(&g_state, str[0], str[1], str[2], str[3], req.n_sets, true, call->error,
-                       call->error_cap) < 0)
+    if (kc_mstate_load_ex(&g_state, str[0], str[1], str[2], str[3], req.n_sets,
+                          req.n_outs ? req.n_outs : req.n_sets, true, call->error,
+                          call->error_cap) < 0)
       return 1;
     call->out_len = 0;
     return 0;
@@ -434,6 +536,32 @@ int kc_handler_measure(kc_call *call) {
     size_t len;
     if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error, call->error_cap) <
         0)
+      return 1;
+    call->out_len = len;
+    return 0;
+  }
+  case KC_MOP_PREP: {
+    kc_mreq_prep req;
+    if (!g_state || call->arg_len != sizeof req) {
+      errf(call->error, call->error_cap, "error: prepare before load");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    if (kc_mstate_prep(g_state, &req, call->error, call->error_cap) < 0)
+      return 1;
+    call->out_len = 0;
+    return 0;
+  }
+  case KC_MOP_FETCH: {
+    kc_mreq_fetch req;
+    if (!g_state || call->arg_len != sizeof req) {
+      errf(call->error, call->error_cap, "error: fetch before load");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    size_t len;
+    if (kc_mstate_fetch(g_state, &req, call->out, call->out_cap, &len, call->error,
+                        call->error_cap) < 0)
       return 1;
     call->out_len = len;
     return 0;

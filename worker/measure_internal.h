@@ -43,12 +43,23 @@ enum kc_mop {
   KC_MOP_FLUSH = 3, /* evict all tensors from the CPU caches (untimed) */
   KC_MOP_WAKE = 4,  /* answer at once (untimed): wakes the worker and the parent's CPUs
                        right before a timed round, so neither wake-up is timed */
+  KC_MOP_PREP = 5,  /* poison the output regions the next prepared RUN uses (untimed) */
+  KC_MOP_FETCH = 6, /* copy a piece of one output region back (untimed) */
 };
+
+/* RUN flags.  PREPARED: the outputs were poisoned by a PREP; the RUN only calls the
+ * kernel (nothing else inside the parent's clock), call i writes output region
+ * (first_out + i) % n_outs, at most n_outs calls, and nothing comes back (FETCH). */
+#define KC_MRUN_PREPARED 1u
+
+/* Largest piece one FETCH returns: the ring's result buffer is sized for this, not
+ * for the tensors, so an output of any size comes back in pieces. */
+#define KC_MFETCH_MAX (8u << 20)
 
 typedef struct kc_mreq_load {
   uint32_t magic, op;
   uint32_t n_sets;
-  uint32_t pad;
+  uint32_t n_outs; /* output regions (>= n_sets; 0 = n_sets) */
   /* then four NUL-terminated strings: artifact path, entry symbol, inputs file,
    * --args text */
 } kc_mreq_load;
@@ -60,7 +71,21 @@ typedef struct kc_mreq_run {
   uint32_t n_checks;  /* calls whose outputs come back */
   uint64_t poison_seed;
   uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
+  uint32_t flags;                        /* KC_MRUN_* */
+  uint32_t first_out;                    /* PREPARED: output region of call 0 */
 } kc_mreq_run;
+
+typedef struct kc_mreq_prep {
+  uint32_t magic, op;
+  uint32_t first_out, count; /* regions first_out.. (mod n_outs), count <= n_outs */
+  uint64_t poison_seed;      /* region of call i gets kc_poison_word(poison_seed, i) */
+} kc_mreq_prep;
+
+typedef struct kc_mreq_fetch {
+  uint32_t magic, op;
+  uint32_t region, pad;
+  uint64_t offset, len; /* len <= KC_MFETCH_MAX; the reply is exactly these bytes */
+} kc_mreq_fetch;
 
 /* RUN reply: this header, then n_checks copies of the whole output region
  * (kc_args_region_bytes(out)), in the order of checks. */
@@ -78,6 +103,14 @@ typedef struct kc_mreply_run {
 typedef struct kc_mstate kc_mstate;
 int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
                    const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap);
+/* The same with n_outs output regions (>= n_sets) for prepared runs. */
+int kc_mstate_load_ex(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
+                      const char *args, uint32_t n_sets, uint32_t n_outs, bool seal, char *errbuf,
+                      size_t errcap);
+/* PREP and FETCH (see enum kc_mop); -1 with errbuf on a bad request. */
+int kc_mstate_prep(kc_mstate *s, const kc_mreq_prep *req, char *errbuf, size_t errcap);
+int kc_mstate_fetch(kc_mstate *s, const kc_mreq_fetch *req, void *out, size_t out_cap,
+                    size_t *out_len, char *errbuf, size_t errcap);
 /* out receives n_checks output regions; returns 0, or -1 with errbuf filled. */
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap);
