@@ -451,7 +451,7 @@ int kc_cmd_bench(int argc, char **argv) {
     /* What finished is on the file already; the table shows the same. */
     if (!quiet && jf != stdout)
       print_table(k.done, NULL);
-    kc_cli_error("bench", "interrupted by %s: %zu of %d kernels done", sigabbrev_np(sig),
+    kc_cli_error("bench", "interrupted by SIG%s: %zu of %d kernels done", sigabbrev_np(sig),
                  json_array_size(k.done), argc - optind);
     if (jf && jf != stdout)
       fclose(jf);

@@ -172,7 +172,6 @@ static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, u
   return true;
 }
 
-
 /* A failed chunk -> the kernel's status.  A timeout names the limit that fired. */
 static void chunk_outcome(kc_mctx *x, kc_kmeasure *m, const kc_mchunk_out *o) {
   if (o->malformed) {
@@ -197,8 +196,7 @@ static double call_limit(const kc_mctx *x) {
 }
 
 /* One chunk.  1 done (o filled), 0 kernel status set, -1 parent error. */
-static int chunk(kc_mctx *x, kc_kmeasure *m, const kc_mchunk *ch, kc_mchunk_out *o,
-                 kc_error *err) {
+static int chunk(kc_mctx *x, kc_kmeasure *m, const kc_mchunk *ch, kc_mchunk_out *o, kc_error *err) {
   kc_mlimits l = {call_limit(x), x->deadline};
   int r = kc_mchunk_run(x->runner, x->spec, ch, &l, o, err);
   if (r == 0)
@@ -378,8 +376,8 @@ static int round_of(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t number, d
 
 /* A round that lasts min_repeat_ms: `number` grown (golden-ratio growth or the
  * predicted count, TVM) until it does. */
-static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number,
-                       double *per_call, double *secs, kc_error *err) {
+static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                       double *secs, kc_error *err) {
   for (unsigned zero = 0;;) {
     int r = round_of(x, m, st, *number, *per_call, secs, err);
     if (r <= 0)
@@ -400,9 +398,10 @@ static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *numbe
 
 /* A fresh worker runs its first rounds slow (cold caches, TLB, branch predictors,
  * frequency): untimed rounds until two in a row agree within 3 % and neither is more
- * than 3 % above the fastest so far; at most 20, and at most a quarter of what is left
- * of the budget. */
+ * than 3 % above the fastest so far; at most 20 rounds, 2 s, and a quarter of what is
+ * left of the budget. */
 #define KC_WARMUP_MAX 20
+#define KC_WARMUP_MAX_S 2.0
 static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
                    kc_error *err) {
   m->warmup_secs = calloc(KC_WARMUP_MAX, sizeof(double));
@@ -410,6 +409,8 @@ static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, d
     return kc_error_set(err, ENOMEM, "warm-up");
   double start = kc_now_s(), best = INFINITY;
   double allowance = x->deadline > 0 ? (x->deadline - start) / 4 : INFINITY;
+  if (allowance > KC_WARMUP_MAX_S)
+    allowance = KC_WARMUP_MAX_S;
   for (uint32_t i = 0; i < KC_WARMUP_MAX; i++) {
     double s;
     int r = sized_round(x, m, st, number, per_call, &s, err);

@@ -317,6 +317,36 @@ typedef struct session {
   uint64_t out_region;
 } session;
 
+/* What the worker holds besides the tensors: its code, libraries, ring and stack. */
+#define KC_WORKER_OVERHEAD (48ull << 20)
+
+/* Every set of every tensor lives in the measuring worker at once (inputs mapped,
+ * outputs in its own memory): refuse, naming the largest tensor, a problem that cannot
+ * fit its memory limit, rather than let the kernel die of it. */
+static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
+  uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t in = kc_args_region_bytes(&s->spec, false);
+  uint64_t outs = (uint64_t)kc_mouts_for(s->n_sets, s->out_region) * s->out_region;
+  uint64_t need = in * s->n_sets + outs + KC_WORKER_OVERHEAD;
+  if (need <= limit)
+    return 0;
+  uint32_t big = 0;
+  for (uint32_t i = 1; i < s->spec.n; i++)
+    if (s->spec.t[i].nbytes > s->spec.t[big].nbytes)
+      big = i;
+  const kc_tensor_spec *t = &s->spec.t[big];
+  kc_args_spec one = {.n = 1};
+  one.t[0] = *t;
+  char name[256];
+  kc_args_format(&one, name, sizeof name);
+  return kc_error_set(err, 0,
+                      "--args: tensor %u (%s, %.1f MiB) does not fit: %u sets of all the tensors "
+                      "need %.1f MiB in the measuring worker, over its memory limit of %.1f MiB "
+                      "(raise --memory or lower --sets)",
+                      big, name, (double)t->nbytes / (1 << 20), s->n_sets, (double)need / (1 << 20),
+                      (double)limit / (1 << 20));
+}
+
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -439,7 +469,7 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
         else if (rc == 0 && o.fail.status == KC_MCALL_EXCEPTION)
           kc_error_set(err, 0, "%s",
                        !strncmp(o.fail.message, "error: ", 7) ? o.fail.message + 7
-                                                               : o.fail.message);
+                                                              : o.fail.message);
         else if (rc == 0 && o.fail.status == KC_MCALL_TIMEOUT)
           kc_error_set(err, 0, "ran past the time limit");
         else if (rc == 0)
@@ -510,8 +540,7 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
   for (size_t k = 0; k < no; k++) {
     size_t i = order[k];
     if (kc_bench_interrupted())
-      return kc_error_set(err, EINTR, "interrupted by %s",
-                          kc_signal_name(kc_bench_interrupted()));
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
     item *it = &items[i];
     if (cfg->progress && it->staged[0])
       cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
@@ -556,8 +585,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   if (s.n_sets > 64)
     return kc_error_set(err, 0, "too many input sets (at most 64)");
   s.out_region = kc_args_region_bytes(&s.spec, true);
-  if ((kc_args_region_bytes(&s.spec, false) + s.out_region) * s.n_sets > (4ull << 30))
-    return kc_error_set(err, 0, "--args: %u sets of these tensors exceed 4 GiB", s.n_sets);
+  if (!cfg->tracker && check_fits(cfg, &s, err) < 0)
+    return -1;
   if (n == 0)
     return kc_error_set(err, 0, "no kernels given");
   for (size_t i = 0; i < n; i++)

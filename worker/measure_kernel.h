@@ -49,7 +49,7 @@ typedef struct kc_kmeasure {
   double *run_secs; /* repeat entries (malloc'd) */
   uint32_t repeat;  /* rounds completed */
   uint64_t number;
-  double max_abs_err; /* NAN when nothing was compared */
+  double max_abs_err;  /* NAN when nothing was compared */
   double *warmup_secs; /* untimed warm-up rounds, seconds per call (malloc'd) */
   uint32_t n_warmup;
   const char *limit; /* status timeout: "call" or "budget" */
@@ -72,7 +72,7 @@ typedef struct kc_mrecord_in {
   double reference_median_s; /* NAN without a reference */
   double max_cv;             /* unstable above it; 0 = 0.1, negative = never */
   uint64_t seed;
-  const char *cc, *cflags; /* NULL for a .so */
+  const char *cc, *cflags;        /* NULL for a .so */
   struct timespec started, ended; /* CLOCK_REALTIME */
 } kc_mrecord_in;
 json_t *kc_mrecord(const kc_mrecord_in *in);
@@ -105,17 +105,17 @@ typedef struct kc_mchunk {
 } kc_mchunk;
 
 typedef struct kc_mchunk_out {
-  double elapsed_s;     /* the timed request, on the parent's clock */
-  unsigned char *outs;  /* n_fetch output regions, in fetch order (malloc'd) */
-  kc_mcall fail;        /* the request that failed (returned 0 and !malformed) */
-  const char *what;     /* which request that was */
-  const char *limit;    /* on a timeout: "call" or "budget" */
-  bool malformed;       /* a reply of the wrong shape */
+  double elapsed_s;    /* the timed request, on the parent's clock */
+  unsigned char *outs; /* n_fetch output regions, in fetch order (malloc'd) */
+  kc_mcall fail;       /* the request that failed (returned 0 and !malformed) */
+  const char *what;    /* which request that was */
+  const char *limit;   /* on a timeout: "call" or "budget" */
+  bool malformed;      /* a reply of the wrong shape */
 } kc_mchunk_out;
 
 /* 1 done, 0 the kernel failed (see o), -1 parent error. */
-int kc_mchunk_run(kc_mrunner *r, const kc_args_spec *spec, const kc_mchunk *ch,
-                  const kc_mlimits *l, kc_mchunk_out *o, kc_error *err);
+int kc_mchunk_run(kc_mrunner *r, const kc_args_spec *spec, const kc_mchunk *ch, const kc_mlimits *l,
+                  kc_mchunk_out *o, kc_error *err);
 void kc_mchunk_out_clear(kc_mchunk_out *o);
 
 /* Output regions for n_sets sets of out_region bytes: more than the sets when the

@@ -79,12 +79,12 @@ static void set_timing(json_t *o, const kc_mrecord_in *in) {
   json_object_set_new(o, "mean_s", num_or_null(s.mean));
   json_object_set_new(o, "stddev_s", num_or_null(s.stddev));
   json_object_set_new(o, "max_s", num_or_null(s.max));
-  json_object_set_new(o, "warmup_secs", m && m->n_warmup && m->warmup_secs
-                                            ? secs_array(m->warmup_secs, m->n_warmup)
-                                            : json_null());
+  json_object_set_new(o, "warmup_secs",
+                      m && m->n_warmup && m->warmup_secs ? secs_array(m->warmup_secs, m->n_warmup)
+                                                         : json_null());
   double max_cv = in->max_cv < 0 ? INFINITY : in->max_cv > 0 ? in->max_cv : 0.1;
-  json_object_set_new(o, "unstable", timed ? json_boolean(isfinite(s.cv) && s.cv > max_cv)
-                                           : json_null());
+  json_object_set_new(o, "unstable",
+                      timed ? json_boolean(isfinite(s.cv) && s.cv > max_cv) : json_null());
   json_object_set_new(o, "timeout",
                       in->status == KC_BENCH_TIMEOUT && m && m->limit ? json_string(m->limit)
                                                                       : json_null());
@@ -94,13 +94,13 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
   json_t *o = json_object();
   json_object_set_new(o, "kernel", json_string(in->kernel));
   json_object_set_new(o, "status", json_string(kc_bench_status_name(in->status)));
-  json_object_set_new(o, "message", in->message && in->message[0] ? json_string(in->message)
-                                                                  : json_null());
+  json_object_set_new(o, "message",
+                      in->message && in->message[0] ? json_string(in->message) : json_null());
   set_timing(o, in);
   kc_bench_record_set_reference(o, in->reference_median_s);
-  json_object_set_new(o, "seed", in->seed <= (uint64_t)INT64_MAX
-                                     ? json_integer((json_int_t)in->seed)
-                                     : json_real((double)in->seed));
+  json_object_set_new(o, "seed",
+                      in->seed <= (uint64_t)INT64_MAX ? json_integer((json_int_t)in->seed)
+                                                      : json_real((double)in->seed));
   json_object_set_new(o, "cc", in->cc ? json_string(in->cc) : json_null());
   json_object_set_new(o, "cflags", in->cflags ? json_string(in->cflags) : json_null());
   json_object_set_new(o, "kcage_version", json_string(KC_VERSION));
@@ -116,9 +116,9 @@ void kc_bench_record_set_reference(json_t *rec, double reference_median_s) {
   json_t *m = json_object_get(rec, "median_s");
   double med = json_is_number(m) ? json_number_value(m) : NAN;
   json_object_set_new(rec, "reference_median_s", num_or_null(reference_median_s));
-  json_object_set_new(rec, "speedup", isfinite(reference_median_s) && med > 0
-                                          ? json_real(reference_median_s / med)
-                                          : json_null());
+  json_object_set_new(rec, "speedup",
+                      isfinite(reference_median_s) && med > 0 ? json_real(reference_median_s / med)
+                                                              : json_null());
 }
 
 /* Twelve significant digits: far finer than any clock here (and than the spread of

@@ -39,13 +39,13 @@ static int step(kc_mrunner *r, const kc_mlimits *l, const void *req, size_t len,
   return 0;
 }
 
-int kc_mchunk_run(kc_mrunner *r, const kc_args_spec *spec, const kc_mchunk *ch,
-                  const kc_mlimits *l, kc_mchunk_out *o, kc_error *err) {
+int kc_mchunk_run(kc_mrunner *r, const kc_args_spec *spec, const kc_mchunk *ch, const kc_mlimits *l,
+                  kc_mchunk_out *o, kc_error *err) {
   memset(o, 0, sizeof *o);
   uint64_t region = kc_args_region_bytes(spec, true);
   kc_mreq_prep prep = {KC_MPROTO_MAGIC, KC_MOP_PREP, ch->first_out, ch->count, ch->poison_seed};
-  int rc = step(r, l, &prep, sizeof prep, untimed_limit(l, region * ch->count), 0, "prepare", o,
-                err);
+  int rc =
+      step(r, l, &prep, sizeof prep, untimed_limit(l, region * ch->count), 0, "prepare", o, err);
   if (rc <= 0)
     return rc;
   kc_mcall_clear(&o->fail);
