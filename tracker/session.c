@@ -341,6 +341,8 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   cfg.memory_bytes = (uint64_t)num(c, "memory_bytes", (double)cfg.memory_bytes, 0, 1e15, &bad);
   cfg.sets = (uint32_t)num(c, "sets", cfg.sets, 0, 1024, &bad);
   cfg.checks = (uint32_t)num(c, "checks", cfg.checks, 0, 1e6, &bad);
+  cfg.budget_s = num(c, "budget_s", cfg.budget_s, -1, 86400, &bad);
+  cfg.max_cv = num(c, "max_cv", cfg.max_cv, -1, 1e6, &bad);
   if (bad) {
     kc_error_set(err, EINVAL, "run: a config value is out of range");
     goto out;
@@ -516,9 +518,12 @@ static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *e
                 (json_int_t)cfg->memory_bytes, "sets", (int)cfg->sets, "checks", (int)cfg->checks);
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
+  /* The agent's records carry the same fields as local ones (speed-up included). */
+  json_object_set_new(c, "budget_s", json_real(cfg->budget_s));
+  json_object_set_new(c, "max_cv", json_real(cfg->max_cv));
   json_t *m = json_pack("{s:s, s:O, s:o}", "op", "run", "kernels", names, "config", c);
   json_object_set_new(m, "reference", cfg->reference ? json_string(refname) : json_null());
-  double per = (cfg->timeout_s > 0 ? cfg->timeout_s : 10) + 70; /* build + measure */
+  double per = (cfg->budget_s > 0 ? cfg->budget_s : 300) + 70; /* build + measure */
   double wait = cfg->session_timeout_s > 0 ? cfg->session_timeout_s + 5 : 60 + per * (double)x->n;
   json_t *r = NULL;
   int crc = kc_session_call(s, m, wait, &r, err);
