@@ -162,7 +162,6 @@ typedef struct kc_bench_config {
   bool flush_cache;      /* evict the tensors from the CPU caches before each round */
   uint32_t workers;      /* parallel builds (helper processes); 0 = online CPUs */
   double timeout_s;      /* one kernel call (a round of N calls gets N times it); 0 = 10 */
-  double budget_s;       /* one kernel's whole measurement; 0 = 300, negative = none */
   uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
   uint32_t checks;       /* timed calls verified per round; 0 = 2 */
@@ -173,21 +172,24 @@ typedef struct kc_bench_config {
   const char *key;
   int priority;
   double session_timeout_s;
-  double max_cv; /* a record is "unstable" above this CV; 0 = 0.1, negative = never */
+  /* Progress after each step, from the calling thread. */
+  void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
+  void *progress_ctx;
+  double budget_s; /* one kernel's whole measurement; 0 = 300, negative = none */
+  double max_cv;   /* a record is "unstable" above this CV; 0 = 0.1, negative = never */
   /* Each kernel's record as soon as it is final (the reference's first, then the
    * kernels in input order), from the calling thread; the record stays the batch's. */
   void (*on_record)(void *ctx, const json_t *record);
   void *record_ctx;
-  /* Progress after each step, from the calling thread. */
-  void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
-  void *progress_ctx;
 } kc_bench_config;
 
 void kc_bench_config_init(kc_bench_config *c);
 
 /* Run the batch.  *records: a JSON array with one object per kernel, in input order,
- * with exactly the fields of DESIGN.md §3.3 (kernel, status, message, run_secs,
- * median_s, min_s, cv, number, repeat, max_abs_err, build_s, device).  Returns 0 when
+ * with the fields of DESIGN.md §3.3 (kernel, status, message, run_secs, median_s, min_s,
+ * cv, number, repeat, max_abs_err, build_s, device), then mean_s, stddev_s, max_s,
+ * warmup_secs, unstable, timeout ("call"/"budget"), reference_median_s, speedup, seed,
+ * cc, cflags, kcage_version, started_at, ended_at (README.md).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */
 int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
