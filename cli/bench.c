@@ -435,15 +435,21 @@ int kc_cmd_bench(int argc, char **argv) {
   sink k = {.jf = jf, .done = json_array()};
   cfg.on_record = on_record;
   cfg.record_ctx = &k;
+  /* Local runs stop cleanly on a signal; a remote run is left to the default action
+   * (the agent sees the session drop and kills its own workers). */
   struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
   sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, &old_int);
-  sigaction(SIGTERM, &sa, &old_term);
+  if (!cfg.tracker) {
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
   json_t *recs = NULL, *ref = NULL;
   int rc = kc_bench_run_batch_ex(&cfg, (const char *const *)argv + optind, (size_t)(argc - optind),
                                  &recs, &ref, &err);
-  sigaction(SIGINT, &old_int, NULL);
-  sigaction(SIGTERM, &old_term, NULL);
+  if (!cfg.tracker) {
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+  }
   int sig = kc_bench_interrupted();
   if (rc < 0 && cfg.progress)
     fprintf(stderr, "\r%60s\r", "");
