@@ -251,8 +251,9 @@ static uint32_t pick_checks(uint64_t *st, uint64_t number, uint32_t want, uint64
 uint32_t kc_mouts_for(uint32_t n_sets, uint64_t out_region) {
   uint64_t per = (uint64_t)n_sets * (out_region ? out_region : 1);
   uint64_t m = (256u << 10) / per;
-  m = m < 1 ? 1 : m > 16 ? 16 : m;
-  return (uint32_t)(n_sets * m);
+  m = m < 1 ? 1 : m;
+  uint64_t n = n_sets * m;
+  return (uint32_t)(n > KC_MOUTS_MAX ? KC_MOUTS_MAX / n_sets * n_sets : n);
 }
 
 /* Every set twice, under different poison (seeds differ in the low bit) and, the

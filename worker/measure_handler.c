@@ -21,6 +21,7 @@
 /* Defined by the worker runtime when it is linked; the plain runner seals itself. */
 #pragma weak kc_runtime_seal_exec
 #include "measure_internal.h"
+#include "measure_kernel.h"
 
 typedef int (*kc_kernel_fn)(DLTensor *args, int32_t num_args);
 
@@ -234,7 +235,7 @@ int kc_mstate_load_ex(kc_mstate **out, const char *artifact, const char *entry, 
     errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
     goto fail;
   }
-  if (n_outs < n_sets || n_outs > 1024) {
+  if (n_outs < n_sets || n_outs > KC_MOUTS_MAX) {
     errf(errbuf, errcap, "error: bad number of output regions %u", n_outs);
     goto fail;
   }

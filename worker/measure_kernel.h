@@ -119,8 +119,10 @@ int kc_mchunk_run(kc_mrunner *r, const kc_args_spec *spec, const kc_mchunk *ch, 
 void kc_mchunk_out_clear(kc_mchunk_out *o);
 
 /* Output regions for n_sets sets of out_region bytes: more than the sets when the
- * outputs are small, so a prepared chunk holds enough calls that its one request's
- * round trip is a small part of it. */
+ * outputs are small (256 KiB of them in all, at most KC_MOUTS_MAX), so a prepared chunk
+ * holds enough calls that its one request's round trip (about a microsecond) is a small
+ * part of it even for sub-microsecond kernels. */
+#define KC_MOUTS_MAX 4096u
 uint32_t kc_mouts_for(uint32_t n_sets, uint64_t out_region);
 
 #endif
