@@ -111,6 +111,74 @@ static void test_state_runs_and_checks(void **state) {
   kc_mstate_free(s);
 }
 
+/* The prepared protocol: PREP poisons the regions, RUN only calls the kernel (each call
+ * into its own region), FETCH reads a region back in pieces; every request bounded. */
+static void test_state_prepared(void **state) {
+  (void)state;
+  kc_mstate *s;
+  char e[512];
+  assert_int_equal(
+      kc_mstate_load_ex(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, 6, false, e, sizeof e), 0);
+  uint64_t region = kc_args_region_bytes(&spec, true), off = kc_args_offset(&spec, 2);
+  unsigned char *got = malloc(region);
+  size_t len;
+  kc_mreq_prep prep = {KC_MPROTO_MAGIC, KC_MOP_PREP, 4, 5, 77}; /* regions 4 5 0 1 2 */
+  assert_int_equal(kc_mstate_prep(s, &prep, e, sizeof e), 0);
+  /* Before the run: region 0 holds the poison of call 2. */
+  kc_mreq_fetch f = {KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, 0, region};
+  assert_int_equal(kc_mstate_fetch(s, &f, got, region, &len, e, sizeof e), 0);
+  assert_int_equal(len, region);
+  assert_true(kc_poison_equal(got + off, spec.t[2].nbytes, kc_poison_word(77, 2)));
+  kc_mreq_run run = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = 5,
+                     .first_set = 1,
+                     .flags = KC_MRUN_PREPARED,
+                     .first_out = 4};
+  unsigned char rep[64];
+  assert_int_equal(kc_mstate_run(s, &run, rep, sizeof rep, &len, e, sizeof e), 0);
+  assert_int_equal(len, sizeof(kc_mreply_run));
+  /* Call i: set (1 + i) % 2, region (4 + i) % 6; read back in two pieces. */
+  for (uint32_t i = 0; i < 5; i++) {
+    f.region = (4 + i) % 6;
+    f.offset = 0;
+    f.len = region / 2;
+    assert_int_equal(kc_mstate_fetch(s, &f, got, region, &len, e, sizeof e), 0);
+    f.offset = region / 2;
+    f.len = region - region / 2;
+    assert_int_equal(kc_mstate_fetch(s, &f, got + region / 2, region, &len, e, sizeof e), 0);
+    expect_matmul((const float *)(got + off), (1 + i) % 2);
+  }
+  /* Bounds: more calls than regions, checks in a prepared run, a region or piece out
+   * of range (including offset + len wrapping around), an empty or oversized PREP. */
+  run.number = 7;
+  assert_int_equal(kc_mstate_run(s, &run, rep, sizeof rep, &len, e, sizeof e), -1);
+  run.number = 1;
+  run.n_checks = 1;
+  assert_int_equal(kc_mstate_run(s, &run, rep, sizeof rep, &len, e, sizeof e), -1);
+  run.n_checks = 0;
+  run.first_out = 6;
+  assert_int_equal(kc_mstate_run(s, &run, rep, sizeof rep, &len, e, sizeof e), -1);
+  kc_mreq_fetch bad[] = {{KC_MPROTO_MAGIC, KC_MOP_FETCH, 6, 0, 0, 4},
+                         {KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, region, 1},
+                         {KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, UINT64_MAX - 2, 4},
+                         {KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, 8, UINT64_MAX - 4},
+                         {KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, 0, (uint64_t)KC_MFETCH_MAX + 1}};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    assert_int_equal(kc_mstate_fetch(s, &bad[i], got, region, &len, e, sizeof e), -1);
+  f = (kc_mreq_fetch){KC_MPROTO_MAGIC, KC_MOP_FETCH, 0, 0, 0, region};
+  assert_int_equal(kc_mstate_fetch(s, &f, got, region - 1, &len, e, sizeof e), -1);
+  prep.count = 0;
+  assert_int_equal(kc_mstate_prep(s, &prep, e, sizeof e), -1);
+  prep.count = 7;
+  assert_int_equal(kc_mstate_prep(s, &prep, e, sizeof e), -1);
+  prep.count = 1;
+  prep.first_out = 6;
+  assert_int_equal(kc_mstate_prep(s, &prep, e, sizeof e), -1);
+  free(got);
+  kc_mstate_free(s);
+}
+
 static void test_state_input_mutation(void **state) {
   (void)state;
   kc_mstate *s;
@@ -280,9 +348,13 @@ static void test_runner_verdicts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_state_runs_and_checks), cmocka_unit_test(test_state_input_mutation),
-      cmocka_unit_test(test_state_load_errors),     cmocka_unit_test(test_runner_ok),
-      cmocka_unit_test(test_runner_wake_and_expect), cmocka_unit_test(test_runner_verdicts),
+      cmocka_unit_test(test_state_prepared),
+      cmocka_unit_test(test_state_runs_and_checks),
+      cmocka_unit_test(test_state_input_mutation),
+      cmocka_unit_test(test_state_load_errors),
+      cmocka_unit_test(test_runner_ok),
+      cmocka_unit_test(test_runner_wake_and_expect),
+      cmocka_unit_test(test_runner_verdicts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }
