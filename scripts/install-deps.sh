@@ -4,7 +4,7 @@
 set -eu
 pkgs="build-essential cmake pkg-config clang libseccomp-dev libcap-dev libnl-3-dev
 libnl-route-3-dev libcmocka-dev libjansson-dev libdlpack-dev bubblewrap
-qemu-system-x86 busybox-static cpio xz-utils"
+qemu-system-x86 busybox-static cpio xz-utils jq"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"
