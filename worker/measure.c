@@ -471,6 +471,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   bool ok = lo.fail.status == KC_MCALL_OK;
   if (!ok)
     chunk_outcome(x, m, &lo);
+  if (!ok && lo.fail.status == KC_MCALL_TIMEOUT && left >= load_s) /* not a kernel call */
+    set_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
   kc_mcall_clear(&lo.fail);
   if (!ok)
     return 0;
