@@ -97,20 +97,37 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   return false;
 }
 
-/* expect_s: how long the call should take (0 = unknown); see kc_mrunner_call_expect. */
-static int do_call_expect(kc_mctx *x, const void *req, size_t len, double expect_s, kc_mcall *c,
-                          kc_error *err) {
+/* The limits of one request: `own_s` (a timed round: --timeout per call, times its
+ * calls; an untimed request: its own allowance) and what is left of the budget
+ * (--budget, the whole measurement), whichever ends first.  *limit names it, so that a
+ * timeout says which one fired. */
+static double limit_for(const kc_mctx *x, double own_s, const char **limit) {
+  *limit = "call";
+  if (x->deadline <= 0)
+    return own_s;
   double left = x->deadline - kc_now_s();
-  if (left <= 0) {
-    memset(c, 0, sizeof *c);
-    c->status = KC_MCALL_TIMEOUT;
-    return 0;
+  if (left < own_s) {
+    *limit = "budget";
+    return left;
   }
-  return kc_mrunner_call_expect(x->runner, req, len, left, expect_s, c, err);
+  return own_s;
 }
 
-static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_error *err) {
-  return do_call_expect(x, req, len, 0, c, err);
+/* A timeout, as the kernel's status: which limit fired. */
+static void timed_out(const kc_mctx *x, kc_kmeasure *m, const char *limit, const char *what) {
+  m->limit = limit;
+  if (!strcmp(limit, "budget"))
+    set_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)", what);
+  else
+    set_status(m, KC_BENCH_TIMEOUT, "%s: a call ran past the per-call limit of %g s (--timeout)",
+               what, x->call_s);
+}
+
+/* Untimed requests (prepare, flush) touch whole output areas: time in proportion to
+ * the bytes, never less than the per-call limit. */
+static double untimed_limit(const kc_mctx *x, uint64_t bytes) {
+  double t = 30 + (double)bytes / 100e6;
+  return t > x->call_s ? t : x->call_s;
 }
 
 static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
@@ -128,13 +145,22 @@ static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
   return n;
 }
 
-/* An untimed request whose reply is `want` bytes.  1 done, 0 status set, -1 error. */
-static int untimed(kc_mctx *x, kc_kmeasure *m, const void *req, size_t len, void *reply,
-                   size_t want, const char *what, kc_error *err) {
+/* An untimed request whose reply is `want` bytes, allowed own_s.  1 done, 0 status
+ * set, -1 error. */
+static int untimed(kc_mctx *x, kc_kmeasure *m, const void *req, size_t len, double own_s,
+                   void *reply, size_t want, const char *what, kc_error *err) {
+  const char *limit;
+  double t = limit_for(x, own_s, &limit);
   kc_mcall c;
-  if (do_call(x, req, len, &c, err) < 0)
+  if (t <= 0) {
+    timed_out(x, m, limit, what);
+    return 0;
+  }
+  if (kc_mrunner_call(x->runner, req, len, t, &c, err) < 0)
     return -1;
-  bool ok = outcome(m, &c, what);
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
   if (ok && c.value_len != want) {
     set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
     ok = false;
@@ -174,7 +200,8 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
   kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
   kc_mreply_prepare rep;
-  int r = untimed(x, m, &pr, sizeof pr, &rep, sizeof rep, what, err);
+  uint64_t area = number * kc_args_region_bytes(x->spec, true);
+  int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
   if (r <= 0)
     return r;
   if (rep.magic != KC_MPROTO_MAGIC || rep.region != kc_args_region_bytes(x->spec, true)) {
@@ -183,7 +210,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   }
   if (x->flush_cache) {
     kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
-    if ((r = untimed(x, m, &f, 8, NULL, 0, "flush", err)) <= 0)
+    if ((r = untimed(x, m, &f, 8, untimed_limit(x, area), NULL, 0, "flush", err)) <= 0)
       return r;
   }
   kc_round_view v = {.pid = kc_mrunner_pid(x->runner),
@@ -205,16 +232,19 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
                      .n_sets = n_sets,
                      .flags = KC_MRUN_AREA};
   kc_mcall c;
-  double left = x->deadline - kc_now_s();
+  const char *limit;
+  double left = limit_for(x, x->call_s * (double)number, &limit);
   if (left <= 0) {
     kc_observe_cont(v.pid);
-    set_status(m, KC_BENCH_TIMEOUT, "%s: no answer within the time limit", what);
+    timed_out(x, m, limit, what);
     return 0;
   }
   if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
     return -1;
   *dt = c.elapsed_s > 0 ? c.elapsed_s : 0;
-  bool ok = outcome(m, &c, what);
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
   if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v.pid)) {
     set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     ok = false;
@@ -242,33 +272,79 @@ static uint64_t grow(const kc_mctx *x, uint64_t number, double ms) {
   return next < x->max_calls ? next : x->max_calls;
 }
 
-/* The timed rounds.  0 (status in m), -1 parent error. */
+/* A timed round that lasts min_repeat_ms: `number` grown (TVM) until it does.  Every
+ * round run, short ones included, is a whole round: stopped, read and verified.
+ * *secs: seconds per call.  1 done, 0 status set, -1 parent error. */
+static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                       double *secs, kc_error *err) {
+  for (unsigned zero = 0;;) {
+    double dt;
+    int r = round_once(x, m, *number, true, *per_call * (double)*number, st, &dt, err);
+    if (r <= 0)
+      return r;
+    double ms = dt * 1e3;
+    *per_call = dt / (double)*number;
+    if (ms >= x->min_repeat_ms || *number >= x->max_calls) {
+      *secs = dt / (double)*number;
+      return 1;
+    }
+    if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
+      *secs = 0;
+      return 1;
+    }
+    *number = grow(x, *number, ms);
+  }
+}
+
+/* A fresh worker runs its first rounds slow (cold caches, TLB, branch predictors,
+ * frequency): rounds, timed and verified like the others but never counted, until two
+ * in a row agree within 3 % and neither is more than 3 % above the fastest so far; at
+ * most 20 rounds, 2 s, and a quarter of what is left of the budget. */
+#define KC_WARMUP_MAX 20
+#define KC_WARMUP_MAX_S 2.0
+static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                   kc_error *err) {
+  m->warmup_secs = calloc(KC_WARMUP_MAX, sizeof(double));
+  if (!m->warmup_secs)
+    return kc_error_set(err, ENOMEM, "warm-up");
+  double start = kc_now_s(), best = INFINITY;
+  double allowance = x->deadline > 0 ? (x->deadline - start) / 4 : INFINITY;
+  if (allowance > KC_WARMUP_MAX_S)
+    allowance = KC_WARMUP_MAX_S;
+  for (uint32_t i = 0; i < KC_WARMUP_MAX; i++) {
+    double s;
+    int r = sized_round(x, m, st, number, per_call, &s, err);
+    if (r <= 0)
+      return r;
+    m->warmup_secs[m->n_warmup++] = s;
+    best = s < best ? s : best;
+    if (i >= 1) {
+      double prev = m->warmup_secs[i - 1];
+      double lo = s < prev ? s : prev, hi = s < prev ? prev : s;
+      if (hi <= lo * 1.03 && hi <= best * 1.03)
+        break;
+    }
+    if (kc_now_s() - start > allowance)
+      break;
+  }
+  return 1;
+}
+
+/* Warm-up, then the timed rounds.  0 (status in m), -1 parent error. */
 static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err) {
   uint64_t number = x->number ? x->number : 1;
   if (number > x->max_calls)
     number = x->max_calls;
   double per_call = 0; /* the last round's seconds per call: predicts the next round */
+  int r = warm_up(x, m, st, &number, &per_call, err);
+  if (r <= 0)
+    return r;
   m->run_secs = calloc(x->repeat, sizeof(double));
   if (!m->run_secs)
     return kc_error_set(err, ENOMEM, "run_secs");
   for (uint32_t rep = 0; rep < x->repeat; rep++) {
-    for (unsigned zero = 0;;) {
-      double dt;
-      int r = round_once(x, m, number, true, per_call * (double)number, st, &dt, err);
-      if (r <= 0)
-        return r;
-      double ms = dt * 1e3;
-      per_call = dt / (double)number;
-      if (ms >= x->min_repeat_ms || number >= x->max_calls) {
-        m->run_secs[rep] = dt / (double)number;
-        break;
-      }
-      if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
-        m->run_secs[rep] = 0;
-        break;
-      }
-      number = grow(x, number, ms);
-    }
+    if ((r = sized_round(x, m, st, &number, &per_call, &m->run_secs[rep], err)) <= 0)
+      return r;
     m->repeat = rep + 1;
     if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
       struct timespec ts = {(time_t)(x->cooldown_ms / 1000),
@@ -280,6 +356,29 @@ static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err)
   return 0;
 }
 
+void kc_kmeasure_clear(kc_kmeasure *m) {
+  free(m->run_secs);
+  free(m->warmup_secs);
+  m->run_secs = m->warmup_secs = NULL;
+}
+
+/* Load (the worker maps and faults in the inputs, then seals itself), allowed time in
+ * proportion to the inputs file: its limit is neither --timeout nor, unless the budget
+ * is what is left, --budget.  1 loaded, 0 status set, -1 parent error. */
+static int load(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
+  unsigned char lbuf[4 * 4096 + 64];
+  size_t ln = fill_load(x, lbuf, sizeof lbuf);
+  if (!ln)
+    return kc_error_set(err, ENAMETOOLONG, "load request");
+  double load_s = 30 + (double)(kc_args_region_bytes(x->spec, false) * x->n_slots) / 100e6;
+  int r = untimed(x, m, lbuf, ln, load_s, NULL, 0, "load", err);
+  if (r == 0 && m->status == KC_BENCH_TIMEOUT && !strcmp(m->limit, "call")) {
+    m->limit = NULL; /* not a kernel call */
+    set_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
+  }
+  return r;
+}
+
 int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   memset(m, 0, sizeof *m);
   m->status = KC_BENCH_OK;
@@ -289,18 +388,15 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
     return kc_error_set(err, errno, "getrandom");
   if (x->max_calls < 1)
     x->max_calls = 1;
+  if (x->call_s <= 0)
+    x->call_s = 10;
 
-  /* 1. Refuse what cannot be sealed, load (the worker seals itself once the code is in),
-   *    then audit what is mapped executable. */
+  /* 1. Refuse what cannot be sealed, load, then audit what is mapped executable. */
   if (kc_audit_elf(x->artifact, m->message, sizeof m->message) < 0) {
     m->status = KC_BENCH_SUSPICIOUS;
     return 0;
   }
-  unsigned char lbuf[4 * 4096 + 64];
-  size_t ln = fill_load(x, lbuf, sizeof lbuf);
-  if (!ln)
-    return kc_error_set(err, ENAMETOOLONG, "load request");
-  int r = untimed(x, m, lbuf, ln, NULL, 0, "load", err);
+  int r = load(x, m, err);
   if (r <= 0)
     return r;
   int a = kc_audit_maps(kc_mrunner_pid(x->runner), x->artifact, m->message, sizeof m->message);
@@ -309,8 +405,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
     return 0;
   }
 
-  /* 2. The untimed round (also the warm-up): every set twice, under different poison,
-   *    every output compared with the reference. */
+  /* 2. The untimed round: every set twice, under different poison, every output
+   *    compared with the reference. */
   uint64_t sets = x->n_sets < x->max_calls ? x->n_sets : x->max_calls;
   uint64_t number = 2 * sets < x->max_calls ? 2 * sets : x->max_calls;
   double dt;
@@ -318,6 +414,6 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   if (r <= 0)
     return r;
 
-  /* 3. Timing. */
+  /* 3. Warm-up until steady, then timing. */
   return timed_rounds(x, m, &st, err);
 }

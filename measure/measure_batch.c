@@ -7,6 +7,7 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,6 +65,8 @@ typedef struct item {
   bool measured;
   kc_bench_status status;
   char message[2048];
+  struct timespec started, ended; /* wall clock, for the record */
+  json_t *rec;                    /* once final */
 } item;
 
 /* Builds run in helper processes, one per --workers slot, forked (glibc fork) while
@@ -127,6 +130,10 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
     pid_t pid = fork();
     if (pid == 0) {
       close(sv[0]);
+      /* A Ctrl-C reaches the whole process group: the helper dies of it (and its
+       * compiler's sandbox with it, by its death signal) instead of running on. */
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
       build_helper(sv[1], items, total, &cfg->build);
       _exit(0);
     }
@@ -169,13 +176,16 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
           alive--;
         }
       }
-    if (done == nj || !alive)
+    if (done == nj || !alive || kc_bench_interrupted())
       break;
     struct pollfd pfd[64];
     for (size_t k = 0; k < nh; k++)
       pfd[k] = (struct pollfd){h[k].fd >= 0 && h[k].job >= 0 ? h[k].fd : -1, POLLIN, 0};
-    if (poll(pfd, (nfds_t)nh, -1) < 0 && errno != EINTR)
+    int pr = poll(pfd, (nfds_t)nh, 100); /* sliced: see kc_bench_interrupted */
+    if (pr < 0 && errno != EINTR)
       break;
+    if (pr <= 0)
+      continue;
     for (size_t k = 0; k < nh; k++) {
       if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
         continue;
@@ -200,6 +210,8 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
   for (size_t k = 0; k < nh; k++) {
     if (h[k].fd >= 0)
       close(h[k].fd);
+    if (h[k].pid > 0 && kc_bench_interrupted())
+      kill(h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
     if (h[k].pid > 0)
       waitpid(h[k].pid, NULL, 0);
   }
@@ -246,28 +258,6 @@ static void device_name(char *buf, size_t len) {
   snprintf(buf, len, "local:%s%s%s", host, model[0] ? " " : "", model);
 }
 
-static double stat_median(const double *v, size_t n) {
-  double *t = malloc(n * sizeof *t);
-  if (!t || !n) {
-    free(t);
-    return NAN;
-  }
-  memcpy(t, v, n * sizeof *t);
-  for (size_t i = 1; i < n; i++)
-    for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-  free(t);
-  return m;
-}
-
-static json_t *num_or_null(double v) {
-  return isfinite(v) ? json_real(v) : json_null();
-}
-
 /* How this host holds the measuring workers' memory limit and the builds' process
  * limit: "cgroup", or "rlimit" where the caller allowed that fallback. */
 static json_t *limits_record(void) {
@@ -278,60 +268,33 @@ static json_t *limits_record(void) {
   return o;
 }
 
-/* The integrity fields: how many timed calls were compared with the reference (out of
- * how many), whether the inputs could have been known in advance, and the isolation. */
-static void integrity_fields(json_t *o, const item *it, const kc_bench_config *cfg,
-                             const char *isolation) {
-  json_object_set_new(o, "checked_calls",
-                      it->measured && it->status == KC_BENCH_OK
-                          ? json_pack("{s:I, s:I}", "verified", (json_int_t)it->m.checked_calls,
-                                      "timed", (json_int_t)it->m.timed_calls)
-                          : json_null());
-  json_object_set_new(o, "seed",
-                      cfg->seed_set ? json_integer((json_int_t)cfg->seed) : json_string("secret"));
-  json_object_set_new(o, "isolation", json_string(isolation));
-}
-
-static json_t *record(const item *it, const char *device) {
-  json_t *o = json_object();
-  json_object_set_new(o, "kernel", json_string(it->path));
-  json_object_set_new(o, "status", json_string(kc_bench_status_name(it->status)));
-  json_object_set_new(o, "message", it->message[0] ? json_string(it->message) : json_null());
-  bool timed = it->status == KC_BENCH_OK && it->m.repeat > 0;
-  if (timed) {
-    json_t *rs = json_array();
-    double mn = INFINITY, sum = 0, sq = 0;
-    for (uint32_t i = 0; i < it->m.repeat; i++) {
-      double v = it->m.run_secs[i];
-      json_array_append_new(rs, json_real(v));
-      mn = v < mn ? v : mn;
-      sum += v;
-    }
-    double mean = sum / it->m.repeat;
-    for (uint32_t i = 0; i < it->m.repeat; i++)
-      sq += (it->m.run_secs[i] - mean) * (it->m.run_secs[i] - mean);
-    double sd = it->m.repeat > 1 ? sqrt(sq / (it->m.repeat - 1)) : 0;
-    json_object_set_new(o, "run_secs", rs);
-    json_object_set_new(o, "median_s", num_or_null(stat_median(it->m.run_secs, it->m.repeat)));
-    json_object_set_new(o, "min_s", num_or_null(mn));
-    json_object_set_new(o, "cv", num_or_null(mean > 0 ? sd / mean : NAN));
-    json_object_set_new(o, "number", json_integer((json_int_t)it->m.number));
-    json_object_set_new(o, "repeat", json_integer(it->m.repeat));
-  } else {
-    json_object_set_new(o, "run_secs", json_null());
-    json_object_set_new(o, "median_s", json_null());
-    json_object_set_new(o, "min_s", json_null());
-    json_object_set_new(o, "cv", json_null());
-    json_object_set_new(o, "number", json_null());
-    json_object_set_new(o, "repeat", json_null());
-  }
-  json_object_set_new(o, "max_abs_err",
-                      it->measured ? num_or_null(it->m.max_abs_err) : json_null());
-  json_object_set_new(o, "build_s",
-                      it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
-                          ? json_real(it->build.build_s)
-                          : json_null());
-  json_object_set_new(o, "device", json_string(device));
+static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
+                      const char *isolation, double ref_median) {
+  kc_build_opts bo = cfg->build;
+  if (!bo.cc)
+    bo.cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  if (!bo.cflags)
+    bo.cflags = KC_BUILD_DEFAULT_CFLAGS;
+  kc_mrecord_in in = {
+      .kernel = it->path,
+      .status = it->status,
+      .message = it->message,
+      .m = it->measured ? &it->m : NULL,
+      .build_s = it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
+                     ? it->build.build_s
+                     : NAN,
+      .device = device,
+      .reference_median_s = ref_median,
+      .max_cv = cfg->max_cv,
+      .seed = cfg->seed,
+      .seed_set = cfg->seed_set,
+      .isolation = isolation,
+      .cc = it->is_source ? bo.cc : NULL,
+      .cflags = it->is_source ? bo.cflags : NULL,
+      .started = it->started,
+      .ended = it->ended,
+  };
+  json_t *o = kc_mrecord(&in);
   json_object_set_new(o, "limits", limits_record());
   return o;
 }
@@ -385,6 +348,55 @@ typedef struct session {
 #define KC_ROUND_INPUT_BYTES (8ull << 20)
 #define KC_ROUND_OUTPUT_BYTES (128ull << 20)
 
+/* What the worker holds besides the tensors: its code, libraries, ring and stack. */
+#define KC_WORKER_OVERHEAD (48ull << 20)
+
+/* The output area of the largest round: at most a quarter of the worker's memory (the
+ * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
+ * calls. */
+static uint64_t area_calls(const kc_bench_config *cfg, uint64_t out_region) {
+  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
+  uint64_t calls = out_region ? budget / out_region : 1ull << 32;
+  return calls > 2 ? calls : 2;
+}
+
+/* The sets of inputs the file holds: a round uses up to this many. */
+static uint32_t input_slots(const session *s) {
+  uint64_t in_region = kc_args_region_bytes(&s->spec, false);
+  uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
+  slots = slots > 4096 ? 4096 : slots;
+  return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
+}
+
+/* The measuring worker holds the inputs file and the output area of a round at once:
+ * refuse, naming the largest tensor, a problem that cannot fit its memory limit,
+ * rather than let the kernel die of it. */
+static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
+  uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t in = kc_args_region_bytes(&s->spec, false) * input_slots(s);
+  uint64_t calls = area_calls(cfg, s->out_region);
+  uint64_t need = in + calls * s->out_region + KC_WORKER_OVERHEAD;
+  if (need <= limit)
+    return 0;
+  uint32_t big = 0;
+  for (uint32_t i = 1; i < s->spec.n; i++)
+    if (s->spec.t[i].nbytes > s->spec.t[big].nbytes)
+      big = i;
+  const kc_tensor_spec *t = &s->spec.t[big];
+  kc_args_spec one = {.n = 1};
+  one.t[0] = *t;
+  char name[256];
+  kc_args_format(&one, name, sizeof name);
+  return kc_error_set(err, 0,
+                      "--args: tensor %u (%s, %.1f MiB) does not fit: the inputs of %u sets and "
+                      "the outputs of %llu calls need %.1f MiB in the measuring worker, over its "
+                      "memory limit of %.1f MiB (raise --memory or lower --sets)",
+                      big, name, (double)t->nbytes / (1 << 20), input_slots(s),
+                      (unsigned long long)calls, (double)need / (1 << 20),
+                      (double)limit / (1 << 20));
+}
+
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -397,14 +409,8 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->view);
   snprintf(s->kernel, sizeof s->kernel, "%s/kernel.so", s->view);
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
-  uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
-  slots = slots > 4096 ? 4096 : slots;
-  s->n_slots = (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
-  /* a quarter of the worker's memory at most: the area must never be what kills it */
-  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
-  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
-  uint64_t calls = s->out_region ? budget / s->out_region : 1ull << 32;
-  s->max_calls = calls > 2 ? calls : 2;
+  s->n_slots = input_slots(s);
+  s->max_calls = area_calls(cfg, s->out_region);
   if (cfg->seed_set)
     s->data_seed = cfg->seed;
   else if (getrandom(&s->data_seed, sizeof s->data_seed, 0) != sizeof s->data_seed)
@@ -455,7 +461,8 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
   x->checks = cfg->checks ? cfg->checks : 2;
-  x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
+  x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
+  x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
 }
 
 /* The truth: the reference, loaded and sealed in its own worker, which stays up for
@@ -481,7 +488,8 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
     n += l;
   }
   kc_mcall c;
-  int rc = kc_mrunner_call(r, lbuf, n, 30, &c, err);
+  /* Loading faults in the inputs file: time in proportion to its size. */
+  int rc = kc_mrunner_call(r, lbuf, n, 30 + (double)s->in_len / 100e6, &c, err);
   unlink(s->kernel);
   if (rc < 0)
     return -1;
@@ -500,12 +508,77 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
   uint32_t set0 = 0;
   if (!probe)
     return kc_error_set(err, ENOMEM, "reference");
-  if (kc_reference_eval(r, &set0, 1, s->out_region, cfg->timeout_s > 0 ? cfg->timeout_s : 10, probe,
-                        err) < 0) {
+  double limit = (cfg->timeout_s > 10 ? cfg->timeout_s : 10) + (double)s->out_region / 100e6;
+  if (kc_reference_eval(r, &set0, 1, s->out_region, limit, probe, err) < 0) {
     const char *m = err->msg, *p = strstr(m, "error: ");
     kc_error_set(err, 0, "%s", p ? p + 7 : m);
     return -1;
   }
+  return 0;
+}
+
+/* One kernel, alone in the workers' view, in a fresh worker (a sealed worker cannot
+ * load another). */
+static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+                        kc_mrunner *ref, item *it, int *rc, kc_error *err) {
+  clock_gettime(CLOCK_REALTIME, &it->started);
+  *rc = 0;
+  if (it->staged[0]) {
+    kc_mctx x;
+    fill_ctx(&x, cfg, s, runner, s->kernel, ref);
+    *rc = show_kernel(s, it->staged, err);
+    if (*rc == 0)
+      *rc = kc_measure_kernel(&x, &it->m, err);
+    kc_mrunner_reset(runner);
+    unlink(s->kernel);
+    if (*rc < 0)
+      kc_error_prefix(err, "%s", it->path);
+    it->measured = true;
+    it->status = it->m.status;
+    snprintf(it->message, sizeof it->message, "%s", it->m.message);
+  }
+  clock_gettime(CLOCK_REALTIME, &it->ended);
+}
+
+static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+                       kc_mrunner *ref, item *items, size_t n, size_t ref_index, const char *device,
+                       const char *isolation, kc_error *err) {
+  size_t total = n + (cfg->reference ? 1 : 0), to_measure = 0, measured = 0;
+  for (size_t i = 0; i < total; i++)
+    to_measure += items[i].staged[0] != 0;
+  double ref_median = NAN;
+  kc_cleanup_free size_t *order = calloc(total, sizeof *order);
+  size_t no = 0;
+  if (!order)
+    return kc_error_set(err, ENOMEM, "batch");
+  if (cfg->reference)
+    order[no++] = ref_index;
+  for (size_t i = 0; i < n; i++)
+    if (!cfg->reference || i != ref_index)
+      order[no++] = i;
+  for (size_t k = 0; k < no; k++) {
+    size_t i = order[k];
+    if (kc_bench_interrupted())
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    item *it = &items[i];
+    if (cfg->progress && it->staged[0])
+      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
+    int rc;
+    measure_one(cfg, s, runner, ref, it, &rc, err);
+    if (rc < 0)
+      return -1;
+    measured += it->staged[0] != 0;
+    if (cfg->reference && i == ref_index && it->status == KC_BENCH_OK && it->m.repeat) {
+      kc_mstats st;
+      kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
+      ref_median = st.median;
+    }
+    it->rec = record(cfg, it, device, isolation, ref_median);
+    if (i < n && cfg->on_record)
+      cfg->on_record(cfg->record_ctx, it->rec);
+  }
+  if (cfg->progress)
+    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
   return 0;
 }
 
@@ -528,8 +601,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   if (s.n_sets > 64)
     return kc_error_set(err, 0, "too many input sets (at most 64)");
   s.out_region = kc_args_region_bytes(&s.spec, true);
-  if ((kc_args_region_bytes(&s.spec, false) + s.out_region) * s.n_sets > (4ull << 30))
-    return kc_error_set(err, 0, "--args: %u sets of these tensors exceed 4 GiB", s.n_sets);
+  if (!cfg->tracker && check_fits(cfg, &s, err) < 0)
+    return -1;
   if (n == 0)
     return kc_error_set(err, 0, "no kernels given");
   for (size_t i = 0; i < n; i++)
@@ -597,6 +670,10 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       }
   }
 
+  if (kc_bench_interrupted()) {
+    kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    goto out;
+  }
   if (make_session(cfg, &s, err) < 0)
     goto out;
   have_session = true;
@@ -620,7 +697,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
                         .plain = cfg->no_isolation};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
-  ro.max_result_bytes = sizeof(kc_mreply_run) + s.out_region + 4096;
+  /* the reference's outputs are read from its memory too: nothing large on the ring */
   if (cfg->reference && kc_mrunner_new(&ro, &ref_runner, err) < 0)
     goto out;
   const char *isolation = strcmp(kc_mrunner_kind(runner), "sandbox") ? "none" : "sandbox";
@@ -646,41 +723,17 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     }
   }
 
-  /* Measure, one kernel per fresh worker (a sealed worker cannot load another). */
-  size_t to_measure = 0, measured = 0;
-  for (size_t i = 0; i < total; i++)
-    to_measure += items[i].staged[0] != 0 && !(i == n && ref_index != n);
-  for (size_t i = 0; i < total; i++) {
-    item *it = &items[i];
-    if (!it->staged[0] || (i == n && ref_index != n))
-      continue;
-    if (cfg->progress)
-      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
-    kc_mctx x;
-    fill_ctx(&x, cfg, &s, runner, s.kernel, ref_runner);
-    if (show_kernel(&s, it->staged, err) < 0 || kc_measure_kernel(&x, &it->m, err) < 0) {
-      kc_error_prefix(err, "%s", it->path);
-      goto out;
-    }
-    kc_mrunner_reset(runner);
-    unlink(s.kernel);
-    it->measured = true;
-    it->status = it->m.status;
-    snprintf(it->message, sizeof it->message, "%s", it->m.message);
-    measured++;
-  }
-  if (cfg->progress)
-    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
+  /* Measure, one kernel per fresh worker (a sealed worker cannot load another): the
+   * reference first (its median is every record's speed-up), then the kernels in input
+   * order, each record handed out as soon as it is final. */
+  if (measure_all(cfg, &s, runner, ref_runner, items, n, ref_index, device, isolation, err) < 0)
+    goto out;
 
   json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++) {
-    json_t *o = record(&items[i], device);
-    integrity_fields(o, &items[i], cfg, isolation);
-    json_array_append_new(arr, o);
-  }
+  for (size_t i = 0; i < n; i++)
+    json_array_append(arr, items[i].rec);
   if (cfg->reference && reference_record) { /* for the speed-up column */
-    json_t *r = record(&items[ref_index], device);
-    integrity_fields(r, &items[ref_index], cfg, isolation);
+    json_t *r = json_deep_copy(items[ref_index].rec);
     json_object_set_new(r, "kernel", json_string(cfg->reference));
     *reference_record = r;
   }
@@ -691,7 +744,8 @@ out:
   kc_mrunner_free(ref_runner);
   for (size_t i = 0; i < total; i++) {
     free(items[i].src);
-    free(items[i].m.run_secs);
+    kc_kmeasure_clear(&items[i].m);
+    json_decref(items[i].rec);
   }
   free(items);
   if (have_session)

@@ -4,6 +4,7 @@
 #define KCAGE_MEASURE_KERNEL_H
 
 #include <stdarg.h>
+#include <time.h>
 
 #include "measure_internal.h"
 
@@ -26,7 +27,8 @@ typedef struct kc_mctx {
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
   uint32_t checks;
-  double deadline; /* kc_now_s() clock */
+  double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
+  double call_s;   /* one kernel call, --timeout (0 = 10 s); a round of N calls gets N times it */
   uint64_t round;  /* rounds so far (each has its own inputs) */
 } kc_mctx;
 
@@ -39,7 +41,39 @@ typedef struct kc_kmeasure {
   double max_abs_err;     /* NAN when nothing was compared */
   uint64_t checked_calls; /* timed calls whose output was verified against the reference */
   uint64_t timed_calls;
+  double *warmup_secs; /* warm-up rounds (verified like the others, never counted), seconds
+                          per call (malloc'd) */
+  uint32_t n_warmup;
+  const char *limit; /* status timeout: "call" or "budget" */
 } kc_kmeasure;
+
+/* Frees what kc_measure_kernel allocated in m. */
+void kc_kmeasure_clear(kc_kmeasure *m);
+
+/* Statistics of a sample, as hyperfine reports them (NAN when empty). */
+typedef struct kc_mstats {
+  double median, min, max, mean, stddev, cv;
+} kc_mstats;
+void kc_mstats_of(const double *v, uint32_t n, kc_mstats *s);
+
+/* One kernel's record (measure_record.c). */
+typedef struct kc_mrecord_in {
+  const char *kernel;
+  kc_bench_status status;
+  const char *message;
+  const kc_kmeasure *m; /* NULL when it was never measured */
+  double build_s;       /* NAN when not built here */
+  const char *device;
+  double reference_median_s; /* NAN without a reference */
+  double max_cv;             /* unstable above it; 0 = 0.1, negative = never */
+  uint64_t seed;
+  bool seed_set;                  /* false: the record says "secret" */
+  const char *isolation;          /* "sandbox" or "none" */
+  const char *cc, *cflags;        /* NULL for a .so */
+  struct timespec started, ended; /* CLOCK_REALTIME */
+} kc_mrecord_in;
+json_t *kc_mrecord(const kc_mrecord_in *in);
+void kc_rfc3339(const struct timespec *ts, char *buf, size_t len);
 
 /* The reference's outputs for `n` sets of the current round's inputs (0), or -1 with
  * err (the reference failed: a setup error, not the kernel's). */

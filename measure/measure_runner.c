@@ -45,6 +45,16 @@ const char *kc_signal_name(int sig) {
   return buf;
 }
 
+static volatile sig_atomic_t interrupted;
+
+void kc_bench_interrupt(int sig) {
+  interrupted = sig > 0 ? sig : SIGINT;
+}
+
+int kc_bench_interrupted(void) {
+  return interrupted;
+}
+
 struct kc_mrunner {
   kc_mrunner_opts o;
   /* plain */
@@ -229,8 +239,10 @@ static int read_deadline(int fd, void *buf, size_t len, double deadline) {
     double left = deadline - kc_now_s();
     if (left <= 0)
       return 0;
+    if (interrupted)
+      return -2;
     struct pollfd pfd = {fd, POLLIN, 0};
-    int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1; /* sliced: see interrupted */
     int pr = poll(&pfd, 1, ms);
     if (pr < 0 && errno == EINTR)
       continue;
@@ -297,6 +309,10 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
+  if (rr == -2) {
+    plain_kill(r);
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+  }
   if (rr == 0) {
     plain_kill(r);
     res->status = KC_MCALL_TIMEOUT;
@@ -335,6 +351,10 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   rr = read_deadline(r->sock, buf, body, deadline);
   if (rr <= 0) {
     free(buf);
+    if (rr == -2) {
+      plain_kill(r);
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+    }
     if (rr == 0) {
       plain_kill(r);
       res->status = KC_MCALL_TIMEOUT;
@@ -411,7 +431,18 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     kc_call_result cr;
     kc_call_result_init(&cr);
     int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
-    if (got < 0 || (got == 0 && kc_worker_recv(r->w, &cr, err) < 0))
+    /* In slices, so that an interrupted batch kills its worker at once. */
+    while (got == 0 && !interrupted)
+      got = kc_worker_recv_timed(r->w, &cr, 0.1, err);
+    if (got == 0) {
+      kc_worker_kill(r->w);
+      kc_call_result_clear(&cr);
+      kc_call_result_init(&cr);
+      if (kc_worker_recv(r->w, &cr, err) == 0)
+        kc_call_result_clear(&cr);
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+    }
+    if (got < 0)
       return -1;
     if (timed && cr.status == KC_CALL_COMPLETE)
       kc_observe_stop(pid);

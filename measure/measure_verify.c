@@ -20,35 +20,56 @@ static void fail(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* The reference failed: a setup error, not the kernel's. */
+static int reference_failed(const kc_mcall *c, kc_error *err) {
+  if (c->status == KC_MCALL_EXCEPTION)
+    return kc_error_set(err, 0, "the reference failed: %s", c->message);
+  if (c->status == KC_MCALL_TIMEOUT)
+    return kc_error_set(err, 0, "the reference ran past the time limit");
+  if (c->status == KC_MCALL_DIED)
+    return kc_error_set(err, 0, "the reference died: %s", c->verdict.message);
+  return kc_error_set(err, 0, "the reference's reply is malformed");
+}
+
+/* One call of the reference on set `set`, its outputs read from its memory like a
+ * kernel's: an output of any size, with nothing but a header on the ring. */
+static int reference_one(kc_mrunner *ref, uint32_t set, uint64_t region, double timeout_s,
+                         unsigned char *out, kc_error *err) {
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, 1, (uint64_t)(kc_now_s() * 1e9)};
+  kc_mcall c;
+  if (kc_mrunner_call(ref, &pr, sizeof pr, timeout_s, &c, err) < 0)
+    return -1;
+  kc_mreply_prepare rep;
+  if (c.status != KC_MCALL_OK || c.value_len != sizeof rep) {
+    int r = reference_failed(&c, err);
+    kc_mcall_clear(&c);
+    return r;
+  }
+  memcpy(&rep, c.value, sizeof rep);
+  kc_mcall_clear(&c);
+  if (rep.region != region)
+    return kc_error_set(err, 0, "the reference's reply is malformed");
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = 1,
+                     .first_set = set,
+                     .flags = KC_MRUN_AREA};
+  if (kc_mrunner_call(ref, &req, sizeof req, timeout_s, &c, err) < 0)
+    return -1;
+  if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run)) {
+    int r = reference_failed(&c, err);
+    kc_mcall_clear(&c);
+    return r;
+  }
+  kc_mcall_clear(&c);
+  return kc_observe_read(kc_mrunner_pid(ref), rep.base, out, (size_t)region, err);
+}
+
 int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_t region,
                       double timeout_s, unsigned char *out, kc_error *err) {
-  uint64_t seed = (uint64_t)(kc_now_s() * 1e9);
-  for (uint32_t k = 0; k < n; k++) {
-    kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                       .op = KC_MOP_RUN,
-                       .number = 1,
-                       .first_set = sets[k],
-                       .n_checks = 1,
-                       .poison_seed = seed + k,
-                       .checks = {0}};
-    kc_mcall c;
-    if (kc_mrunner_call(ref, &req, sizeof req, timeout_s, &c, err) < 0)
+  for (uint32_t k = 0; k < n; k++)
+    if (reference_one(ref, sets[k], region, timeout_s, out + k * region, err) < 0)
       return -1;
-    if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run) + region) {
-      if (c.status == KC_MCALL_EXCEPTION)
-        kc_error_set(err, 0, "the reference failed: %s", c.message);
-      else if (c.status == KC_MCALL_TIMEOUT)
-        kc_error_set(err, 0, "the reference ran past the time limit");
-      else if (c.status == KC_MCALL_DIED)
-        kc_error_set(err, 0, "the reference died: %s", c.verdict.message);
-      else
-        kc_error_set(err, 0, "the reference's reply is malformed");
-      kc_mcall_clear(&c);
-      return -1;
-    }
-    memcpy(out + k * region, (const unsigned char *)c.value + sizeof(kc_mreply_run), region);
-    kc_mcall_clear(&c);
-  }
   return 0;
 }
 
@@ -232,11 +253,16 @@ static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, u
   kc_cleanup_free unsigned char *got0 = malloc(v->region + 1);
   if (!ref || !got || !got0)
     return kc_error_set(err, ENOMEM, "verify");
-  /* The reference's time is not the kernel's: its deadline moves by as much. */
-  double t0 = kc_now_s(), left = x->deadline - t0;
-  if (kc_reference_eval(x->ref, sets, n, v->region, left > 10 ? left : 10, ref, err) < 0)
+  /* The reference's time is not the kernel's: the budget's deadline moves by as much.
+   * Its own limit: the per-call one, the budget's remainder, 10 s, whichever is longest,
+   * plus the time to poison its outputs. */
+  double t0 = kc_now_s(), left = x->deadline > 0 ? x->deadline - t0 : 0;
+  double limit = x->call_s > 10 ? x->call_s : 10;
+  limit = (left > limit ? left : limit) + (double)v->region / 100e6;
+  if (kc_reference_eval(x->ref, sets, n, v->region, limit, ref, err) < 0)
     return -1;
-  x->deadline += kc_now_s() - t0;
+  if (x->deadline > 0)
+    x->deadline += kc_now_s() - t0;
   int r = read_call(v, m, 0, got0, err);
   if (r <= 0)
     return r;

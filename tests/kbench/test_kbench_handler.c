@@ -135,13 +135,28 @@ static void test_state_prepare_area(void **state) {
   assert_int_equal(len, sizeof(kc_mreply_run));
   for (uint32_t i = 0; i < 5; i++)
     expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), i % 2);
-  /* more calls than the area holds, more sets than the file: refused */
+  /* A run starting at another set (call i: set (first_set + i) % n_sets) over the same
+   * area, re-poisoned. */
+  pr.poison_seed = 8;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), 0);
+  assert_true(kc_poison_equal(area + 2 * region, region, kc_poison_word(8, 2)));
+  req.first_set = 1;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), 0);
+  for (uint32_t i = 0; i < 5; i++)
+    expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), (1 + i) % 2);
+  /* more calls than the area holds, more sets than the file, a first set out of range,
+   * an empty or oversized PREPARE: refused */
+  req.first_set = 2;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  req.first_set = 0;
   req.number = 6;
   assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
   req.number = 5;
   req.n_sets = 3;
   assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
   pr.number = 0;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), -1);
+  pr.number = (1ull << 32) + 1;
   assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), -1);
   kc_mstate_free(s);
 }

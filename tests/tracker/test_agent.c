@@ -301,6 +301,9 @@ static void test_remote_bench_same_records(void **state) {
     json_object_foreach(a, k, v) assert_non_null(json_object_get(b, k)); /* same fields */
   }
   assert_string_equal(json_string_value(json_object_get(json_array_get(r, 0), "status")), "ok");
+  /* The remote record has the speed-up against the reference, like the local one. */
+  assert_true(json_is_number(json_object_get(json_array_get(r, 0), "speedup")));
+  assert_true(json_is_number(json_object_get(json_array_get(r, 0), "reference_median_s")));
   json_decref(l);
   json_decref(r);
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);

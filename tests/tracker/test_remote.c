@@ -38,6 +38,8 @@ static void test_run_config_roundtrip(void **state) {
   a.memory_bytes = 300u << 20;
   a.sets = 5;
   a.checks = 3;
+  a.budget_s = 42.5;
+  a.max_cv = 0.25;
   a.build.cc = "/usr/bin/gcc";
   a.build.cflags = "-O1 -fPIC -shared -DX=1";
   a.build.timeout_s = 33;
@@ -54,6 +56,7 @@ static void test_run_config_roundtrip(void **state) {
   assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
   assert_string_equal(b.args, a.args);
   assert_true(b.seed == a.seed && b.seed_set);
+  assert_true(b.budget_s == a.budget_s && b.max_cv == a.max_cv);
   assert_true(b.rtol == a.rtol && b.atol == a.atol);
   assert_string_equal(b.entry, a.entry);
   assert_int_equal(b.number, a.number);
