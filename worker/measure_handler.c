@@ -33,6 +33,7 @@ struct kc_mstate {
   /* The same file mapped n_views times back to back: a call that repeats an input set
    * within a round reads it at another address (a cache keyed by address misses). */
   uint32_t n_views;
+  size_t in_stride; /* in_len rounded up to pages: where view v starts */
   unsigned char *out; /* n_sets * out_region, private */
   size_t out_len;
   DLTensor *pristine;  /* n_sets * n */
@@ -194,13 +195,14 @@ static int seal_plain(bool after_load) {
  * descriptor: mprotect can never make any of them writable. */
 static int map_views(kc_mstate *s, int fd) {
   s->n_views = s->in_len && s->in_len <= (8u << 20) ? 16 : 1;
-  size_t all = s->in_len * s->n_views;
+  s->in_stride = (s->in_len + 4095) / 4096 * 4096;
+  size_t all = s->in_stride * s->n_views;
   unsigned char *base = mmap(NULL, all ? all : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (base == MAP_FAILED)
     return -1;
   for (uint32_t v = 0; v < s->n_views && s->in_len; v++) {
     int pop = s->n_views > 1 ? MAP_POPULATE : 0;
-    if (mmap(base + v * s->in_len, s->in_len, PROT_READ, MAP_SHARED | MAP_FIXED | pop, fd, 0) ==
+    if (mmap(base + v * s->in_stride, s->in_len, PROT_READ, MAP_SHARED | MAP_FIXED | pop, fd, 0) ==
         MAP_FAILED) {
       munmap(base, all);
       return -1;
@@ -216,7 +218,7 @@ void kc_mstate_free(kc_mstate *s) {
   fault_armed = 0;
   /* The kernel's library stays loaded: its destructors are untrusted code too. */
   if (s->in)
-    munmap(s->in, s->in_len * s->n_views);
+    munmap(s->in, s->in_stride * s->n_views);
   if (s->out)
     munmap(s->out, s->out_len);
   if (s->area)
@@ -354,9 +356,9 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   unsigned char *dst = (unsigned char *)out + sizeof(kc_mreply_run);
   uint32_t ci = 0;
   fault_lo = s->in;
-  fault_hi = s->in + s->in_len * s->n_views;
+  fault_hi = s->in + s->in_stride * s->n_views;
   if (sigsetjmp(fault_env, 1)) {
-    uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
+    uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_stride % s->in_region;
     int which = -1;
     for (uint32_t i = 0; i < n; i++)
       if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
@@ -393,8 +395,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     }
     if (++set == n_sets) {
       set = 0;
-      view += s->in_len;
-      if (view == s->in_len * s->n_views)
+      view += s->in_stride;
+      if (view == s->in_stride * s->n_views)
         view = 0;
     }
   }
