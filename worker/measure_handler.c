@@ -33,7 +33,7 @@ struct kc_mstate {
   /* The same file mapped n_views times back to back: a call that repeats an input set
    * within a round reads it at another address (a cache keyed by address misses). */
   uint32_t n_views;
-  size_t in_stride; /* in_len rounded up to pages: where view v starts */
+  size_t in_stride;   /* in_len rounded up to pages: where view v starts */
   unsigned char *out; /* n_sets * out_region, private */
   size_t out_len;
   DLTensor *pristine;  /* n_sets * n */
