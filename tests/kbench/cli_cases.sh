@@ -108,5 +108,28 @@ shared_object)
   grep -q '"status": *"ok"' "$tmp/r.jsonl" && grep -q '"build_s": *null' "$tmp/r.jsonl" &&
     grep -q '1.00x\|[0-9]x' "$tmp/out"
   ;;
+no_isolation)
+  # Only an explicit flag runs kernels unsandboxed: a warning, and the records say so;
+  # never with --tracker.  The environment variable of old changes nothing.
+  "$kcage" bench --args "$small" --no-isolation --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" \
+    >"$tmp/out" 2>"$tmp/err" || exit 1
+  cat "$tmp/err" "$tmp/r.jsonl"
+  grep -q 'warning: --no-isolation' "$tmp/err" && grep -q '"isolation": *"none"' "$tmp/r.jsonl" || exit 1
+  KCAGE_BENCH_PLAIN=1 "$kcage" bench --args "$small" --repeat 2 --json "$tmp/r2.jsonl" \
+    "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  if grep -q '\[sandbox\]' "$tmp/r2.jsonl"; then
+    grep -q '"isolation": *"sandbox"' "$tmp/r2.jsonl" || exit 1
+  fi
+  "$kcage" bench --args "$small" --no-isolation --tracker 127.0.0.1:1 --key k "$ex/tiled.c" \
+    >"$tmp/out" 2>"$tmp/err"
+  [[ $? == 2 ]] && grep -q 'no-isolation' "$tmp/err"
+  ;;
+seed_record)
+  # A secret seed by default; --seed N is recorded (the inputs were predictable).
+  "$kcage" bench --args "$small" --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  grep -q '"seed": *"secret"' "$tmp/r.jsonl" || exit 1
+  "$kcage" bench --args "$small" --seed 5 --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  grep -q '"seed": *5[,}]' "$tmp/r.jsonl"
+  ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac

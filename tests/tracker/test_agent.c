@@ -96,6 +96,18 @@ static void test_session_roundtrip(void **state) {
   assert_non_null(strstr(err.msg, "out of range"));
   json_decref(m);
   kc_session_close(s);
+  /* A tenant never chooses to run without the sandbox (a session of its own: an error
+   * ends the session). */
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+  lease_session(f, 0, &s, NULL);
+  assert_int_equal(kc_session_upload(s, "k0-a.c", "int x;\n", 7, &err), 0);
+  m = json_pack("{s:s, s:[s], s:{s:s, s:s}}", "op", "run", "kernels", "k0-a.c", "config", "args",
+                "f32[4]", "isolation", "none");
+  assert_int_equal(kc_session_call(s, m, 5, &r, &err), -1);
+  if (!strstr(err.msg, "sandbox"))
+    fail_msg("isolation refused with: %s", err.msg);
+  json_decref(m);
+  kc_session_close(s);
   /* The agent re-registers with a fresh matchkey when the session ends. */
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
 }
