@@ -11,7 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../worker/measure_internal.h"
+#include "../measure/measure_internal.h"
 #include "bench_common.h"
 #include "kcage/measure.h"
 

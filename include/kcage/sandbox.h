@@ -1,5 +1,5 @@
 /* Sandbox core: one program (or one pre-started worker) in Linux namespaces, its own
- * cgroup, seccomp and dropped capabilities, with an exact verdict (DESIGN.md §3.1). */
+ * cgroup, seccomp and dropped capabilities, with an exact verdict (docs/contracts.md). */
 #ifndef KCAGE_SANDBOX_H
 #define KCAGE_SANDBOX_H
 
@@ -11,9 +11,13 @@
 #include "kcage/error.h"
 #include "kcage/policy.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Limits for one run.  0 means "no limit" (or "the policy's default" where a policy
  * sets one). */
@@ -35,7 +39,7 @@ typedef struct kc_mount {
   uint64_t size;    /* tmpfs size in bytes, 0 = default */
 } kc_mount;
 
-/* The result record (contract, DESIGN.md §3.1). */
+/* The result record (contract, docs/contracts.md). */
 typedef enum kc_status {
   KC_STATUS_OK,
   KC_STATUS_EXITED,
@@ -116,6 +120,8 @@ gid_t kc_sandbox_host_gid(void);
 
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

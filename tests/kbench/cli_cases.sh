@@ -50,10 +50,24 @@ no_entry_record)
   cat "$tmp/out" "$tmp/err"
   [[ $rc == 0 ]] && grep -q '"status": *"error"' "$tmp/r.jsonl" && grep -q "no symbol 'kernel'" "$tmp/r.jsonl"
   ;;
+escaped_build_error)
+  # A compiler message carrying terminal escapes reaches the table and stderr escaped:
+  # no ESC byte at all, the text visible as \e[...
+  printf '#error "\033[32mok 99.99x\033[0m\033]0;pwned\007"\nint kernel(void *a, int n) { return 0; }\n' >"$tmp/esc.c"
+  "$kcage" bench --args "$small" "$tmp/esc.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat -v "$tmp/out" "$tmp/err"
+  [[ $rc == 0 ]] || { echo "FAIL: exit $rc"; exit 1; }
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out" "$tmp/err"; then
+    echo "FAIL: a control character reached the terminal"; exit 1
+  fi
+  grep -q 'build_error' "$tmp/out" && grep -qF '\e[32mok 99.99x' "$tmp/out"
+  ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)
-  # Exactly the record fields of DESIGN.md §3.3, one object per line, input order.
+  # Exactly the record fields of docs/contracts.md (plus "limits": memory, pids), one
+  # object per line, input order.
   "$kcage" bench --args "$small" --reference "$ex/reference.c" --repeat 2 --min-repeat-ms 1 \
     --json "$tmp/r.jsonl" "$ex/naive.c" "$ex/wrong_result.c" >"$tmp/out" 2>"$tmp/err" || exit 1
   cat "$tmp/out"
@@ -65,7 +79,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"cc":"cflags":"cv":"device":"ended_at":"kcage_version":"kernel":"max_abs_err":"max_s":"mean_s":"median_s":"message":"min_s":"number":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timeout":"unstable":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"build_s":"cc":"cflags":"cv":"device":"ended_at":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timeout":"unstable":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
   # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
   # in their shortest form (never 17 digits).
   head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1

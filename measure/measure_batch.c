@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
 
 /* Paths are built from directories whose length was checked when they were made; a
@@ -48,8 +49,6 @@ void kc_bench_config_init(kc_bench_config *c) {
   c->atol = -1;
   c->min_repeat_ms = -1;
 }
-
-#pragma weak kc_bench_remote_run
 
 /* ---- one kernel's bookkeeping ------------------------------------------------------- */
 typedef struct item {
@@ -258,6 +257,16 @@ static void device_name(char *buf, size_t len) {
   snprintf(buf, len, "local:%s%s%s", host, model[0] ? " " : "", model);
 }
 
+/* How this host holds the measuring workers' memory limit and the builds' process
+ * limit: "cgroup", or "rlimit" where the caller allowed that fallback. */
+static json_t *limits_record(void) {
+  json_t *o = json_object();
+  const char *mem = kc_cgroup_enforcement("memory"), *pids = kc_cgroup_enforcement("pids");
+  json_object_set_new(o, "memory", mem ? json_string(mem) : json_null());
+  json_object_set_new(o, "pids", pids ? json_string(pids) : json_null());
+  return o;
+}
+
 static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
                       double ref_median) {
   kc_build_opts bo = cfg->build;
@@ -282,7 +291,9 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
       .started = it->started,
       .ended = it->ended,
   };
-  return kc_mrecord(&in);
+  json_t *o = kc_mrecord(&in);
+  json_object_set_new(o, "limits", limits_record());
+  return o;
 }
 
 /* Map a finished build onto the kernel's status; true when it can be measured. */
@@ -573,11 +584,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   *records = NULL;
   if (reference_record)
     *reference_record = NULL;
-  if (cfg->tracker) {
-    if (!kc_bench_remote_run)
-      return kc_error_set(err, 0, "--tracker: remote runs are not available in this build");
-    return kc_bench_remote_run(cfg, kernels, n, records, err);
-  }
+  if (cfg->tracker)
+    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
   session s = {0};
   if (kc_args_parse(cfg->args, &s.spec, err) < 0)
     return kc_error_prefix(err, "--args");

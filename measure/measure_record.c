@@ -144,7 +144,8 @@ char *kc_bench_record_dumps(const json_t *rec) {
   if (!c)
     return NULL;
   quantise(c);
-  char *s = json_dumps(c, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(12));
+  char *s = json_dumps(c, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII |
+                              JSON_REAL_PRECISION(12));
   json_decref(c);
   return s;
 }
