@@ -108,6 +108,7 @@ typedef struct kc_zygote {
    * (recursive: a slot request collects its own answer) */
   bool shared;
   pthread_mutex_t mu;
+  kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
   /* answers read while waiting for another one (several spawns in flight) */
   kc_zygote_early early[64];
   unsigned n_early;

@@ -111,8 +111,8 @@ static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, 
 
 /* The forked child: the pool's namespaces, then exec of kcage-worker.  Never returns. */
 __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv, bool sandboxed,
-                                                   int netns, const int up[2], const int down[2],
-                                                   int sock) {
+                                                   bool as_root, int netns, const int up[2],
+                                                   const int down[2], int sock) {
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
   if (sandboxed) {
@@ -127,8 +127,9 @@ __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv,
       _exit(125);
     /* become the namespace's root: full capabilities in the pool's namespaces, none
      * outside them, and no supplementary groups (setgroups is denied to a non-root
-     * caller's namespace) */
-    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (geteuid() == 0 || errno != EPERM)) ||
+     * caller's namespace; inside, everyone is root by now, so the caller's euid from
+     * before the fork decides) */
+    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
         setresuid(0, 0, 0) < 0)
       _exit(125);
     mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
@@ -141,13 +142,13 @@ __attribute__((noreturn)) static void zygote_child(const char *bin, char **argv,
 }
 
 /* The maps are written by us (root on the host) so that the namespace's root can be an
- * unprivileged host uid, which the child could not map itself: the sandbox layer's
- * host id (as a non-root caller, ourselves, after denying setgroups). */
-static bool write_zygote_maps(pid_t pid, int up_rd, int down_wr) {
+ * unprivileged host uid, which the child could not map itself: the pool's own host ids
+ * (as a non-root caller, ourselves, after denying setgroups). */
+static bool write_zygote_maps(pid_t pid, const kc_sandbox_ids *ids, int up_rd, int down_wr) {
   char c = 0, path[64], map[2][64];
   bool ok = read(up_rd, &c, 1) == 1 && c == 'u';
-  snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)kc_sandbox_host_uid());
-  snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)kc_sandbox_host_gid());
+  snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)ids->uid);
+  snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)ids->gid);
   static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
   for (int i = geteuid() == 0 ? 1 : 0; ok && i < 3; i++) {
     snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
@@ -179,11 +180,17 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     kc_cgroup_reap_stale(NULL);
   const char *bin = kc_worker_binary(o);
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  bool as_root = geteuid() == 0;
   int netns = sandboxed ? shared_netns() : -1;
   char *argv[ZYG_MAXARG + 1];
   char margs[ZYG_MAX_MOUNTS][1024];
   if (zygote_argv(o, sandboxed, netns < 0, argv, margs, err) < 0)
     return -1;
+  /* The pool's own host ids (never nobody, never another sandbox's), held until the
+   * zygote and every worker it forked are gone. */
+  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0)
+    return kc_error_prefix(err, "zygote");
   /* up: child -> parent "namespaces made"; down: parent -> child "maps written" */
   __attribute__((cleanup(close_pair))) int sv[2] = {-1, -1}, up[2] = {-1, -1}, down[2] = {-1, -1};
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -194,9 +201,9 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (pid < 0)
     return kc_error_set(err, errno, "zygote: fork");
   if (pid == 0)
-    zygote_child(bin, argv, sandboxed, netns, up, down, sv[1]);
+    zygote_child(bin, argv, sandboxed, as_root, netns, up, down, sv[1]);
   close(kc_steal_fd(sv[1]));
-  if (sandboxed && !write_zygote_maps(pid, up[0], down[1])) {
+  if (sandboxed && !write_zygote_maps(pid, &ids, up[0], down[1])) {
     int e = errno;
     kill_child(pid);
     return kc_error_set(err, e, "zygote: user namespace");
@@ -209,6 +216,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->pid = pid;
   z->ctl = kc_steal_fd(sv[0]);
   z->sandboxed = sandboxed;
+  z->ids = ids;
+  ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   /* its hello (generation 0): policy loaded, file system entered, or why not; an
    * interpreter's boot imports what the caller named (TVM: seconds when loaded) */
@@ -329,6 +338,8 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
   s->pid = pid;
   s->ctl = sv[0];
   s->sandboxed = z->sandboxed;
+  s->ids = z->ids;
+  s->ids.lock_fd = -1; /* held by the zygote it came from */
   s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   *out = s;
   return 0;
@@ -351,5 +362,6 @@ void kc_zygote_stop(kc_zygote *z) {
   waitpid(z->pid, NULL, 0);
   if (z->pidfd >= 0)
     close(z->pidfd);
+  kc_sandbox_ids_release(&z->ids);
   free(z);
 }
