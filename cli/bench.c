@@ -463,17 +463,6 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   if (isatty(STDERR_FILENO))
     cfg.progress = progress;
-  sink k = {.jf = jf, .done = json_array()};
-  cfg.on_record = on_record;
-  cfg.record_ctx = &k;
-  /* Local runs stop cleanly on a signal; a remote run is left to the default action
-   * (the agent sees the session drop and kills its own workers). */
-  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
-  sigemptyset(&sa.sa_mask);
-  if (!cfg.tracker) {
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
   json_t *recs = NULL, *ref = NULL;
   const char *const *kernels = (const char *const *)argv + optind;
   size_t nk = (size_t)(argc - optind);
@@ -490,6 +479,17 @@ int kc_cmd_bench(int argc, char **argv) {
       }
       break;
     }
+  }
+  sink k = {.jf = jf, .done = json_array()};
+  cfg.on_record = on_record;
+  cfg.record_ctx = &k;
+  /* Local runs stop cleanly on a signal; a remote run is left to the default action
+   * (the agent sees the session drop and kills its own workers). */
+  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+  sigemptyset(&sa.sa_mask);
+  if (!cfg.tracker) {
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
   }
   int rc = cfg.tracker ? kc_bench_remote_run(&cfg, &auth, kernels, nk, &recs, &err)
                        : kc_bench_run_batch_ex(&cfg, kernels, nk, &recs, &ref, &err);
