@@ -107,7 +107,7 @@ typedef struct kc_mchunk {
 typedef struct kc_mchunk_out {
   double elapsed_s;    /* the timed request, on the parent's clock */
   unsigned char *outs; /* n_fetch output regions, in fetch order (malloc'd) */
-  kc_mcall fail;       /* the request that failed (returned 0 and !malformed) */
+  kc_mcall fail;       /* the last request: the one that failed when 0 came back */
   const char *what;    /* which request that was */
   const char *limit;   /* on a timeout: "call" or "budget" */
   bool malformed;      /* a reply of the wrong shape */
