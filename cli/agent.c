@@ -44,6 +44,36 @@ static void usage(FILE *out) {
           "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
 }
 
+/* --auth-key and the operator caps. */
+static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
+  kc_error err = {0};
+  double d;
+  switch (ch) {
+  case 'A':
+    if (kc_auth_key_load(arg, &auth, &err) < 0) {
+      kc_cli_error("agent", "%s", err.msg);
+      return -1;
+    }
+    o->auth = &auth;
+    return 0;
+  case 'M':
+    if (kc_cli_parse_size(arg, &o->caps.max_memory_bytes) < 0 ||
+        o->caps.max_memory_bytes < (16u << 20)) {
+      kc_cli_error("agent", "--max-memory %s: want a size of at least 16M", arg);
+      return -1;
+    }
+    return 0;
+  default:
+    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0) {
+      kc_cli_error("agent", "%s %s: want seconds > 0",
+                   ch == 'T' ? "--max-timeout" : "--max-session", arg);
+      return -1;
+    }
+    *(ch == 'T' ? &o->caps.max_timeout_s : &o->caps.max_session_s) = d;
+    return 0;
+  }
+}
+
 int kc_cmd_agent(int argc, char **argv) {
   kc_agent_opts o;
   kc_agent_opts_init(&o);
@@ -117,27 +147,11 @@ int kc_cmd_agent(int argc, char **argv) {
       o.verbose = true;
       break;
     case 'A':
-      if (kc_auth_key_load(optarg, &auth, &err) < 0) {
-        kc_cli_error("agent", "%s", err.msg);
-        return KC_EXIT_USAGE;
-      }
-      o.auth = &auth;
-      break;
     case 'M':
-      if (kc_cli_parse_size(optarg, &o.caps.max_memory_bytes) < 0 ||
-          o.caps.max_memory_bytes < (16u << 20)) {
-        kc_cli_error("agent", "--max-memory %s: want a size of at least 16M", optarg);
-        return KC_EXIT_USAGE;
-      }
-      break;
     case 'T':
     case 'S':
-      if (kc_cli_parse_seconds(optarg, &d) < 0 || d <= 0) {
-        kc_cli_error("agent", "%s %s: want seconds > 0",
-                     ch == 'T' ? "--max-timeout" : "--max-session", optarg);
+      if (fleet_option(ch, optarg, &o) < 0)
         return KC_EXIT_USAGE;
-      }
-      *(ch == 'T' ? &o.caps.max_timeout_s : &o.caps.max_session_s) = d;
       break;
     case 'h':
       usage(stdout);

@@ -480,6 +480,23 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   if (isatty(STDERR_FILENO))
     cfg.progress = progress;
+  json_t *recs = NULL, *ref = NULL;
+  const char *const *kernels = (const char *const *)argv + optind;
+  size_t nk = (size_t)(argc - optind);
+  /* A cache directory root must not use is refused once, up front, not per kernel. */
+  for (size_t i = 0; !cfg.tracker && i < nk; i++) {
+    size_t kl = strlen(kernels[i]);
+    char cdir[4096];
+    if (kl > 2 && !strcmp(kernels[i] + kl - 2, ".c")) {
+      if (kc_build_cache_dir(&cfg.build, cdir, sizeof cdir, &err) < 0) {
+        kc_cli_error("bench", "%s", err.msg);
+        if (jf && jf != stdout)
+          fclose(jf);
+        return KC_EXIT_USAGE;
+      }
+      break;
+    }
+  }
   sink k = {.jf = jf, .done = json_array()};
   cfg.on_record = on_record;
   cfg.record_ctx = &k;
@@ -491,9 +508,6 @@ int kc_cmd_bench(int argc, char **argv) {
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
   }
-  json_t *recs = NULL, *ref = NULL;
-  const char *const *kernels = (const char *const *)argv + optind;
-  size_t nk = (size_t)(argc - optind);
   int rc = cfg.tracker ? kc_bench_remote_run(&cfg, &auth, kernels, nk, &recs, &err)
                        : kc_bench_run_batch_ex(&cfg, kernels, nk, &recs, &ref, &err);
   if (!cfg.tracker) {

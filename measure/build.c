@@ -268,8 +268,9 @@ static int run_plain(char *const *argv, char *const *envp, const char *cwd, int 
 
 #ifdef KC_HAVE_SANDBOX
 #include "kcage/policy.h"
-static int run_sandboxed(char *const *argv, char *const *envp, const char *scratch, int out_fd,
-                         const kc_build_opts *o, kc_result *res, kc_error *err) {
+static int run_sandboxed(char *const *argv, char *const *envp, const char *scratch,
+                         const kc_sandbox_ids *ids, int out_fd, const kc_build_opts *o,
+                         kc_result *res, kc_error *err) {
   kc_policy *pol = NULL;
   if (kc_policy_load("build", &pol, err) < 0)
     return kc_error_prefix(err, "build policy");
@@ -287,6 +288,7 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
   c.envp = envp;
   c.stdout_fd = out_fd;
   c.stderr_fd = out_fd;
+  c.ids = ids;
   int rc = kc_sandbox_run(&c, res, err);
   kc_policy_free(pol);
   return rc;
@@ -428,13 +430,16 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
     return kc_error_set(err, errno, "create cc.log");
   bool sandboxed = false;
   uid_t builder = geteuid();
+  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
 #ifdef KC_HAVE_SANDBOX
   sandboxed = !getenv("KCAGE_BENCH_NO_SANDBOX");
-  /* The sandboxed compiler runs as kc_sandbox_host_uid() (never host root): it owns
-   * work/ and nothing else. */
+  /* The sandboxed compiler runs as host ids of its own (never host root, never shared
+   * with another sandbox): it owns work/ and nothing else. */
   if (sandboxed) {
-    builder = kc_sandbox_host_uid();
-    if (fchown(sc.fd, builder, kc_sandbox_host_gid()) < 0 && geteuid() == 0)
+    if (kc_sandbox_ids_acquire(&ids, err) < 0)
+      return kc_error_prefix(err, "build sandbox");
+    builder = ids.uid;
+    if (fchown(sc.fd, ids.uid, ids.gid) < 0 && geteuid() == 0)
       return kc_error_set(err, errno, "chown %s", sc.path);
   }
 #endif
@@ -463,7 +468,7 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
   int r;
 #ifdef KC_HAVE_SANDBOX
   if (sandboxed)
-    r = run_sandboxed(argv, envp, sc.path, log_fd, o, &vr, err);
+    r = run_sandboxed(argv, envp, sc.path, &ids, log_fd, o, &vr, err);
   else
 #endif
     r = run_plain(argv, envp, sc.path, log_fd, o, &vr, err);

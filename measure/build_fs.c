@@ -29,10 +29,10 @@ static int check_dir(int fd, const char *shown, bool last, kc_dir_use use, kc_er
   uid_t me = geteuid();
   bool own = last && use == KC_DIR_OWN;
   if (own ? st.st_uid != me : st.st_uid != me && st.st_uid != 0)
-    return kc_error_set(err, EPERM, "%s: owned by uid %u, not by uid %u: refusing to use it", shown,
+    return kc_error_set(err, 0, "%s: owned by uid %u, not by uid %u: refusing to use it", shown,
                         (unsigned)st.st_uid, (unsigned)me);
   if ((st.st_mode & 022) && (own || !(st.st_mode & S_ISVTX)))
-    return kc_error_set(err, EPERM, "%s: writable by others (mode %04o): refusing to use it", shown,
+    return kc_error_set(err, 0, "%s: writable by others (mode %04o): refusing to use it", shown,
                         (unsigned)(st.st_mode & 07777));
   return 0;
 }
@@ -46,7 +46,7 @@ static int step(int dirfd, const char *name, const char *shown, bool create, kc_
     fd = openat(dirfd, name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   }
   if (fd < 0 && (errno == ELOOP || errno == ENOTDIR))
-    return kc_error_set(err, errno, "%s: a symbolic link or not a directory: refusing it", shown);
+    return kc_error_set(err, 0, "%s: a symbolic link or not a directory: refusing it", shown);
   if (fd < 0)
     return kc_error_set(err, errno, "%s", shown);
   return fd;

@@ -369,14 +369,15 @@ static uint32_t input_slots(const session *s) {
   return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
 }
 
-/* The measuring worker holds the inputs file and the output area of a round at once:
- * refuse, naming the largest tensor, a problem that cannot fit its memory limit,
- * rather than let the kernel die of it. */
+/* The measuring worker holds the inputs of a round and the outputs of its calls at
+ * once: refuse, naming the largest tensor, a problem whose smallest round (the --sets
+ * inputs, two calls' outputs) cannot fit its memory limit, rather than let the kernel
+ * die of it.  Beyond that the round adapts: more input sets only up to 8 MiB, more
+ * calls' outputs only up to a quarter of the limit. */
 static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
   uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
-  uint64_t in = kc_args_region_bytes(&s->spec, false) * input_slots(s);
-  uint64_t calls = area_calls(cfg, s->out_region);
-  uint64_t need = in + calls * s->out_region + KC_WORKER_OVERHEAD;
+  uint64_t in = kc_args_region_bytes(&s->spec, false) * s->n_sets;
+  uint64_t need = in + 2 * s->out_region + KC_WORKER_OVERHEAD;
   if (need <= limit)
     return 0;
   uint32_t big = 0;
@@ -390,10 +391,9 @@ static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *er
   kc_args_format(&one, name, sizeof name);
   return kc_error_set(err, 0,
                       "--args: tensor %u (%s, %.1f MiB) does not fit: the inputs of %u sets and "
-                      "the outputs of %llu calls need %.1f MiB in the measuring worker, over its "
+                      "the outputs of two calls need %.1f MiB in the measuring worker, over its "
                       "memory limit of %.1f MiB (raise --memory or lower --sets)",
-                      big, name, (double)t->nbytes / (1 << 20), input_slots(s),
-                      (unsigned long long)calls, (double)need / (1 << 20),
+                      big, name, (double)t->nbytes / (1 << 20), s->n_sets, (double)need / (1 << 20),
                       (double)limit / (1 << 20));
 }
 

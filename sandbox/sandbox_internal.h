@@ -12,11 +12,6 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
-/* Inside uid/gid 0 is mapped to this host id when kcage runs as root, so the program
- * never holds a host-root credential (files it writes through a --bind are owned by
- * nobody on the host).  As an ordinary user the only possible map is the caller's id. */
-#define KC_SANDBOX_HOST_ID 65534
-
 /* Where the old root is reachable during setup (between the two halves of pivot). */
 #define KC_OLDROOT "/.kcage-oldroot"
 
@@ -85,6 +80,7 @@ struct kc_sandbox {
   int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;
   int fwd_out, fwd_err;
   int in_src, in_wr; /* a terminal stdin (not owned) fed to the program's stdin pipe */
+  kc_sandbox_ids ids; /* the host ids of its root; lock_fd >= 0 when taken by the sandbox */
   int cancel_fd; /* not owned */
   const kc_policy *policy;
   kc_limits lim;

@@ -64,31 +64,20 @@ static int write_file(const char *path, const char *s, kc_error *err) {
   return 0;
 }
 
-uid_t kc_sandbox_host_uid(void) {
-  return geteuid() == 0 ? KC_SANDBOX_HOST_ID : geteuid();
-}
-gid_t kc_sandbox_host_gid(void) {
-  return geteuid() == 0 ? KC_SANDBOX_HOST_ID : getegid();
-}
-
-/* Inside 0 -> host nobody as root (never host root); as a user, the only choice. */
-static int write_id_maps(pid_t pid, kc_error *err) {
+/* Inside 0 -> the sandbox's own host ids as root (never host root, never an id that
+ * anything else uses); as a user, the only choice is the caller's. */
+static int write_id_maps(pid_t pid, const kc_sandbox_ids *ids, kc_error *err) {
   char path[64], map[64];
-  uid_t uid = geteuid();
-  gid_t gid = getegid();
-  if (uid != 0) {
+  if (geteuid() != 0) {
     snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
     if (write_file(path, "deny", err) < 0)
       return -1;
-  } else {
-    uid = KC_SANDBOX_HOST_ID;
-    gid = KC_SANDBOX_HOST_ID;
   }
-  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)uid);
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)ids->uid);
   snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
   if (write_file(path, map, err) < 0)
     return -1;
-  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)gid);
+  snprintf(map, sizeof map, "0 %u 1\n", (unsigned)ids->gid);
   snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
   return write_file(path, map, err);
 }
@@ -164,6 +153,8 @@ void kc_sandbox_free(kc_sandbox *sb) {
   close_fd(&sb->out_rd);
   close_fd(&sb->err_rd);
   close_fd(&sb->in_wr);
+  /* Only now, with every process of the sandbox gone, may another take its ids. */
+  kc_sandbox_ids_release(&sb->ids);
   free(sb);
 }
 
@@ -366,7 +357,7 @@ static int clone_child(kc_sandbox *sb, const kc_sandbox_config *c, kc_plan *plan
  * (and kcage must not die of SIGPIPE on the way). */
 static int start_child(kc_sandbox *sb, const kc_plan *plan, int sync_wr, kc_error *err) {
   bool gone = false;
-  if (write_id_maps(sb->pid, err) < 0 || sync_send(sync_wr, 'm', &gone, err) < 0)
+  if (write_id_maps(sb->pid, &sb->ids, err) < 0 || sync_send(sync_wr, 'm', &gone, err) < 0)
     return kc_error_prefix(err, "start sandbox");
   if (!gone && sb->cg && kc_cgroup_attach(sb->cg, sb->pid, err) < 0) {
     if (!child_exited(sb->pidfd))
@@ -396,12 +387,24 @@ static void keep_fds(kc_sandbox *sb, spawn_fds *f) {
       fcntl(nonblocking[i], F_SETFL, O_NONBLOCK);
 }
 
-static kc_sandbox *sandbox_new(const kc_sandbox_config *c) {
+/* A sandbox with its own host ids: the caller's, or a slot of the reserved range held
+ * until kc_sandbox_free (every process of the sandbox gone). */
+static kc_sandbox *sandbox_new(const kc_sandbox_config *c, kc_error *err) {
   kc_sandbox *sb = calloc(1, sizeof *sb);
-  if (!sb)
+  if (!sb) {
+    kc_error_set(err, ENOMEM, "sandbox");
     return NULL;
+  }
   sb->sync_wr = sb->pidfd = sb->report_rd = sb->status_rd = sb->sock_rd = sb->listener = -1;
   sb->out_rd = sb->err_rd = sb->in_src = sb->in_wr = -1;
+  sb->ids.lock_fd = -1;
+  if (c->ids) {
+    sb->ids = *c->ids;
+    sb->ids.lock_fd = -1; /* the caller's to release */
+  } else if (kc_sandbox_ids_acquire(&sb->ids, err) < 0) {
+    free(sb);
+    return NULL;
+  }
   sb->fwd_out = c->stdout_fd;
   sb->fwd_err = c->stderr_fd;
   sb->cancel_fd = c->cancel_fd;
@@ -425,9 +428,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   if (!c->argv || !c->argv[0] || !c->argv[0][0])
     return kc_error_set(err, EINVAL, "no program to run");
   const kc_policy_spec *spec = c->policy ? kc_policy_get_spec(c->policy) : NULL;
-  __attribute__((cleanup(sandbox_freep))) kc_sandbox *sb = sandbox_new(c);
+  __attribute__((cleanup(sandbox_freep))) kc_sandbox *sb = sandbox_new(c, err);
   if (!sb)
-    return kc_error_set(err, ENOMEM, "sandbox");
+    return -1;
   effective_limits(c, spec, &sb->lim);
   __attribute__((cleanup(plan_free))) kc_plan plan;
   if (make_plan(c, spec, &sb->lim, &plan, err) < 0 || maybe_cgroup(sb, c, &plan, err) < 0)

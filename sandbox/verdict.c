@@ -18,10 +18,12 @@ static void human_size(uint64_t b, char *buf, size_t len) {
 
 /* The limits first (a limit is why the program failed, whatever signal ended it), then
  * what the parent killed it for, then the program's own end. */
-static kc_status decide(const kc_verdict_facts *f, bool cpu_hit, bool failed) {
+static kc_status decide(const kc_verdict_facts *f, bool cpu_hit) {
   if (f->oom)
     return KC_STATUS_MEMORY;
-  if (f->pids_hit && failed)
+  /* a fork or thread of the tree was refused, even if the program coped and exited 0
+   * (as an OOM-killed child is memory) */
+  if (f->pids_hit)
     return KC_STATUS_PIDS;
   if (f->killed == KC_KILLED_SYSCALL)
     return KC_STATUS_SYSCALL;
@@ -93,14 +95,13 @@ static void describe(const kc_verdict_facts *f, kc_result *res) {
 void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res) {
   res->exit_code = f->signal ? -1 : f->exit_code;
   res->signal = f->signal;
-  bool failed = f->signal != 0 || f->exit_code != 0;
   const kc_limits *l = f->lim;
   /* RLIMIT_CPU is the backstop behind the parent's polling: its SIGXCPU, or a SIGKILL
    * past the limit, is the CPU limit too */
   bool cpu_hit = f->killed == KC_KILLED_CPU ||
                  (l && l->cpu_s > 0 &&
                   (f->signal == SIGXCPU || (f->signal == SIGKILL && res->cpu_s >= l->cpu_s)));
-  res->status = decide(f, cpu_hit, failed);
+  res->status = decide(f, cpu_hit);
   res->syscall[0] = '\0';
   if (res->status == KC_STATUS_SYSCALL && f->syscall)
     snprintf(res->syscall, sizeof res->syscall, "%s", f->syscall);

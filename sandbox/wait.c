@@ -5,8 +5,10 @@
  * wall deadline is the poll timeout; CPU time of the whole tree is polled from the
  * cgroup (RLIMIT_CPU is only a backstop); output is counted as it is forwarded.
  *
- * Verdict priority (exact, docs/contracts.md): memory (OOM-kill counter delta), pids
- * (pids.max hits delta AND the program failed), syscall (a seccomp notification),
+ * Verdict priority (exact, docs/contracts.md; sandbox/verdict.c): memory (OOM-kill
+ * counter delta), pids (pids.max hits delta: a fork or thread of the tree was refused,
+ * even if the program coped and exited 0, as an OOM-killed child is memory), syscall
+ * (a seccomp notification),
  * timeout cpu, timeout wall, output, signaled, exited/ok.  The tree is killed and the
  * cgroup read before it is removed. */
 #include "kcage/sandbox_parts.h"

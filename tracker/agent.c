@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -421,6 +422,10 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
                                 .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
+    if (rc < 0) { /* the operator sees why a session ended early (a refused key, say) */
+      char shown[KC_ERROR_MSG_MAX * 4];
+      logf_(a, "session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+    }
     _exit(rc < 0 ? 1 : 0);
   }
   close(fd);
@@ -471,22 +476,13 @@ static bool hs_reply(int fd, uint32_t code, const char *key) {
 
 /* A complete "client:<matchkey>[ -timeout=N]": the session starts, or MISMATCH. */
 static void hs_done(kc_agent *a, int fd, char *key) {
-  char want[KC_TRACKER_MAX_MATCHKEY + 16];
-  snprintf(want, sizeof want, "client:%s", a->matchkey);
-  size_t tok = strcspn(key, " \t\n");
-  bool match = a->child <= 0 && !a->put_pending && tok == strlen(want) && !strncmp(key, want, tok);
+  double timeout_s = 0;
+  bool match = a->child <= 0 && !a->put_pending && kc_rpc_client_key(key, a->matchkey, &timeout_s);
   if (!match) {
     hs_reply(fd, KC_RPC_CODE_MISMATCH, NULL);
     logf_(a, "handshake mismatch");
     close(fd);
     return;
-  }
-  double timeout_s = 0;
-  const char *t = strstr(key + tok, "-timeout=");
-  if (t) {
-    timeout_s = strtod(t + 9, NULL);
-    if (!isfinite(timeout_s) || timeout_s < 0)
-      timeout_s = 0;
   }
   char sk[KC_TRACKER_MAX_KEY + 16];
   snprintf(sk, sizeof sk, "server:%s", a->o.key);

@@ -422,6 +422,15 @@ static json_t *number(double v) {
   return json_real(v);
 }
 
+/* A host or matchkey from the tracker goes into connect calls and error messages: no
+ * control characters (no real address or key has any). */
+static bool plain(const json_t *v) {
+  for (const unsigned char *p = (const unsigned char *)json_string_value(v); p && *p; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      return false;
+  return true;
+}
+
 int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority, double timeout_s,
                              kc_lease *lease, kc_error *err) {
   json_t *msg = json_pack("[i, s, s, o]", KC_TRK_REQUEST, key, "", number(priority)), *r = NULL;
@@ -440,8 +449,8 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
               : json_is_string(p) ? strtol(json_string_value(p), NULL, 10)
                                   : -1;
   if (!json_is_array(r) || json_integer_value(json_array_get(r, 0)) != KC_TRK_SUCCESS ||
-      !json_is_string(h) || !json_is_string(m) || port <= 0 || port > 65535 ||
-      json_string_length(h) >= sizeof lease->host ||
+      !json_is_string(h) || !json_is_string(m) || !plain(h) || !plain(m) || port <= 0 ||
+      port > 65535 || json_string_length(h) >= sizeof lease->host ||
       json_string_length(m) >= sizeof lease->matchkey) {
     char *t = json_dumps(r, KC_TRACKER_JSON_FLAGS);
     kc_error_set(err, EPROTO, "Invalid return value %s", t ? t : "?");

@@ -269,3 +269,16 @@ int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *plen,
   r->taken = 4 + (size_t)n;
   return 1;
 }
+
+bool kc_rpc_client_key(const char *key, const char *matchkey, double *timeout_s) {
+  *timeout_s = 0;
+  size_t tok = strcspn(key, " \t\n"), ml = strlen(matchkey);
+  if (tok != 7 + ml || strncmp(key, "client:", 7) || strncmp(key + 7, matchkey, ml))
+    return false;
+  const char *t = strstr(key + tok, "-timeout=");
+  if (t) {
+    double v = strtod(t + 9, NULL);
+    *timeout_s = isfinite(v) && v > 0 ? v : 0;
+  }
+  return true;
+}

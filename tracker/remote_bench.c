@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kcage/measure.h"
 #include "kcage/escape.h"
+#include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
@@ -56,9 +57,20 @@ static const struct field {
   const char *name;
   bool (*ok)(const json_t *);
 } fields[] = {
-    {"run_secs", run_secs_ok},   {"median_s", seconds_ok}, {"min_s", seconds_ok},
-    {"cv", seconds_ok},          {"number", count_ok},     {"repeat", count_ok},
-    {"max_abs_err", seconds_ok}, {"build_s", seconds_ok},
+    {"run_secs", run_secs_ok},
+    {"median_s", seconds_ok},
+    {"min_s", seconds_ok},
+    {"cv", seconds_ok},
+    {"number", count_ok},
+    {"repeat", count_ok},
+    {"max_abs_err", seconds_ok},
+    {"build_s", seconds_ok},
+    {"mean_s", seconds_ok},
+    {"stddev_s", seconds_ok},
+    {"max_s", seconds_ok},
+    {"warmup_secs", run_secs_ok},
+    {"reference_median_s", seconds_ok},
+    {"speedup", seconds_ok},
 };
 
 static const struct field *known(const char *k) {
@@ -113,8 +125,8 @@ static json_t *decode_one(const json_t *rec, const char *kernel, const char *pee
     const struct field *f = known(k);
     if (f ? !f->ok(v) || json_object_set(out, k, v) < 0 : copy_extra(out, k, v, &nextra) < 0) {
       json_decref(out);
-      char what[128];
-      snprintf(what, sizeof what, "field %.64s is out of shape", k);
+      char what[320], name[260];
+      snprintf(what, sizeof what, "field %s is out of shape", kc_escape(k, name, sizeof name));
       return bad(err, peer, i, what), NULL;
     }
   }

@@ -38,8 +38,10 @@
 #define MAX_INFO_FIELDS 64
 #define MAX_INFO_BYTES 16384
 /* All connections' buffers together: a flood of half-sent 1 MiB frames cannot take
- * the tracker's memory. */
+ * the tracker's memory.  Buffers up to SMALL_BUFFER (every message TVM's peers send)
+ * stay outside the budget, so hogs near it cannot lock out a newcomer's small frame. */
 #define MAX_BUFFERED_BYTES (256u << 20)
+#define SMALL_BUFFER 4096
 
 struct conn;
 struct keyq;
@@ -108,7 +110,8 @@ struct kc_tracker_server {
   struct conn *dead;
   bool stopping;
   size_t max_frame;
-  size_t buffered; /* sum of every connection's in+out buffer capacity */
+  size_t buffered;     /* sum of every connection's in+out buffer capacity */
+  size_t max_buffered; /* o.max_buffered or MAX_BUFFERED_BYTES */
 };
 
 void kc_tracker_opts_init(kc_tracker_opts *o) {
@@ -402,7 +405,8 @@ static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size
     size_t cap = c->out_cap ? c->out_cap : 1024;
     while (cap < c->out_len + rest)
       cap *= 2;
-    char *nb = s->buffered + (cap - c->out_cap) > MAX_BUFFERED_BYTES ? NULL : realloc(c->out, cap);
+    bool over = cap > SMALL_BUFFER && s->buffered + (cap - c->out_cap) > s->max_buffered;
+    char *nb = over ? NULL : realloc(c->out, cap);
     if (!nb) {
       conn_kill(s, c);
       return -1;
@@ -681,7 +685,7 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     return;
   }
   s->buffered += c->rd.cap - cap0;
-  if (c->rd.cap > cap0 && s->buffered > MAX_BUFFERED_BYTES) {
+  if (c->rd.cap > cap0 && c->rd.cap > SMALL_BUFFER && s->buffered > s->max_buffered) {
     conn_kill(s, c);
     return;
   }
@@ -876,6 +880,7 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
   if (s->o.handshake_s <= 0)
     s->o.handshake_s = 5;
   s->max_frame = o->max_frame ? o->max_frame : KC_TRACKER_MAX_FRAME;
+  s->max_buffered = o->max_buffered ? o->max_buffered : MAX_BUFFERED_BYTES;
   s->nbuckets = 4096;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
   if (o->stop_key) {

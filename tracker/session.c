@@ -13,8 +13,8 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
-#include "kcage/measure.h"
 #include "kcage/escape.h"
+#include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -64,6 +64,15 @@ int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err) {
   return 0;
 }
 
+/* An authentication refusal: EACCES for callers, and a message without strerror's
+ * words, since it also goes to the peer. */
+static int denied(kc_error *err, const char *msg) {
+  kc_error_set(err, 0, "%s", msg);
+  if (err)
+    err->code = EACCES;
+  return -1;
+}
+
 /* ---- client side ----------------------------------------------------------------- */
 
 struct kc_session {
@@ -105,9 +114,9 @@ static int client_auth(kc_session *s, const kc_auth_key *auth, const char *nonce
   const char *an = json_string_value(json_object_get(a, "nonce"));
   const char *mac = json_string_value(json_object_get(a, "mac"));
   if (!a)
-    return kc_error_set(err, EACCES, "refused: it did not prove the auth key (it has none)");
+    return denied(err, "refused: it did not prove the auth key (it has none)");
   if (!kc_auth_check(auth, true, nonce, an, mac))
-    return kc_error_set(err, EACCES, "refused: it did not prove the auth key (wrong key)");
+    return denied(err, "refused: it did not prove the auth key (wrong key)");
   char mine[KC_AUTH_HEX + 1];
   kc_auth_mac(auth, false, nonce, an, mine);
   json_t *m = json_pack("{s:s, s:s}", "op", "auth", "mac", mine), *r = NULL;
@@ -414,7 +423,7 @@ static json_t *do_hello(struct serve_state *st, json_t *m, kc_error *err) {
   const kc_session_serve_opts *o = st->o;
   const char *cn = json_string_value(json_object_get(json_object_get(m, "auth"), "nonce"));
   if (o->auth && !kc_auth_hex_ok(cn)) {
-    kc_error_set(err, EACCES, "this device agent requires authentication (--auth-key)");
+    denied(err, "this device agent requires authentication (--auth-key)");
     return NULL;
   }
   json_t *reply = json_pack("{s:s, s:i, s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION,
@@ -439,7 +448,7 @@ static json_t *do_auth(struct serve_state *st, json_t *m, kc_error *err) {
   const char *mac = json_string_value(json_object_get(m, "mac"));
   if (!st->o->auth || !st->agent_nonce[0] ||
       !kc_auth_check(st->o->auth, false, st->client_nonce, st->agent_nonce, mac)) {
-    kc_error_set(err, EACCES, "authentication failed: the client did not prove the auth key");
+    denied(err, "authentication failed: the client did not prove the auth key");
     return NULL;
   }
   st->authed = true;
@@ -454,7 +463,7 @@ static json_t *dispatch(struct serve_state *st, const char *op, json_t *m, kc_er
   if (!strcmp(op, "auth"))
     return do_auth(st, m, err);
   if (st->o->auth && !st->authed) {
-    kc_error_set(err, EACCES, "this device agent requires authentication (--auth-key)");
+    denied(err, "this device agent requires authentication (--auth-key)");
     return NULL;
   }
   if (!strcmp(op, "file"))

@@ -77,7 +77,8 @@ static void *lookup(const char *spec, size_t len, char *error, size_t cap) {
   buf[len] = 0;
   char *colon = strrchr(buf, ':');
   if (!colon || colon == buf || !colon[1]) {
-    snprintf(error, cap, "unknown handler '%s' (built-ins: echo, exec%s; or lib.so:symbol)", buf,
+    snprintf(error, cap,
+             "unknown handler '%s' (built-ins: echo, exec, python%s; or lib.so:symbol)", buf,
              g_builtins && g_builtins->name ? ", measure" : "");
     return NULL;
   }
@@ -123,6 +124,8 @@ kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, siz
     return h_exec;
   if (IS("@init"))
     return h_init;
+  if (IS("python"))
+    return kc_handler_python;
 #undef IS
   for (const kc_builtin *b = g_builtins; b && b->name; b++)
     if (strlen(b->name) == len && !memcmp(name, b->name, len))

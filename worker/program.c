@@ -8,7 +8,7 @@
 #include "worker_internal.h"
 
 /* kcage-worker zygote FD [--policy NAME] [--fs] [--ro-bind|--bind SRC:DST]...
- * [--tmpfs DST[:SIZE]]... */
+ * [--tmpfs DST[:SIZE]]... [--python LIBPYTHON BOOT_SOURCE] */
 int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
   kc_handlers_set_builtins(builtins);
   if (argc < 3 || strcmp(argv[1], "zygote")) {
@@ -32,6 +32,11 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
     char *v = argv[++i];
     if (!strcmp(o, "--policy")) {
       a.policy = v;
+      continue;
+    }
+    if (!strcmp(o, "--python") && i + 1 < argc) {
+      a.python_lib = v;
+      a.python_boot = argv[++i];
       continue;
     }
     if (a.n_mounts == sizeof mounts / sizeof mounts[0])

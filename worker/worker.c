@@ -64,7 +64,7 @@ typedef struct pending {
 
 struct kc_worker {
   kc_worker_opts o;
-  char *initializer, *policy, *worker_path;
+  char *initializer, *policy, *worker_path, *python_lib, *python_boot;
   void *initargs;
   kc_mount *mounts; /* deep copy of opts.mounts: callers may pass a stack array */
   kc_zygote *zyg;
@@ -199,6 +199,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->policy =
       dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
   w->worker_path = dupstr(w->o.worker_path);
+  w->python_lib = dupstr(w->o.python_lib);
+  w->python_boot = dupstr(w->o.python_boot);
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
@@ -225,6 +227,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->o.initializer = w->initializer;
   w->o.policy = w->policy;
   w->o.worker_path = w->worker_path;
+  w->o.python_lib = w->python_lib;
+  w->o.python_boot = w->python_boot;
   w->o.initargs = w->initargs;
   if (!w->o.max_arg_bytes)
     w->o.max_arg_bytes = 1u << 20;
@@ -1013,6 +1017,8 @@ void kc_worker_free(kc_worker *w) {
   free(w->initializer);
   free(w->policy);
   free(w->worker_path);
+  free(w->python_lib);
+  free(w->python_boot);
   free(w->initargs);
   free(w->q);
   free(w);

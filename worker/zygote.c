@@ -190,6 +190,9 @@ int kc_zygote_main(const kc_zygote_args *a) {
   } else if (a->setup_fs && enter_fs(a, zp ? zp->pol : NULL, &err) < 0) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
+  } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, &err) < 0) {
+    hello.pid = -(err.code ? err.code : EINVAL);
+    snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
   }
   if (kc_send_fds(ctl, &hello, sizeof hello, NULL, 0) < 0 || hello.pid < 0)
     return 1;

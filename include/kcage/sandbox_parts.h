@@ -87,7 +87,7 @@ typedef struct kc_verdict_facts {
 } kc_verdict_facts;
 
 /* Fill res's status, exit_code, signal, syscall, limit and message by the one
- * priority: memory, pids (when the program failed), syscall, CPU time, wall clock,
+ * priority: memory, pids, syscall, CPU time, wall clock,
  * cancel, output, then the program's own end (SIGSYS = syscall).  res->cpu_s must
  * already hold the run's CPU time. */
 void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);

@@ -8,8 +8,9 @@
  * v0.25), every message shape is validated and a bad one closes only its own
  * connection, servers whose connection dies are removed at once (with or without
  * UPDATE_INFO), silent peers are expired by TCP keepalive/user-timeout, a REQUEST whose
- * client left stops counting as pending, replies go out in one write with TCP_NODELAY
- * and the listen backlog is SOMAXCONN. */
+ * client left stops counting as pending, replies go out in one write with TCP_NODELAY,
+ * the listen backlog is SOMAXCONN, connections that never send the magic are dropped
+ * (first at the fd limit) and empty keys give way when the key table fills. */
 #ifndef KCAGE_TRACKER_H
 #define KCAGE_TRACKER_H
 
@@ -92,6 +93,7 @@ typedef struct kc_tracker_opts {
   uint16_t port_end;    /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
   const char *stop_key; /* the key STOP must carry; NULL = a random one */
   size_t max_frame;     /* 0 = KC_TRACKER_MAX_FRAME */
+  size_t max_buffered;  /* all connections' large buffers together; 0 = 256 MiB */
   double keepalive_s;   /* silent peers are dropped after about this; 0 = 15 */
   double handshake_s;   /* a connection without the magic by then is dropped; 0 = 5 */
   bool verbose;         /* log connections to stderr */
@@ -160,6 +162,10 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
  * returns the connected fd (the data plane follows). */
 int kc_rpc_connect(const char *host, uint16_t port, const char *matchkey, double session_timeout_s,
                    double timeout_s, char *server_key, size_t server_key_len, kc_error *err);
+
+/* The server side: does the key a client sent ("client:<matchkey>[ -timeout=N]") name
+ * this matchkey?  *timeout_s gets N (0 when absent or not a positive number). */
+bool kc_rpc_client_key(const char *key, const char *matchkey, double *timeout_s);
 
 /* TVM's TrackerSession.request: up to max_retry attempts of REQUEST + connect +
  * handshake.  *fd = the connected device session.  Error text follows TVM's

@@ -1,6 +1,8 @@
 /* Exits 0 although a limit fired.  argv[2] "memory": a child touches 1 GiB (OOM-killed
- * under --memory) and the parent reports success anyway; "output": writes 1 MiB and
- * exits 0 at once.  Expected: the limit's verdict and an exit status that is not 0. */
+ * under --memory) and the parent reports success anyway; "pids": forks until fork
+ * fails, then ends its children and exits 0; "output": writes 1 MiB and exits 0 at
+ * once.  Expected: the limit's verdict and an exit status that is not 0. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
@@ -29,6 +31,25 @@ int main(int argc, char **argv) {
       _exit(0);
     }
     waitpid(c, NULL, 0);
+    return 0;
+  }
+  if (!strcmp(argv[2], "pids")) {
+    pid_t kids[4096];
+    int n = 0;
+    while (n < 4096) {
+      pid_t c = fork();
+      if (c < 0)
+        break;
+      if (c == 0) {
+        pause();
+        _exit(0);
+      }
+      kids[n++] = c;
+    }
+    for (int i = 0; i < n; i++) {
+      kill(kids[i], SIGKILL);
+      waitpid(kids[i], NULL, 0);
+    }
     return 0;
   }
   static char buf[1 << 20];

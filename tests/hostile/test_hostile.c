@@ -215,6 +215,10 @@ static void test_limit_exit(void **s) {
   run_case(&o, "h_limit_ok", mem, "memory");
   expect(&o, "memory", 137);
   json_decref(o.report);
+  const char *pids[] = {"--pids", "16", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", pids, "pids");
+  expect(&o, "pids", 137);
+  json_decref(o.report);
   const char *out[] = {"--output", "1K", "--wall", "20", NULL};
   run_case(&o, "h_limit_ok", out, "output");
   expect(&o, "output", 137);

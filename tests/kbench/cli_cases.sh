@@ -63,6 +63,13 @@ escaped_build_error)
   fi
   grep -q 'build_error' "$tmp/out" && grep -qF '\e[32mok 99.99x' "$tmp/out"
   ;;
+cache_dir_refused)
+  # A cache directory others can write (or someone else owns) is refused up front, in
+  # one line naming it, and nothing is written into it.
+  mkdir -m 0777 "$tmp/open" && chmod 0777 "$tmp/open"
+  bad "$tmp/open: writable by others" --cache-dir "$tmp/open" --args "$small" "$ex/naive.c"
+  [[ -z $(ls -A "$tmp/open") ]] || { echo "FAIL: something was written"; exit 1; }
+  ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)

@@ -36,6 +36,10 @@ static int setup(void **state) {
   snprintf(f->tracker, sizeof f->tracker, "127.0.0.1:%u", f->t.port);
   snprintf(f->dir, sizeof f->dir, "/tmp/kc-fleet-XXXXXX");
   assert_non_null(mkdtemp(f->dir));
+  /* The agents' scratch goes here (sandboxes must traverse it), and they sweep only
+   * here: other agents' leftovers in /tmp are not ours to judge. */
+  chmod(f->dir, 0711);
+  setenv("TMPDIR", f->dir, 1);
   FILE *af = fopen(KC_EXAMPLES "/ARGS", "r");
   assert_non_null(af);
   assert_non_null(fgets(f->args, sizeof f->args, af));
@@ -49,6 +53,7 @@ static int teardown(void **state) {
   fleet *f = *state;
   proc_stop(&f->agent);
   trk_stop(&f->t);
+  unsetenv("TMPDIR");
   char cmd[128];
   snprintf(cmd, sizeof cmd, "rm -rf %s", f->dir);
   assert_int_equal(system(cmd), 0);

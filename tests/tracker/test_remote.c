@@ -322,6 +322,26 @@ static void test_auth_no_kernel_to_unproven_agent(void **state) {
   trk_stop(&t);
 }
 
+/* A lease whose address holds control characters (any peer can PUT one) is refused
+ * before it reaches a connect call or an error message. */
+static void test_lease_with_control_characters(void **state) {
+  (void)state;
+  trk_srv t;
+  trk_start(&t);
+  int srv = raw_connect(t.port, true);
+  raw_call_expect(srv, "[3, \"esc\", [9000, \"esc:0.1\"], \"h\\u001b[2J\"]", "0");
+  kc_tracker_conn *c;
+  kc_error err = {0};
+  kc_lease lease;
+  assert_int_equal(kc_tracker_connect("127.0.0.1", t.port, 5, &c, &err), 0);
+  assert_int_equal(kc_tracker_request_lease(c, "esc", 1, 5, &lease, &err), -1);
+  assert_non_null(strstr(err.msg, "Invalid return value"));
+  assert_null(strchr(err.msg, 0x1b));
+  kc_tracker_close(c);
+  close(srv);
+  trk_stop(&t);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -332,6 +352,7 @@ int main(void) {
       cmocka_unit_test(test_rogue_agent_replies),
       cmocka_unit_test(test_build_options_on_the_wire),
       cmocka_unit_test(test_auth_no_kernel_to_unproven_agent),
+      cmocka_unit_test(test_lease_with_control_characters),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
