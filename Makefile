@@ -1,10 +1,11 @@
-# Thin wrapper: everything real is in CMake.  `make demo`, `make check`, `make bench`.
+# Thin wrapper: everything real is in CMake.  `make demo`, `make check`, `make bench`,
+# `make python`.
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo check check-asan bench install clean format
+.PHONY: all deps configure build demo check check-asan check-python python bench install clean format
 
 all: build
 
@@ -26,7 +27,17 @@ demo: build
 # libFuzzer targets and runs them briefly).
 check: build
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS)
+	$(MAKE) check-python
 	$(MAKE) check-asan
+
+# The Python package: $(BUILD)/venv with kcage installed for development and the pinned
+# test dependencies (apache-tvm, cloudpickle, pytest); its tests (the differential suite
+# against TVM's own popen_pool; `PYTEST_ARGS= make check-python` adds the slow tuning).
+python: build
+	./scripts/python-venv.sh $(BUILD)
+
+check-python: build
+	./scripts/python-check.sh $(BUILD)
 
 check-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DKC_SANITIZE=ON -DKC_FUZZ=ON $(CMAKE_ARGS)

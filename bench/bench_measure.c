@@ -1,9 +1,9 @@
-/* bench_measure (issue 4): what `kcage bench` costs and how true its times are.
+/* bench_measure: what `kcage bench` costs and how true its times are.
  *  1. A fixed-work kernel (a dependent floating-point chain: no memory traffic, no
  *     branches to mispredict) timed by kcage (sandboxed worker, parent clock, poison,
  *     rotation, checks) and the same .so timed unsandboxed in this process with the
  *     same per-call code path and the same `number`, alternating, in the same run.
- *     Target (DESIGN.md §4): medians within 1 %.
+ *     Target: medians within 1 %.
  *  2. End-to-end trials per second (build + measure) for a batch of small generated
  *     kernels on this machine, with a cold build cache and with a warm one. */
 #include <math.h>
@@ -14,7 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../worker/measure_internal.h"
+#include "../measure/measure_internal.h"
 #include "bench_common.h"
 #include "kcage/measure.h"
 

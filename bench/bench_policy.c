@@ -18,7 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/seccomp.h"
 #include "bench_common.h"
 #include "kcage/policy.h"
 

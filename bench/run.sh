@@ -13,5 +13,14 @@ for b in "$build"/bench/bench_*; do
   "$b" || { echo "bench: $(basename "$b") failed" >&2; status=1; }
   echo
 done
+# The Python drop-in against TVM's own popen_pool (needs `make python`).
+if [ -x "$build/venv/bin/python" ]; then
+  echo "== bench_python"
+  KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.0" "$build/venv/bin/python" bench/bench_python.py ||
+    { echo "bench: bench_python failed" >&2; status=1; }
+  echo
+else
+  echo "== bench_python: skipped (no $build/venv: run make python)"
+fi
 echo "all figures: $KC_BENCH_DIR/results.json"
 exit $status

@@ -1,4 +1,4 @@
-/* `kcage agent`: a device agent for a TVM-compatible tracker (DESIGN.md §3.4). */
+/* `kcage agent`: a device agent for a TVM-compatible tracker (docs/contracts.md). */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -9,6 +9,7 @@
 #include "kcage/tracker.h"
 
 static kc_agent *g_agent;
+static kc_auth_key auth;
 
 static void on_signal(int sig) {
   (void)sig;
@@ -19,7 +20,9 @@ static void on_signal(int sig) {
 static void usage(FILE *out) {
   fprintf(out,
           "usage: kcage agent --tracker HOST:PORT --key KEY [--host H] [--port P] [--port-end E]\n"
-          "                   [--custom-addr A] [--workers N] [--verbose]\n\n"
+          "                   [--custom-addr A] [--workers N] [--auth-key FILE]\n"
+          "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
+          "                   [--verbose]\n\n"
           "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
           "TVM's rpc_server, and serve kcage sessions: kernels uploaded by `kcage bench\n"
           "--tracker` are built and timed here, each session in its own sandboxed pool.\n\n"
@@ -30,8 +33,45 @@ static void usage(FILE *out) {
           "  --port-end E         last port to try + 1 (default 9199)\n"
           "  --custom-addr A      address the tracker hands to clients (NAT, containers)\n"
           "  --workers N          measuring workers per session (default: CPUs)\n"
+          "  --auth-key FILE      serve only clients that prove this shared key (a file\n"
+          "                       only you can read, 16+ bytes), and prove it to them\n"
+          "  --max-memory SIZE    cap on a session's --memory and --build-memory\n"
+          "  --max-timeout SEC    cap on a session's --timeout and --build-timeout\n"
+          "  --max-session SEC    cap on a session's length, also when it asks for none\n"
+          "                       (requests above a cap are lowered; records say so in\n"
+          "                       their \"clamped\" field)\n"
           "  --verbose            log registrations and sessions to stderr\n"
           "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
+}
+
+/* --auth-key and the operator caps. */
+static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
+  kc_error err = {0};
+  double d;
+  switch (ch) {
+  case 'A':
+    if (kc_auth_key_load(arg, &auth, &err) < 0) {
+      kc_cli_error("agent", "%s", err.msg);
+      return -1;
+    }
+    o->auth = &auth;
+    return 0;
+  case 'M':
+    if (kc_cli_parse_size(arg, &o->caps.max_memory_bytes) < 0 ||
+        o->caps.max_memory_bytes < (16u << 20)) {
+      kc_cli_error("agent", "--max-memory %s: want a size of at least 16M", arg);
+      return -1;
+    }
+    return 0;
+  default:
+    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0) {
+      kc_cli_error("agent", "%s %s: want seconds > 0",
+                   ch == 'T' ? "--max-timeout" : "--max-session", arg);
+      return -1;
+    }
+    *(ch == 'T' ? &o->caps.max_timeout_s : &o->caps.max_session_s) = d;
+    return 0;
+  }
 }
 
 int kc_cmd_agent(int argc, char **argv) {
@@ -49,6 +89,10 @@ int kc_cmd_agent(int argc, char **argv) {
                                         {"workers", required_argument, 0, 'w'},
                                         {"reput", required_argument, 0, 'r'},
                                         {"verbose", no_argument, 0, 'v'},
+                                        {"auth-key", required_argument, 0, 'A'},
+                                        {"max-memory", required_argument, 0, 'M'},
+                                        {"max-timeout", required_argument, 0, 'T'},
+                                        {"max-session", required_argument, 0, 'S'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   uint64_t v;
@@ -101,6 +145,13 @@ int kc_cmd_agent(int argc, char **argv) {
       break;
     case 'v':
       o.verbose = true;
+      break;
+    case 'A':
+    case 'M':
+    case 'T':
+    case 'S':
+      if (fleet_option(ch, optarg, &o) < 0)
+        return KC_EXIT_USAGE;
       break;
     case 'h':
       usage(stdout);

@@ -2,10 +2,23 @@
 #ifndef KCAGE_CLI_H
 #define KCAGE_CLI_H
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
-/* DESIGN.md §3.1: errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage. */
+/* Errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage.  `kcage run`
+ * is the exception: its program's own status 2 must stay distinguishable, so its usage
+ * errors exit 125, like every other failure of kcage itself there. */
 #define KC_EXIT_USAGE 2
+#define KC_EXIT_RUN_FAILED 125
+
+/* The subcommands, one file each (cli/<name>.c); argv[0] is the subcommand's name. */
+int kc_cmd_run(int argc, char **argv);
+int kc_cmd_bench(int argc, char **argv);
+int kc_cmd_policy(int argc, char **argv);
+int kc_cmd_tracker(int argc, char **argv);
+int kc_cmd_agent(int argc, char **argv);
+int kc_cmd_query(int argc, char **argv);
 
 void kc_cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -19,5 +32,13 @@ int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned 
                       uint16_t *out);
 /* Non-negative integer within [min, max].  Returns -1 on bad input. */
 int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
+
+/* limits.c: --limits-fallback rlimit|none (prints the usage error, returns -1), and
+ * the record's "limits" object: how each requested limit is enforced ("cgroup",
+ * "rlimit"; null when it would be refused). */
+int kc_cli_limits_fallback(const char *cmd, const char *arg);
+json_t *kc_cli_limits_json(bool memory, bool pids, bool cpus);
+/* record (a JSON object's text) with "limits" added; malloc'd, NULL on failure. */
+char *kc_cli_record_with_limits(const char *record, bool memory, bool pids, bool cpus);
 
 #endif

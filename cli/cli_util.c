@@ -1,5 +1,6 @@
 #include "cli.h"
 
+#include "kcage/escape.h"
 #include "kcage/units.h"
 
 #include <ctype.h>
@@ -9,13 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* Errors carry compiler, kernel and peer text: escaped, so they stay one line and
+ * send nothing to the terminal. */
 void kc_cli_error(const char *what, const char *fmt, ...) {
+  char msg[4096], shown[4 * sizeof msg];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "kcage: %s: ", what);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  fprintf(stderr, "kcage: %s: %s\n", what, kc_escape(msg, shown, sizeof shown));
 }
 
 int kc_cli_parse_size(const char *s, uint64_t *out) {

@@ -1,5 +1,5 @@
 /* The `kcage` command: dispatches to one file per subcommand (cli/<name>.c, each
- * defining kc_cmd_<name>).  Subcommands are weak so each lands with its own file. */
+ * defining kc_cmd_<name>, declared in cli.h). */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,10 +13,6 @@
   X(agent, "serve kcage sessions for a tracker (a device agent)")                                  \
   X(query, "print a tracker's queue status, like TVM's query_rpc_tracker")
 
-#define X(name, help) int kc_cmd_##name(int argc, char **argv) __attribute__((weak));
-KC_SUBCOMMANDS(X)
-#undef X
-
 struct subcommand {
   const char *name;
   int (*fn)(int, char **);
@@ -26,8 +22,7 @@ struct subcommand {
 static void usage(FILE *out, const struct subcommand *cmds, size_t n) {
   fprintf(out, "usage: kcage <command> [OPTIONS]\n\ncommands:\n");
   for (size_t i = 0; i < n; i++)
-    if (cmds[i].fn)
-      fprintf(out, "  %-8s %s\n", cmds[i].name, cmds[i].help);
+    fprintf(out, "  %-8s %s\n", cmds[i].name, cmds[i].help);
   fprintf(out, "\n`kcage <command> --help` describes each command.\n");
 }
 
@@ -51,7 +46,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < n; i++)
-    if (cmds[i].fn && !strcmp(argv[1], cmds[i].name))
+    if (!strcmp(argv[1], cmds[i].name))
       return cmds[i].fn(argc - 1, argv + 1);
   fprintf(stderr, "kcage: %s: unknown command (see `kcage --help`)\n", argv[1]);
   return KC_EXIT_USAGE;

@@ -1,4 +1,4 @@
-/* `kcage policy check FILE...` and `kcage policy show NAME|FILE` (DESIGN.md §3.2). */
+/* `kcage policy check FILE...` and `kcage policy show NAME|FILE` (docs/contracts.md). */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
@@ -17,7 +17,7 @@ static void usage(FILE *f) {
              "       policy syntax; --filter prints the compiled seccomp filter instead.\n"
              "\n"
              "NAME is a built-in profile (exec, build, measure, ...) looked up in\n"
-             "$KCAGE_POLICY_DIR, the source tree, then the installed policies; a value\n"
+             "$KCAGE_POLICY_DIR, then kcage's own policies (installed next to kcage); a value\n"
              "with a '/' or ending in .policy is a file.\n");
 }
 

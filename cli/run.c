@@ -1,5 +1,5 @@
 /* `kcage run [OPTIONS] -- PROGRAM [ARG...]`: one program in a fresh sandbox, with the
- * result record of DESIGN.md §3.1. */
+ * result record of docs/contracts.md. */
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
@@ -12,6 +12,7 @@
 
 #include "cli.h"
 #include "kcage/cgroup.h"
+#include "kcage/cleanup.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
@@ -38,10 +39,16 @@ static const char usage_text[] =
     "                       is otherwise PATH, HOME=/tmp, LANG=C.UTF-8)\n"
     "  --report FILE|-      write the result record as one JSON object ('-' = stdout,\n"
     "                       after the program's own output)\n"
+    "  --limits-fallback rlimit\n"
+    "                       where no delegated cgroup can hold --memory/--pids, enforce\n"
+    "                       them as rlimits (RLIMIT_AS per process, RLIMIT_NPROC) instead\n"
+    "                       of refusing to run; the record's \"limits\" names which\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
-    "limit fired; 125 when kcage failed; 126/127 program not executable / not found.\n"
+    "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
+    "executable / not found; 137 for a memory/pids/output/syscall verdict of a\n"
+    "program that itself exited 0.\n"
     "The result record: status (ok exited signaled timeout memory syscall pids output\n"
     "setup_error), exit_code, signal, signal_name, syscall, limit, cpu_s, wall_s,\n"
     "peak_memory_bytes, message.\n";
@@ -60,6 +67,7 @@ enum {
   OPT_CWD,
   OPT_ENV,
   OPT_REPORT,
+  OPT_LIMITS_FALLBACK,
 };
 
 static const struct option long_opts[] = {
@@ -76,169 +84,140 @@ static const struct option long_opts[] = {
     {"cwd", required_argument, NULL, OPT_CWD},
     {"env", required_argument, NULL, OPT_ENV},
     {"report", required_argument, NULL, OPT_REPORT},
+    {"limits-fallback", required_argument, NULL, OPT_LIMITS_FALLBACK},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
 
 static int bad(const char *opt, const char *val) {
   kc_cli_error("run", "invalid value for --%s: '%s' (see `kcage run --help`)", opt, val);
-  return KC_EXIT_USAGE;
+  return KC_EXIT_RUN_FAILED;
 }
 
-int kc_cmd_run(int argc, char **argv) {
-  const char *policy_name = "exec", *report = NULL;
+typedef struct run_args {
   kc_sandbox_config cfg;
-  kc_sandbox_config_init(&cfg);
-  kc_mount *mounts = calloc((size_t)argc, sizeof *mounts);
-  char **env = calloc((size_t)argc + 4, sizeof *env);
-  if (!mounts || !env) {
-    kc_cli_error("run", "out of memory");
-    return 125;
+  const char *policy_name, *report;
+  kc_mount *mounts;
+  char **env;
+  size_t n_mounts, n_env;
+} run_args;
+
+/* --ro-bind/--bind SRC[:DST] and --tmpfs DST[:SIZE]. */
+static int parse_mount(run_args *a, int c, char *arg) {
+  const char *opt = c == OPT_RO_BIND ? "ro-bind" : c == OPT_BIND ? "bind" : "tmpfs";
+  kc_mount *m = &a->mounts[a->n_mounts++];
+  char *colon = strchr(arg, ':');
+  if (colon)
+    *colon = '\0';
+  if (c == OPT_TMPFS) {
+    m->kind = KC_MOUNT_TMPFS;
+    if (colon && (kc_cli_parse_size(colon + 1, &m->size) < 0 || m->size == 0))
+      return bad(opt, colon + 1);
+    m->dst = arg;
+    return m->dst[0] == '/' ? 0 : bad(opt, arg);
   }
-  size_t n_mounts = 0, n_env = 0;
-  int rc = 125;
-  optind = 1;
-  opterr = 0;
-  int c;
-  while ((c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
-    uint64_t u;
-    double d;
-    switch (c) {
-    case 'h':
-      fputs(usage_text, stdout);
-      rc = 0;
-      goto done;
-    case OPT_POLICY:
-      policy_name = optarg;
-      break;
-    case OPT_MEMORY:
-      if (kc_cli_parse_size(optarg, &u) < 0 || u == 0) {
-        rc = bad("memory", optarg);
-        goto done;
-      }
-      cfg.limits.memory_bytes = u;
-      break;
-    case OPT_TIME:
-    case OPT_WALL:
-      if (kc_cli_parse_seconds(optarg, &d) < 0 || d <= 0) {
-        rc = bad(c == OPT_TIME ? "time" : "wall", optarg);
-        goto done;
-      }
-      *(c == OPT_TIME ? &cfg.limits.cpu_s : &cfg.limits.wall_s) = d;
-      break;
-    case OPT_PIDS:
-      if (kc_cli_parse_uint(optarg, 1, 1u << 22, &u) < 0) {
-        rc = bad("pids", optarg);
-        goto done;
-      }
-      cfg.limits.pids = (uint32_t)u;
-      break;
-    case OPT_CPUS:
-      if (kc_cli_parse_seconds(optarg, &d) < 0 || d <= 0 || d > 4096) {
-        rc = bad("cpus", optarg);
-        goto done;
-      }
-      cfg.limits.cpus = d;
-      break;
-    case OPT_OUTPUT:
-      if (kc_cli_parse_size(optarg, &u) < 0) {
-        rc = bad("output", optarg);
-        goto done;
-      }
-      cfg.limits.output_bytes = u;
-      break;
-    case OPT_RO_BIND:
-    case OPT_BIND: {
-      kc_mount *m = &mounts[n_mounts++];
-      m->kind = c == OPT_RO_BIND ? KC_MOUNT_RO_BIND : KC_MOUNT_BIND;
-      char *colon = strchr(optarg, ':');
-      if (colon)
-        *colon = '\0';
-      m->src = optarg;
-      m->dst = colon ? colon + 1 : optarg;
-      if (!*m->src || m->dst[0] != '/') {
-        rc = bad(c == OPT_RO_BIND ? "ro-bind" : "bind", optarg);
-        goto done;
-      }
-      break;
-    }
-    case OPT_TMPFS: {
-      kc_mount *m = &mounts[n_mounts++];
-      m->kind = KC_MOUNT_TMPFS;
-      char *colon = strchr(optarg, ':');
-      if (colon) {
-        *colon = '\0';
-        if (kc_cli_parse_size(colon + 1, &m->size) < 0 || m->size == 0) {
-          rc = bad("tmpfs", colon + 1);
-          goto done;
-        }
-      }
-      m->dst = optarg;
-      if (m->dst[0] != '/') {
-        rc = bad("tmpfs", optarg);
-        goto done;
-      }
-      break;
-    }
-    case OPT_CWD:
-      if (optarg[0] != '/') {
-        rc = bad("cwd", optarg);
-        goto done;
-      }
-      cfg.cwd = optarg;
-      break;
-    case OPT_ENV:
-      if (!strchr(optarg, '=') || optarg[0] == '=') {
-        rc = bad("env", optarg);
-        goto done;
-      }
-      env[n_env++] = optarg;
-      break;
-    case OPT_REPORT:
-      report = optarg;
-      break;
-    default:
-      kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
-                   argv[optind - 1]);
-      rc = KC_EXIT_USAGE;
-      goto done;
-    }
+  m->kind = c == OPT_RO_BIND ? KC_MOUNT_RO_BIND : KC_MOUNT_BIND;
+  m->src = arg;
+  m->dst = colon ? colon + 1 : arg;
+  return *m->src && m->dst[0] == '/' ? 0 : bad(opt, arg);
+}
+
+/* A limit option into cfg.limits; 0, or the exit status of a bad value. */
+static int parse_limit(run_args *a, int c, const char *arg) {
+  kc_limits *l = &a->cfg.limits;
+  uint64_t u;
+  double d;
+  switch (c) {
+  case OPT_MEMORY:
+    if (kc_cli_parse_size(arg, &u) < 0 || u == 0)
+      return bad("memory", arg);
+    l->memory_bytes = u;
+    return 0;
+  case OPT_TIME:
+  case OPT_WALL:
+    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0)
+      return bad(c == OPT_TIME ? "time" : "wall", arg);
+    *(c == OPT_TIME ? &l->cpu_s : &l->wall_s) = d;
+    return 0;
+  case OPT_PIDS:
+    if (kc_cli_parse_uint(arg, 1, 1u << 22, &u) < 0)
+      return bad("pids", arg);
+    l->pids = (uint32_t)u;
+    return 0;
+  case OPT_CPUS:
+    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0 || d > 4096)
+      return bad("cpus", arg);
+    l->cpus = d;
+    return 0;
+  default: /* OPT_OUTPUT */
+    if (kc_cli_parse_size(arg, &u) < 0)
+      return bad("output", arg);
+    l->output_bytes = u;
+    return 0;
   }
-  if (optind >= argc) {
-    kc_cli_error("run", "no program given (usage: kcage run [OPTIONS] -- PROGRAM [ARG...])");
-    rc = KC_EXIT_USAGE;
-    goto done;
+}
+
+/* One option; 0, -1 for --help (printed), or the exit status of bad usage. */
+static int parse_option(run_args *a, int c, char **argv) {
+  switch (c) {
+  case 'h':
+    fputs(usage_text, stdout);
+    return -1;
+  case OPT_POLICY:
+    a->policy_name = optarg;
+    return 0;
+  case OPT_MEMORY:
+  case OPT_TIME:
+  case OPT_WALL:
+  case OPT_PIDS:
+  case OPT_CPUS:
+  case OPT_OUTPUT:
+    return parse_limit(a, c, optarg);
+  case OPT_RO_BIND:
+  case OPT_BIND:
+  case OPT_TMPFS:
+    return parse_mount(a, c, optarg);
+  case OPT_CWD:
+    if (optarg[0] != '/')
+      return bad("cwd", optarg);
+    a->cfg.cwd = optarg;
+    return 0;
+  case OPT_ENV:
+    if (!strchr(optarg, '=') || optarg[0] == '=')
+      return bad("env", optarg);
+    a->env[a->n_env++] = optarg;
+    return 0;
+  case OPT_REPORT:
+    a->report = optarg;
+    return 0;
+  case OPT_LIMITS_FALLBACK:
+    return kc_cli_limits_fallback("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+  default:
+    kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
+                 argv[optind - 1]);
+    return KC_EXIT_RUN_FAILED;
   }
-  /* The default environment, unless --env replaced a variable of it. */
+}
+
+/* The default environment, unless --env replaced a variable of it. */
+static void default_env(run_args *a) {
   static const char *const defaults[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                          "LANG=C.UTF-8"};
   for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
-    size_t klen = strchr(defaults[i], '=') - defaults[i] + 1;
+    size_t klen = (size_t)(strchr(defaults[i], '=') - defaults[i]) + 1;
     bool set = false;
-    for (size_t j = 0; j < n_env; j++)
-      if (!strncmp(env[j], defaults[i], klen))
+    for (size_t j = 0; j < a->n_env; j++)
+      if (!strncmp(a->env[j], defaults[i], klen))
         set = true;
     if (!set)
-      env[n_env++] = (char *)defaults[i];
+      a->env[a->n_env++] = (char *)defaults[i];
   }
+}
 
-  kc_policy *policy = NULL;
-  kc_error err = {0};
-  if (kc_policy_load(policy_name, &policy, &err) < 0) {
-    kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
-    rc = 125;
-    goto done;
-  }
-  cfg.policy = policy;
-  cfg.mounts = mounts;
-  cfg.n_mounts = n_mounts;
-  cfg.argv = argv + optind;
-  cfg.envp = env;
-  cfg.stdin_fd = 0;
-  cfg.stdout_fd = 1;
-  cfg.stderr_fd = 2;
-  /* Interrupted: kill the tree and clean up (cgroups, mounts) rather than die and leave
-   * it to PDEATHSIG and the next start's reaping; then exit as killed by that signal. */
+/* Spawn and wait.  Interrupted: the tree is killed and cleaned up (cgroups, mounts)
+ * rather than left to PDEATHSIG and the next start's reaping; *sig is the signal.
+ * Returns 0 with res filled, or -1 when waiting itself failed (err). */
+static int run_sandbox(kc_sandbox_config *cfg, kc_result *res, int *sig, kc_error *err) {
   sigset_t stop;
   sigemptyset(&stop);
   sigaddset(&stop, SIGINT);
@@ -248,61 +227,109 @@ int kc_cmd_run(int argc, char **argv) {
   /* A closed stdout (e.g. `| head`) must not kill kcage before it cleaned up; the
    * program itself gets default signal dispositions back. */
   signal(SIGPIPE, SIG_IGN);
-  int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
-  cfg.cancel_fd = sfd;
-  kc_result res;
+  kc_cleanup_close int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
+  cfg->cancel_fd = sfd;
   kc_sandbox *sb = NULL;
-  if (kc_sandbox_spawn(&cfg, &sb, &err) < 0) {
-    kc_result_init(&res);
-    res.status = KC_STATUS_SETUP_ERROR;
-    snprintf(res.message, sizeof res.message, "%.*s", (int)sizeof res.message - 1, err.msg);
-  } else {
-    /* Leftovers of a kcage that was SIGKILLed, reaped while the sandbox sets itself up
-     * (off the start-up path: the child builds its file system meanwhile; our own
-     * cgroup's owner is alive). */
-    kc_error ignored;
-    kc_cgroup_reap_stale(&ignored);
-    int wrc = kc_sandbox_wait(sb, &res, &err);
-    kc_sandbox_free(sb);
-    if (wrc < 0) {
-      kc_cli_error("run", "%s", err.msg);
-      kc_policy_free(policy);
-      rc = 125;
-      goto done;
-    }
+  *sig = 0;
+  if (kc_sandbox_spawn(cfg, &sb, err) < 0) {
+    kc_result_init(res);
+    res->status = KC_STATUS_SETUP_ERROR;
+    snprintf(res->message, sizeof res->message, "%.*s", (int)sizeof res->message - 1, err->msg);
+    return 0;
   }
-  kc_policy_free(policy);
-  rc = kc_result_exit_status(&res);
+  /* Leftovers of a kcage that was SIGKILLed, reaped while the sandbox sets itself up
+   * (off the start-up path: the child builds its file system meanwhile; our own
+   * cgroup's owner is alive). */
+  kc_error ignored;
+  kc_cgroup_reap_stale(&ignored);
+  int wrc = kc_sandbox_wait(sb, res, err);
+  kc_sandbox_free(sb);
   struct signalfd_siginfo ssi;
   if (sfd >= 0 && read(sfd, &ssi, sizeof ssi) == (ssize_t)sizeof ssi)
-    rc = 128 + (int)ssi.ssi_signo;
-  if (sfd >= 0)
-    close(sfd);
+    *sig = (int)ssi.ssi_signo;
+  return wrc;
+}
+
+/* --report FILE|-: the record, with how each limit was held. */
+static int write_report(const char *report, const kc_result *res, const kc_limits *lim) {
+  kc_error err = {0};
+  kc_cleanup_free char *json = NULL;
+  if (kc_result_to_json(res, &json, &err) < 0) {
+    kc_cli_error("run", "report: %s", err.msg);
+    return -1;
+  }
+  char *with = kc_cli_record_with_limits(json, lim->memory_bytes, lim->pids, lim->cpus > 0);
+  if (with) {
+    free(json);
+    json = with;
+  }
+  FILE *f = strcmp(report, "-") ? fopen(report, "w") : stdout;
+  if (!f) {
+    kc_cli_error("run", "report %s: %s", report, strerror(errno));
+    return -1;
+  }
+  fprintf(f, "%s\n", json);
+  if (f != stdout ? fclose(f) != 0 : fflush(f) != 0) {
+    kc_cli_error("run", "report %s: %s", report, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
+static int run_parsed(run_args *a, char **prog) {
+  kc_policy *policy = NULL;
+  kc_error err = {0};
+  if (kc_policy_load(a->policy_name, &policy, &err) < 0) {
+    kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
+    return KC_EXIT_RUN_FAILED;
+  }
+  a->cfg.policy = policy;
+  a->cfg.mounts = a->mounts;
+  a->cfg.n_mounts = a->n_mounts;
+  a->cfg.argv = prog;
+  a->cfg.envp = a->env;
+  a->cfg.stdin_fd = 0;
+  a->cfg.stdout_fd = 1;
+  a->cfg.stderr_fd = 2;
+  kc_result res;
+  int sig;
+  int wrc = run_sandbox(&a->cfg, &res, &sig, &err);
+  kc_policy_free(policy);
+  if (wrc < 0) {
+    kc_cli_error("run", "%s", err.msg);
+    return KC_EXIT_RUN_FAILED;
+  }
+  int rc = sig ? 128 + sig : kc_result_exit_status(&res);
   if (res.status == KC_STATUS_SETUP_ERROR)
     kc_cli_error("run", "%s", res.message);
-  if (report) {
-    char *json = NULL;
-    if (kc_result_to_json(&res, &json, &err) < 0) {
-      kc_cli_error("run", "report: %s", err.msg);
-      rc = 125;
-      goto done;
-    }
-    FILE *f = strcmp(report, "-") ? fopen(report, "w") : stdout;
-    if (!f) {
-      kc_cli_error("run", "report %s: %s", report, strerror(errno));
-      free(json);
-      rc = 125;
-      goto done;
-    }
-    fprintf(f, "%s\n", json);
-    if (f != stdout ? fclose(f) != 0 : fflush(f) != 0) {
-      kc_cli_error("run", "report %s: %s", report, strerror(errno));
-      rc = 125;
-    }
-    free(json);
-  }
-done:
-  free(mounts);
-  free(env);
+  if (a->report && write_report(a->report, &res, &a->cfg.limits) < 0)
+    rc = KC_EXIT_RUN_FAILED;
   return rc;
+}
+
+int kc_cmd_run(int argc, char **argv) {
+  run_args a = {.policy_name = "exec"};
+  kc_sandbox_config_init(&a.cfg);
+  kc_cleanup_free kc_mount *mounts = calloc((size_t)argc, sizeof *mounts);
+  kc_cleanup_free char **env = calloc((size_t)argc + 4, sizeof *env);
+  if (!mounts || !env) {
+    kc_cli_error("run", "out of memory");
+    return KC_EXIT_RUN_FAILED;
+  }
+  a.mounts = mounts;
+  a.env = env;
+  optind = 1;
+  opterr = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "+h", long_opts, NULL)) != -1) {
+    int rc = parse_option(&a, c, argv);
+    if (rc)
+      return rc < 0 ? 0 : rc;
+  }
+  if (optind >= argc) {
+    kc_cli_error("run", "no program given (usage: kcage run [OPTIONS] -- PROGRAM [ARG...])");
+    return KC_EXIT_RUN_FAILED;
+  }
+  default_env(&a);
+  return run_parsed(&a, argv + optind);
 }

@@ -1,4 +1,4 @@
-/* `kcage tracker`: a TVM-compatible RPC tracker (DESIGN.md §3.4). */
+/* `kcage tracker`: a TVM-compatible RPC tracker (docs/contracts.md). */
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>

@@ -138,6 +138,8 @@ kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg) {
 int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err) {
   if (pid <= 0)
     return kc_error_set(err, EINVAL, "attach pid %d", (int)pid);
+  if (kc_cg_fallback_attach(cg, pid, err) < 0)
+    return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
   if (cg->mode == KC_CGROUP_NONE) {
     if (cg->npids < KC_CG_NONE_PIDS)
       cg->pids[cg->npids++] = pid;

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,22 +95,33 @@ static bool own_cgroup(const char *ctrl_name, char *out, size_t n) {
   return false;
 }
 
+/* Where a process that moved itself into a leaf (v2's no-internal-process rule) is:
+ * the delegated cgroup is the leaf's parent. */
+#define KC_CG_SELF_LEAF "kcage.self"
+
 /* The kcage/ parent of a hierarchy.  As root we use the hierarchy's root: then a later
  * kcage in any cgroup finds (and reaps) what a killed one left, and v2 controllers can
  * be enabled (only the root may hold processes and delegate controllers at once).
- * Where the root is not writable (unprivileged, delegated subtree) we nest under our
- * own cgroup.  This deliberately escapes a limit-free harness cgroup such as this
- * host's memory:/process_api/<id>; the sandbox sets its own limits. */
+ * Where the root is not writable (unprivileged: systemd's Delegate=yes, or an admin's
+ * chown) we nest under our own cgroup.  This deliberately escapes a limit-free harness
+ * cgroup such as this host's memory:/process_api/<id>; the sandbox sets its own
+ * limits. */
 static void set_base(kc_cg_hier *h, const char *mnt, const char *mnt_root, const char *ctrl) {
   char own[PATH_MAX];
+  h->delegated = false;
   if (access(mnt, W_OK) != 0 && own_cgroup(ctrl, own, sizeof own)) {
+    size_t ol = strlen(own), sl = strlen("/" KC_CG_SELF_LEAF);
+    if (!ctrl && ol > sl && !strcmp(own + ol - sl, "/" KC_CG_SELF_LEAF))
+      own[ol - sl] = '\0';
     size_t rl = strlen(mnt_root);
     const char *rel = own;
     if (strcmp(mnt_root, "/") && !strncmp(own, mnt_root, rl))
       rel = own + rl;
     if (snprintf(h->base, sizeof h->base, "%s%s/kcage", mnt, strcmp(rel, "/") ? rel : "") <
-        (int)sizeof h->base)
+        (int)sizeof h->base) {
+      h->delegated = true;
       return;
+    }
   }
   if (snprintf(h->base, sizeof h->base, "%s/kcage", mnt) >= (int)sizeof h->base)
     h->base[0] = '\0';
@@ -262,6 +274,8 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
       h->v1_ctrl |= v1[i].ctrl;
     }
   }
+  kc_cg_why_set(h, h->v1_ctrl | h->v2.ctrl,
+                "this host has no cgroup hierarchy with that controller");
   return true;
 }
 
@@ -270,9 +284,17 @@ static void detect_once(void) {
   kc_cgroup_mode want = parse_mode(getenv("KCAGE_CGROUP"), &forced);
   if (!detect_into(&host, want, forced))
     detect_into(&host, KC_CGROUP_NONE, false);
-  /* Unusable (not root, no delegation): behave as "none" rather than fail later. */
-  if (host.mode != KC_CGROUP_NONE && kc_cg_bases_ready(NULL) < 0)
+  /* Unusable (not root, no delegation): behave as "none" rather than fail later; the
+   * reason is kept for the refusal of a limit. */
+  kc_error e = {0};
+  if (host.mode != KC_CGROUP_NONE && kc_cg_bases_ready(&e) < 0) {
     detect_into(&host, KC_CGROUP_NONE, true);
+    kc_cg_why_set(&host, 0, "%s", e.msg);
+  }
+  if (host.mode == KC_CGROUP_NONE)
+    kc_cg_why_set(&host, 0, "%s",
+                  forced ? "cgroups are off ($KCAGE_CGROUP=none)"
+                         : "this host has no cgroup hierarchy with that controller");
 }
 
 const kc_cg_host *kc_cg_host_get(void) {
@@ -367,29 +389,115 @@ static unsigned v2_enable(const char *base, unsigned want) {
   return got;
 }
 
+/* The clause of a refusal for a base we could not create: why, and whose cgroup. */
+static int base_error(kc_error *err, int e, const kc_cg_hier *h) {
+  char parent[PATH_MAX];
+  snprintf(parent, sizeof parent, "%s", h->base);
+  char *slash = strrchr(parent, '/');
+  if (slash && slash != parent)
+    *slash = '\0';
+  if (e == EACCES || e == EPERM || e == EROFS)
+    return kc_error_set(err, 0, "cgroup %s is not delegated to uid %d (not writable)", parent,
+                        (int)geteuid());
+  return kc_error_set(err, e, "cgroup %s: mkdir kcage", parent);
+}
+
+/* v2 in a delegated cgroup D: controllers can be given to D's children only while D
+ * holds no process itself (the no-internal-process rule), so we move into the leaf
+ * D/kcage.self first, as systemd and podman do.  Only this process moves: other
+ * processes in D are not ours to move, and keep the controllers off (the refusal says
+ * so). */
+static void v2_leave_parent(const char *base) {
+  char d[PATH_MAX], p[PATH_MAX + 32];
+  snprintf(d, sizeof d, "%s", base);
+  char *slash = strrchr(d, '/');
+  if (!slash)
+    return;
+  *slash = '\0';
+  snprintf(p, sizeof p, "%s/cgroup.procs", d);
+  char buf[64] = "";
+  kc_cleanup_fclose FILE *f = fopen(p, "re");
+  if (!f || !fgets(buf, sizeof buf, f))
+    return; /* empty already */
+  snprintf(p, sizeof p, "%s/" KC_CG_SELF_LEAF, d);
+  if (mkdir(p, 0755) < 0 && errno != EEXIST)
+    return;
+  snprintf(p, sizeof p, "%s/" KC_CG_SELF_LEAF "/cgroup.procs", d);
+  int fd = open(p, O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return;
+  ssize_t n = write(fd, "0", 1); /* "0": the writing process */
+  (void)n;
+  close(fd);
+}
+
+/* The kcage/ parent exists and is ours to create cgroups in (another user's, root's
+ * for one, may exist already). */
+static int base_make(const char *base) {
+  if (mkdir_p(base) < 0)
+    return -1;
+  return access(base, W_OK | X_OK);
+}
+
+static int bases_ready_locked(kc_error *err) {
+  if (host.have_v2) {
+    if (base_make(host.v2.base) < 0)
+      return base_error(err, errno, &host.v2);
+    if (host.mode == KC_CGROUP_V2) {
+      unsigned want = host.v2.ctrl;
+      if (host.v2.delegated)
+        v2_leave_parent(host.v2.base);
+      host.v2.ctrl = v2_enable(host.v2.base, want);
+      if (want & ~host.v2.ctrl)
+        kc_cg_why_set(&host, host.v2.ctrl,
+                      "the controller cannot be enabled below %s (the delegating parent must "
+                      "enable it, and no other process may stay in that cgroup)",
+                      host.v2.base);
+    }
+  }
+  /* A v1 hierarchy that is not delegated to us is dropped: its limit is refused, the
+   * others still work. */
+  for (int i = 0; i < host.nv1;) {
+    if (base_make(host.v1[i].base) == 0) {
+      i++;
+      continue;
+    }
+    kc_error e = {0};
+    base_error(&e, errno, &host.v1[i]);
+    kc_cg_why_set(&host, host.v1_ctrl & ~host.v1[i].ctrl, "%s", e.msg);
+    host.v1_ctrl &= ~host.v1[i].ctrl;
+    memmove(&host.v1[i], &host.v1[i + 1], (size_t)(host.nv1 - i - 1) * sizeof host.v1[0]);
+    host.nv1--;
+  }
+  return 0;
+}
+
 int kc_cg_bases_ready(kc_error *err) {
   pthread_mutex_lock(&bases_lock);
   int rc = 0;
   if (!bases_done) {
-    if (host.have_v2) {
-      if (mkdir_p(host.v2.base) < 0) {
-        rc = kc_error_set(err, errno, "mkdir %s", host.v2.base);
-        goto out;
-      }
-      if (host.mode == KC_CGROUP_V2)
-        host.v2.ctrl = v2_enable(host.v2.base, host.v2.ctrl);
-    }
-    for (int i = 0; i < host.nv1; i++) {
-      if (mkdir_p(host.v1[i].base) < 0) {
-        rc = kc_error_set(err, errno, "mkdir %s", host.v1[i].base);
-        goto out;
-      }
-    }
-    bases_done = true;
+    rc = bases_ready_locked(err);
+    if (rc == 0)
+      bases_done = true;
   }
-out:
   pthread_mutex_unlock(&bases_lock);
   return rc;
+}
+
+int kc_cg_why_index(unsigned c) {
+  return c & KC_CG_MEMORY ? 0 : c & KC_CG_CPU ? 1 : 2;
+}
+
+void kc_cg_why_set(kc_cg_host *h, unsigned have, const char *fmt, ...) {
+  static const unsigned ctl[3] = {KC_CG_MEMORY, KC_CG_CPU, KC_CG_PIDS};
+  char buf[sizeof h->why[0]];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  for (int i = 0; i < 3; i++)
+    if (!(have & ctl[i]) && !h->why[i][0])
+      snprintf(h->why[i], sizeof h->why[i], "%s", buf);
 }
 
 unsigned long kc_cg_pidns(void) {

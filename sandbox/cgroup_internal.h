@@ -26,6 +26,7 @@ enum {
 typedef struct kc_cg_hier {
   char base[PATH_MAX]; /* ".../kcage" */
   unsigned ctrl;       /* v1: controllers bound to this mount; v2: enabled controllers */
+  bool delegated;      /* base is below our own cgroup (the hierarchy root is not ours) */
 } kc_cg_hier;
 
 /* What detection found (one per process, cached). */
@@ -37,7 +38,16 @@ typedef struct kc_cg_host {
   kc_cg_hier v1[KC_CG_V1_MAX];
   unsigned v1_ctrl; /* union of the controllers of v1[] */
   int kernel_major, kernel_minor;
+  /* Why a limit cannot be enforced by cgroups here (indexed by kc_cg_why_index), one
+   * clause each ("" when it can): the first half of a refusal. */
+  char why[3][512];
 } kc_cg_host;
+
+/* KC_CG_MEMORY/CPU/PIDS -> 0/1/2 for kc_cg_host.why. */
+int kc_cg_why_index(unsigned c);
+/* Fill every empty why[] whose controller is not in `have` with the clause. */
+void kc_cg_why_set(kc_cg_host *h, unsigned have, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 struct kc_cgroup {
   kc_cgroup_mode mode;
@@ -50,6 +60,8 @@ struct kc_cgroup {
   int peak_fd;       /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
   bool peak_unknown; /* a reset was asked for and the host cannot do it */
   bool v2_killed;    /* cgroup.kill was used: no more CLONE_INTO_CGROUP (see v2_fd) */
+  uint64_t rl_as;    /* rlimit fallback: RLIMIT_AS of attached processes, 0 = none */
+  uint32_t rl_nproc; /* rlimit fallback: RLIMIT_NPROC, 0 = none */
   int npids;         /* none mode */
   pid_t pids[KC_CG_NONE_PIDS];
 };
@@ -85,6 +97,11 @@ int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err);
 int kc_cg_set_pids(kc_cgroup *cg, uint32_t pids, kc_error *err);
 /* fd of the directory holding controller c (v2 leaf or the right v1 leaf), -1 none. */
 int kc_cg_dirfd(const kc_cgroup *cg, unsigned c);
+
+/* cgroup_fallback.c: limits the cgroups here cannot enforce, as rlimits of the
+ * attached processes (only when the caller asked for it). */
+int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err);
+int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err);
 
 /* cgroup.c */
 /* Open (not create) the leaf `name` in every hierarchy: used by the reaper. */

@@ -94,13 +94,18 @@ int kc_cgroup_set_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *e
   kc_cgroup_limits none = {0};
   if (!lim)
     lim = &none;
-  if (cg->mode == KC_CGROUP_NONE) {
-    if (lim->memory_bytes || lim->pids || lim->cpus > 0)
-      return kc_error_set(err, ENOTSUP, "cgroup limits: no usable cgroups on this host");
+  /* What the cgroups cannot hold is refused, or becomes an rlimit when asked for. */
+  if (kc_cg_fallback_limits(cg, lim, err) < 0)
+    return -1;
+  if (cg->mode == KC_CGROUP_NONE)
     return 0;
-  }
-  if (kc_cg_set_memory(cg, lim->memory_bytes, err) < 0 || kc_cg_set_pids(cg, lim->pids, err) < 0 ||
-      kc_cg_set_cpu(cg, lim->cpus, err) < 0)
+  kc_cgroup_limits in_cg = *lim;
+  if (cg->rl_as)
+    in_cg.memory_bytes = 0;
+  if (cg->rl_nproc)
+    in_cg.pids = 0;
+  if (kc_cg_set_memory(cg, in_cg.memory_bytes, err) < 0 ||
+      kc_cg_set_pids(cg, in_cg.pids, err) < 0 || kc_cg_set_cpu(cg, in_cg.cpus, err) < 0)
     return kc_error_prefix(err, "cgroup %s", cg->name);
   return 0;
 }

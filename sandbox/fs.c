@@ -44,6 +44,7 @@ static kc_mnt *push(mnt_list *l, kc_mnt_kind kind, kc_error *err) {
   kc_mnt *m = &l->v[l->n++];
   memset(m, 0, sizeof *m);
   m->kind = kind;
+  m->tree = -1;
   return m;
 }
 
@@ -175,6 +176,38 @@ int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extr
   return 0;
 }
 
+/* The sandbox's root is not host root, so a source below a directory only root can
+ * traverse (a 0700 mktemp -d) is out of the child's reach by path.  This process
+ * resolves it instead (as bwrap and crun do as root) and hands the child a detached
+ * clone; the files' own modes still decide what the sandbox may do inside.  Where
+ * open_tree is not allowed (an unprivileged caller, an old kernel) the child binds by
+ * path as before: then the caller's own access is the sandbox's anyway. */
+void kc__fs_open_trees(kc_mnt *mnts, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    kc_mnt *m = &mnts[i];
+    if (m->kind != KC_MNT_RO && m->kind != KC_MNT_RW)
+      continue;
+    int fd = open_tree(AT_FDCWD, m->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+    if (fd < 0)
+      return; /* not allowed here: every bind goes by path */
+    struct mount_attr a = {.attr_set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                                       (m->kind == KC_MNT_RO ? MOUNT_ATTR_RDONLY : 0)};
+    if (mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, &a, sizeof a) < 0) {
+      close(fd);
+      continue;
+    }
+    m->tree = fd;
+  }
+}
+
+void kc__fs_close_trees(kc_mnt *mnts, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (mnts[i].tree >= 0) {
+      close(mnts[i].tree);
+      mnts[i].tree = -1;
+    }
+}
+
 /* ---- child side ---------------------------------------------------------------- */
 
 static int mkdir_p(const char *path, mode_t mode) {
@@ -223,11 +256,18 @@ static int mount_point(const char *dst, bool dir) {
   return 0;
 }
 
-static int bind(const char *src, const char *dst, bool dir, bool ro, kc_error *err) {
+static int bind(const kc_mnt *m, kc_error *err) {
+  const char *src = m->src, *dst = m->dst;
+  bool ro = m->kind == KC_MNT_RO;
   char from[PATH_MAX + sizeof KC_OLDROOT];
   snprintf(from, sizeof from, "%s%s", KC_OLDROOT, src);
-  if (mount_point(dst, dir) < 0)
+  if (mount_point(dst, m->is_dir) < 0)
     return kc_error_set(err, errno, "mount point %s", dst);
+  if (m->tree >= 0) { /* opened and flagged by the parent */
+    if (move_mount(m->tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+      return kc_error_set(err, errno, "bind %s on %s", src, dst);
+    return 0;
+  }
   if (mount(from, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
     return kc_error_set(err, errno, "bind %s on %s", src, dst);
   unsigned long fl = MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV | (ro ? MS_RDONLY : 0);
@@ -279,6 +319,44 @@ static int dev(const char *dst, kc_error *err) {
   return 0;
 }
 
+/* What container runtimes hide of /proc (runc's maskedPaths and readonlyPaths, plus
+ * the host's boot command line and kernel build, which a build error would echo to a
+ * remote tenant): files and directories that describe the host, not the sandbox.  A
+ * file is covered with /dev/null, a directory with an empty read-only tmpfs; what the
+ * kernel does not have is skipped.  The sandbox never holds the capability to undo it. */
+static const char *const proc_masked[] = {
+    "acpi",          "asound",  "bootconfig",    "cmdline", "config.gz",  "interrupts",
+    "iomem",         "ioports", "kallsyms",      "kcore",   "keys",       "key-users",
+    "latency_stats", "modules", "sched_debug",   "scsi",    "timer_list", "timer_stats",
+    "vmallocinfo",   "driver",  "dynamic_debug", "mtrr",    "pressure"};
+static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
+
+static int mask_proc(const char *dst, kc_error *err) {
+  char path[PATH_MAX + 32];
+  for (size_t i = 0; i < sizeof proc_masked / sizeof proc_masked[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dst, proc_masked[i]);
+    struct stat st;
+    if (lstat(path, &st) < 0)
+      continue;
+    int rc = S_ISDIR(st.st_mode)
+                 ? mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                         "size=4k,nr_inodes=1,mode=0555")
+                 : mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL);
+    if (rc < 0)
+      return kc_error_set(err, errno, "mask %s", path);
+  }
+  for (size_t i = 0; i < sizeof proc_readonly / sizeof proc_readonly[0]; i++) {
+    snprintf(path, sizeof path, "%s/%s", dst, proc_readonly[i]);
+    if (access(path, F_OK) < 0)
+      continue;
+    if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+        mount(NULL, path, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) < 0)
+      return kc_error_set(err, errno, "read-only %s", path);
+  }
+  return 0;
+}
+
 int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
   if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
     return kc_error_set(err, errno, "make / private");
@@ -296,7 +374,7 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
     switch (m->kind) {
     case KC_MNT_RO:
     case KC_MNT_RW:
-      rc = bind(m->src, m->dst, m->is_dir, m->kind == KC_MNT_RO, err);
+      rc = bind(m, err);
       break;
     case KC_MNT_TMPFS:
       rc = tmpfs(m->dst, m->size, "1777", err);
@@ -306,6 +384,8 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
         rc = kc_error_set(err, errno, "mount point %s", m->dst);
       else if (mount("proc", m->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         rc = kc_error_set(err, errno, "mount proc on %s", m->dst);
+      else
+        rc = mask_proc(m->dst, err);
       break;
     case KC_MNT_DEV:
       rc = dev(m->dst, err);

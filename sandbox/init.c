@@ -48,12 +48,22 @@ __attribute__((noreturn)) static void fail(int kind, int code, const char *msg) 
 
 __attribute__((noreturn)) static void fail_err(const kc_error *e) { fail(KC_REPORT_SETUP, e->code, e->msg); }
 
-/* Move the fds the child needs to 3, 4, ... and close every other inherited fd. */
+#define KC_MAX_TREES 64
+
+/* Move the fds the child needs to 3, 4, ... (the fixed ones first, then the bind
+ * trees the parent opened) and close every other inherited fd. */
 static void compact_fds(kc_plan *p) {
-  int *slots[] = {&p->sync_rd, &p->report_wr, &p->status_wr, &p->sock_wr,
-                  &p->stdin_fd, &p->out_wr, &p->err_wr};
-  const int n = (int)(sizeof slots / sizeof slots[0]);
-  int tmp[sizeof slots / sizeof slots[0]];
+  int *slots[7 + KC_MAX_TREES] = {&p->sync_rd,  &p->report_wr, &p->status_wr, &p->sock_wr,
+                                  &p->stdin_fd, &p->out_wr,    &p->err_wr};
+  int n = 7;
+  for (size_t i = 0; i < p->n_mnts; i++)
+    if (p->mnts[i].tree >= 0) {
+      if (n == 7 + KC_MAX_TREES)
+        p->mnts[i].tree = -1; /* past the limit: bound by path */
+      else
+        slots[n++] = &p->mnts[i].tree;
+    }
+  int tmp[7 + KC_MAX_TREES];
   for (int i = 0; i < n; i++) {
     tmp[i] = fcntl(*slots[i], F_DUPFD_CLOEXEC, 3 + n);
     if (tmp[i] < 0)
@@ -128,8 +138,8 @@ __attribute__((noreturn)) static void program_main(kc_plan *p) {
   }
   if (p->sock_wr != KC_CHILD_SOCK_FD)
     fail(KC_REPORT_SETUP, EBADF, "hand-off socket not where the filter expects it");
-  if (kc__lockdown_prog(p->policy, p->cgroup_cpu && p->cpu_s > 0 ? p->cpu_s + 1 : p->cpu_s,
-                        p->prog, p->sock_wr, &err) < 0)
+  if (kc_sandbox_lockdown_prog(p->policy, p->cgroup_cpu && p->cpu_s > 0 ? p->cpu_s + 1 : p->cpu_s,
+                               p->prog, p->sock_wr, &err) < 0)
     fail_err(&err);
   close(p->sock_wr);
   execve(path, p->argv, p->envp);

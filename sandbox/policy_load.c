@@ -1,6 +1,8 @@
-/* Finding a policy by name: $KCAGE_POLICY_DIR, then the source tree (running from a
- * build directory), then the installed copy.  A value with a '/' or ending in
- * ".policy" is a path and is read as given. */
+/* Finding a policy by name: $KCAGE_POLICY_DIR, then kcage's own policies (the source
+ * tree when running from a build directory, else the installed copy next to the
+ * binary: install_dirs.c).  A value with a '/' or ending in ".policy" is a path and is
+ * read as given. */
+#include "install_dirs.h"
 #include "policy_internal.h"
 
 #include <errno.h>
@@ -9,13 +11,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#ifndef KC_SOURCE_POLICY_DIR
-#define KC_SOURCE_POLICY_DIR ""
-#endif
-#ifndef KC_INSTALL_POLICY_DIR
-#define KC_INSTALL_POLICY_DIR ""
-#endif
 
 bool kc_policy_is_path(const char *s) {
   size_t len = strlen(s);
@@ -34,7 +29,10 @@ int kc_policy_resolve(const char *name, char *path, size_t len, kc_error *err) {
     if (!(*s == '-' || *s == '_' || *s == '.' || (*s >= '0' && *s <= '9') ||
           (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z')))
       return kc_error_set(err, EINVAL, "policy %s: bad name", name);
-  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), KC_SOURCE_POLICY_DIR, KC_INSTALL_POLICY_DIR};
+  char own[4096] = "";
+  if (kc_install_dir_get(KC_DIR_POLICIES, own, sizeof own) < 0)
+    own[0] = '\0';
+  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), own};
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
     if (!dirs[i] || !*dirs[i])
       continue;
@@ -43,8 +41,8 @@ int kc_policy_resolve(const char *name, char *path, size_t len, kc_error *err) {
     if (access(path, R_OK) == 0)
       return 0;
   }
-  return kc_error_set(err, ENOENT, "policy %s: not found in $KCAGE_POLICY_DIR, %s or %s", name,
-                      KC_SOURCE_POLICY_DIR, KC_INSTALL_POLICY_DIR);
+  return kc_error_set(err, ENOENT, "policy %s: not found in $KCAGE_POLICY_DIR or %s", name,
+                      own[0] ? own : "(kcage's own policy directory: unknown)");
 }
 
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err) {

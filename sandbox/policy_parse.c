@@ -1,4 +1,4 @@
-/* The policy language (DESIGN.md §3.2).  One statement per line, words separated by
+/* The policy language (docs/contracts.md).  One statement per line, words separated by
  * blanks, `#` starts a comment.  The full grammar is in policies/README.policy-syntax
  * (and the top of policies/base.policy); in short:
  *

@@ -1,18 +1,23 @@
-/* The result record of DESIGN.md §3.1 and the `kcage run` exit status derived from it. */
+/* The result record of docs/contracts.md and the `kcage run` exit status derived from it. */
 #include "kcage/sandbox.h"
 
 #include <errno.h>
 #include <jansson.h>
-#include <stdio.h>
 #include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const status_names[] = {
-    [KC_STATUS_OK] = "ok",           [KC_STATUS_EXITED] = "exited",
-    [KC_STATUS_SIGNALED] = "signaled", [KC_STATUS_TIMEOUT] = "timeout",
-    [KC_STATUS_MEMORY] = "memory",   [KC_STATUS_SYSCALL] = "syscall",
-    [KC_STATUS_PIDS] = "pids",       [KC_STATUS_OUTPUT] = "output",
+    [KC_STATUS_OK] = "ok",
+    [KC_STATUS_EXITED] = "exited",
+    [KC_STATUS_SIGNALED] = "signaled",
+    [KC_STATUS_TIMEOUT] = "timeout",
+    [KC_STATUS_MEMORY] = "memory",
+    [KC_STATUS_SYSCALL] = "syscall",
+    [KC_STATUS_PIDS] = "pids",
+    [KC_STATUS_OUTPUT] = "output",
     [KC_STATUS_SETUP_ERROR] = "setup_error",
 };
 
@@ -40,7 +45,9 @@ static void signal_name(int sig, char *buf, size_t len) {
     snprintf(buf, len, "SIG%d", sig);
 }
 
-static json_t *num_or_null(double v) { return v < 0 ? json_null() : json_real(v); }
+static json_t *num_or_null(double v) {
+  return v < 0 ? json_null() : json_real(v);
+}
 
 int kc_result_to_json(const kc_result *r, char **out, kc_error *err) {
   json_t *o = json_object();
@@ -60,7 +67,8 @@ int kc_result_to_json(const kc_result *r, char **out, kc_error *err) {
   json_object_set_new(o, "peak_memory_bytes",
                       r->peak_memory_bytes >= 0 ? json_integer(r->peak_memory_bytes) : json_null());
   json_object_set_new(o, "message", r->message[0] ? json_string(r->message) : json_null());
-  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(9));
+  char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII |
+                              JSON_REAL_PRECISION(9));
   json_decref(o);
   if (!s)
     return kc_error_set(err, ENOMEM, "result json");
@@ -82,7 +90,13 @@ int kc_result_exit_status(const kc_result *r) {
   }
   if (r->signal > 0)
     return 128 + r->signal;
-  if (r->exit_code >= 0)
+  /* A limit verdict is a failure even when the program itself ended well (a child of
+   * a shell was the one OOM-killed, or the program exited before kcage's kill for its
+   * output landed): a script checking $? must see it.  128+SIGKILL, since the limit
+   * killed (part of) the tree. */
+  bool limit = r->status == KC_STATUS_MEMORY || r->status == KC_STATUS_PIDS ||
+               r->status == KC_STATUS_OUTPUT || r->status == KC_STATUS_SYSCALL;
+  if (r->exit_code > 0 || (r->exit_code == 0 && !limit))
     return r->exit_code;
-  return 125;
+  return limit ? 128 + SIGKILL : 125;
 }

@@ -12,11 +12,6 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
-/* Inside uid/gid 0 is mapped to this host id when kcage runs as root, so the program
- * never holds a host-root credential (files it writes through a --bind are owned by
- * nobody on the host).  As an ordinary user the only possible map is the caller's id. */
-#define KC_SANDBOX_HOST_ID 65534
-
 /* Where the old root is reachable during setup (between the two halves of pivot). */
 #define KC_OLDROOT "/.kcage-oldroot"
 
@@ -35,6 +30,7 @@ typedef struct kc_mnt {
   char dst[PATH_MAX]; /* absolute path inside */
   uint64_t size;
   bool is_dir; /* binds: mount point is a directory (else a file) */
+  int tree;    /* binds: a detached clone of src opened by the parent, or -1 */
 } kc_mnt;
 
 /* The fd number the program child hands the seccomp listener over: compact_fds()
@@ -83,6 +79,8 @@ struct kc_sandbox {
   kc_cgroup_counters base; /* counters at creation: verdicts use deltas */
   int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;
   int fwd_out, fwd_err;
+  int in_src, in_wr; /* a terminal stdin (not owned) fed to the program's stdin pipe */
+  kc_sandbox_ids ids; /* the host ids of its root; lock_fd >= 0 when taken by the sandbox */
   int cancel_fd; /* not owned */
   const kc_policy *policy;
   kc_limits lim;
@@ -90,11 +88,6 @@ struct kc_sandbox {
 };
 
 double kc__now(void);
-
-/* lockdown.c: kc_sandbox_lockdown with a filter the parent compiled (no allocation in
- * the child). */
-int kc__lockdown_prog(const kc_policy *policy, double cpu_s, const struct kc_seccomp_prog *prog,
-                      int sock, kc_error *err);
 
 /* caps.c: allocate what the child's capability drop needs, before clone3. */
 void kc__caps_prepare(void);
@@ -104,6 +97,11 @@ int kc__fs_build_default(kc_mnt **mnts, size_t *n, kc_error *err);
 int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extra, kc_mnt **out,
                 size_t *n_out, kc_error *err);
 int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err);
+/* Parent side, before the clone: open every bind source as a detached mount tree
+ * (with its final flags) where this process may, so the child needs no access to the
+ * path; kc__fs_close_trees closes them after the clone. */
+void kc__fs_open_trees(kc_mnt *mnts, size_t n);
+void kc__fs_close_trees(kc_mnt *mnts, size_t n);
 
 /* init.c: the clone3 child.  Never returns. */
 __attribute__((noreturn)) void kc__child_main(kc_plan *plan);

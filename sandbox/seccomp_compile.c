@@ -5,7 +5,7 @@
  * kernel does not say which syscall it was.  With NOTIFY the offending task blocks in
  * the syscall and the kernel hands its number to the holder of the listener fd: the
  * supervising parent records the name and kills the tree; the syscall never runs.
- * See seccomp_notify.h for the supervisor's side and what happens if the listener
+ * See kcage/seccomp.h for the supervisor's side and what happens if the listener
  * is closed early.
  *
  * Notes that shaped this file:
@@ -25,7 +25,7 @@
  *   action: NOTIFY when we have a listener (the verdict then names "i386:..."), else
  *   KILL_PROCESS. */
 #include "policy_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <linux/filter.h>

@@ -1,7 +1,7 @@
-/* Supervisor side of the seccomp listener: see seccomp_notify.h for the protocol.
+/* Supervisor side of the seccomp listener: see kcage/seccomp.h for the protocol.
  * Raw ioctls rather than libseccomp's seccomp_notify_receive(): no allocation per
  * event (a loading worker may send several), and the kernel ABI structs are fixed. */
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 #include <errno.h>
 #include <linux/audit.h>

@@ -5,13 +5,15 @@
  * wall deadline is the poll timeout; CPU time of the whole tree is polled from the
  * cgroup (RLIMIT_CPU is only a backstop); output is counted as it is forwarded.
  *
- * Verdict priority (exact, DESIGN.md §3.1): memory (OOM-kill counter delta), pids
- * (pids.max hits delta AND the program failed), syscall (a seccomp notification),
+ * Verdict priority (exact, docs/contracts.md; sandbox/verdict.c): memory (OOM-kill
+ * counter delta), pids (pids.max hits delta: a fork or thread of the tree was refused,
+ * even if the program coped and exited 0, as an OOM-killed child is memory), syscall
+ * (a seccomp notification),
  * timeout cpu, timeout wall, output, signaled, exited/ok.  The tree is killed and the
  * cgroup read before it is removed. */
 #include "kcage/sandbox_parts.h"
+#include "kcage/seccomp.h"
 #include "sandbox_internal.h"
-#include "seccomp_notify.h"
 
 #include <errno.h>
 #include <math.h>
@@ -21,10 +23,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef enum kill_reason {
@@ -44,10 +46,14 @@ typedef struct wait_state {
   bool exec_allowed; /* the one exec `kcage run` grants under a no-exec policy */
   uint64_t out_total;
   bool init_exited;
+  char in_buf[4096]; /* terminal input on its way to the program's stdin pipe */
+  size_t in_len, in_off;
 } wait_state;
 
 /* No libm in the sandbox library. */
-static inline double dmin(double a, double b) { return a < b ? a : b; }
+static inline double dmin(double a, double b) {
+  return a < b ? a : b;
+}
 
 static void copy_str(char *dst, size_t size, const char *src) {
   size_t l = strnlen(src, size - 1);
@@ -122,6 +128,30 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
   return true;
 }
 
+/* One step of feeding the caller's terminal to the program: read when the buffer is
+ * empty, write what is buffered.  End of input (^D, hang-up) and a program that closed
+ * its stdin both end the feeding. */
+static void feed_stdin(kc_sandbox *sb, wait_state *ws) {
+  if (ws->in_off == ws->in_len) {
+    ssize_t r = read(sb->in_src, ws->in_buf, sizeof ws->in_buf);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN))
+      return;
+    if (r <= 0) {
+      close_fd(&sb->in_wr);
+      return;
+    }
+    ws->in_len = (size_t)r;
+    ws->in_off = 0;
+  }
+  ssize_t w = write(sb->in_wr, ws->in_buf + ws->in_off, ws->in_len - ws->in_off);
+  if (w > 0)
+    ws->in_off += (size_t)w;
+  else if (w < 0 && errno != EAGAIN && errno != EINTR)
+    close_fd(&sb->in_wr);
+  if (ws->in_off == ws->in_len)
+    ws->in_off = ws->in_len = 0;
+}
+
 static void read_report(kc_sandbox *sb, wait_state *ws) {
   kc_setup_report r;
   ssize_t n;
@@ -156,15 +186,6 @@ static void on_notification(kc_sandbox *sb, wait_state *ws) {
   do_kill(sb, ws, KILL_SYSCALL);
 }
 
-static void human_size(uint64_t b, char *buf, size_t len) {
-  if (b >= (1ull << 30) && b % (1ull << 30) == 0)
-    snprintf(buf, len, "%llu GiB", (unsigned long long)(b >> 30));
-  else if (b >= (1ull << 20) && b % (1ull << 20) == 0)
-    snprintf(buf, len, "%llu MiB", (unsigned long long)(b >> 20));
-  else
-    snprintf(buf, len, "%llu bytes", (unsigned long long)b);
-}
-
 static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err);
 
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
@@ -189,100 +210,122 @@ int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err) {
   return rc;
 }
 
-static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
-  wait_state ws;
-  memset(&ws, 0, sizeof ws);
+/* What one poll() watches while the program runs; -1 = not watched this round. */
+typedef struct poll_set {
+  struct pollfd pf[8];
+  int n, rep, sock, lis, out, err, can, in;
+} poll_set;
+
+static int watch_fd(poll_set *ps, int fd, short events) {
+  ps->pf[ps->n] = (struct pollfd){fd, events, 0};
+  return ps->n++;
+}
+
+static void build_poll_set(const kc_sandbox *sb, const wait_state *ws, poll_set *ps) {
+  ps->n = 0;
+  ps->rep = ps->sock = ps->lis = ps->out = ps->err = ps->can = ps->in = -1;
+  watch_fd(ps, sb->pidfd, POLLIN); /* index 0: init's end */
+  if (sb->in_wr >= 0 && ws->in_off < ws->in_len)
+    ps->in = watch_fd(ps, sb->in_wr, POLLOUT);
+  else if (sb->in_wr >= 0 && sb->in_src >= 0 && ws->reason == KILL_NONE)
+    ps->in = watch_fd(ps, sb->in_src, POLLIN);
+  if (sb->cancel_fd >= 0 && ws->reason == KILL_NONE)
+    ps->can = watch_fd(ps, sb->cancel_fd, POLLIN);
+  if (sb->report_rd >= 0)
+    ps->rep = watch_fd(ps, sb->report_rd, POLLIN);
+  if (sb->sock_rd >= 0)
+    ps->sock = watch_fd(ps, sb->sock_rd, POLLIN);
+  if (sb->listener >= 0)
+    ps->lis = watch_fd(ps, sb->listener, POLLIN);
+  if (sb->out_rd >= 0)
+    ps->out = watch_fd(ps, sb->out_rd, POLLIN);
+  if (sb->err_rd >= 0)
+    ps->err = watch_fd(ps, sb->err_rd, POLLIN);
+}
+
+static bool ready(const poll_set *ps, int i) {
+  return i >= 0 && ps->pf[i].revents;
+}
+
+static void handle_events(kc_sandbox *sb, wait_state *ws, const poll_set *ps) {
+  if (ready(ps, ps->rep))
+    read_report(sb, ws);
+  if (ready(ps, ps->sock)) {
+    int fd = -1;
+    kc_error e;
+    if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
+      sb->listener = fd;
+    close_fd(&sb->sock_rd);
+  }
+  if (ready(ps, ps->lis)) {
+    if (ps->pf[ps->lis].revents & POLLIN)
+      on_notification(sb, ws);
+    else if (ps->pf[ps->lis].revents & (POLLHUP | POLLERR | POLLNVAL))
+      close_fd(&sb->listener); /* no task left behind the filter */
+  }
+  if (ready(ps, ps->out))
+    pump(sb, ws, &sb->out_rd, sb->fwd_out);
+  if (ready(ps, ps->err) && sb->err_rd >= 0)
+    pump(sb, ws, &sb->err_rd, sb->fwd_err);
+  if (ready(ps, ps->in))
+    feed_stdin(sb, ws);
+  if (ready(ps, ps->can))
+    do_kill(sb, ws, KILL_CANCEL);
+  if (ps->pf[0].revents)
+    ws->init_exited = true;
+}
+
+/* The parent's limits: the wall clock, and CPU time polled from the cgroup. */
+static void check_limits(kc_sandbox *sb, wait_state *ws, double now, double wall_deadline,
+                         bool cpu_poll) {
+  if (ws->reason == KILL_NONE && now >= wall_deadline)
+    do_kill(sb, ws, KILL_WALL);
+  if (cpu_poll && ws->reason == KILL_NONE) {
+    kc_cgroup_counters c;
+    kc_error e;
+    if (kc_cgroup_read(sb->cg, &c, &e) == 0 && c.cpu_usec >= 0 &&
+        (double)(c.cpu_usec - sb->base.cpu_usec) >= sb->lim.cpu_s * 1e6)
+      do_kill(sb, ws, KILL_CPU);
+  }
+}
+
+/* Until init exits: output, stdin, the listener, the cancel fd and the limits. */
+static int watch(kc_sandbox *sb, wait_state *ws, kc_error *err) {
   const double wall_deadline = sb->lim.wall_s > 0 ? sb->t0 + sb->lim.wall_s : INFINITY;
   const bool cpu_poll = sb->lim.cpu_s > 0 && sb->cg && sb->base.cpu_usec >= 0;
   double kill_deadline = INFINITY; /* bounded wait for the tree to die once killed */
-
-  while (!ws.init_exited) {
-    struct pollfd pf[7];
-    int n = 0;
-    pf[n++] = (struct pollfd){sb->pidfd, POLLIN, 0};
-    int i_rep = -1, i_sock = -1, i_lis = -1, i_out = -1, i_err = -1, i_can = -1;
-    if (sb->cancel_fd >= 0 && ws.reason == KILL_NONE)
-      i_can = n, pf[n++] = (struct pollfd){sb->cancel_fd, POLLIN, 0};
-    if (sb->report_rd >= 0)
-      i_rep = n, pf[n++] = (struct pollfd){sb->report_rd, POLLIN, 0};
-    if (sb->sock_rd >= 0)
-      i_sock = n, pf[n++] = (struct pollfd){sb->sock_rd, POLLIN, 0};
-    if (sb->listener >= 0)
-      i_lis = n, pf[n++] = (struct pollfd){sb->listener, POLLIN, 0};
-    if (sb->out_rd >= 0)
-      i_out = n, pf[n++] = (struct pollfd){sb->out_rd, POLLIN, 0};
-    if (sb->err_rd >= 0)
-      i_err = n, pf[n++] = (struct pollfd){sb->err_rd, POLLIN, 0};
-
+  while (!ws->init_exited) {
+    poll_set ps;
+    build_poll_set(sb, ws, &ps);
     double now = kc__now();
     double next = dmin(wall_deadline, kill_deadline);
-    if (cpu_poll && ws.reason == KILL_NONE)
+    if (cpu_poll && ws->reason == KILL_NONE)
       next = dmin(next, now + 0.01);
     int timeout = -1;
     if (isfinite(next))
       timeout = next <= now ? 0 : (int)((next - now) * 1000.0) + 1;
-    int pr = poll(pf, (nfds_t)n, timeout);
+    int pr = poll(ps.pf, (nfds_t)ps.n, timeout);
     if (pr < 0 && errno != EINTR)
       return kc_error_set(err, errno, "poll");
     now = kc__now();
-
-    if (pr > 0) {
-      if (i_rep >= 0 && pf[i_rep].revents)
-        read_report(sb, &ws);
-      if (i_sock >= 0 && pf[i_sock].revents) {
-        int fd = -1;
-        kc_error e;
-        if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
-          sb->listener = fd;
-        close_fd(&sb->sock_rd);
-      }
-      if (i_lis >= 0 && pf[i_lis].revents) {
-        if (pf[i_lis].revents & POLLIN)
-          on_notification(sb, &ws);
-        else if (pf[i_lis].revents & (POLLHUP | POLLERR | POLLNVAL))
-          close_fd(&sb->listener); /* no task left behind the filter */
-      }
-      if (i_out >= 0 && pf[i_out].revents)
-        pump(sb, &ws, &sb->out_rd, sb->fwd_out);
-      if (i_err >= 0 && pf[i_err].revents && sb->err_rd >= 0)
-        pump(sb, &ws, &sb->err_rd, sb->fwd_err);
-      if (i_can >= 0 && pf[i_can].revents)
-        do_kill(sb, &ws, KILL_CANCEL);
-      if (pf[0].revents)
-        ws.init_exited = true;
-    }
-    if (ws.init_exited)
+    if (pr > 0)
+      handle_events(sb, ws, &ps);
+    if (ws->init_exited)
       break;
-    if (ws.reason == KILL_NONE && now >= wall_deadline)
-      do_kill(sb, &ws, KILL_WALL);
-    if (cpu_poll && ws.reason == KILL_NONE) {
-      kc_cgroup_counters c;
-      kc_error e;
-      if (kc_cgroup_read(sb->cg, &c, &e) == 0 && c.cpu_usec >= 0 &&
-          (double)(c.cpu_usec - sb->base.cpu_usec) >= sb->lim.cpu_s * 1e6)
-        do_kill(sb, &ws, KILL_CPU);
-    }
-    if (ws.reason != KILL_NONE && !isfinite(kill_deadline))
+    check_limits(sb, ws, now, wall_deadline, cpu_poll);
+    if (ws->reason != KILL_NONE && !isfinite(kill_deadline))
       kill_deadline = now + 5.0;
     if (now >= kill_deadline)
       return kc_error_set(err, ETIMEDOUT, "sandbox did not die after SIGKILL");
   }
-  double wall = kc__now() - sb->t0;
+  return 0;
+}
 
-  /* Reap init (its rusage covers everything it reaped: the CPU fallback). */
-  siginfo_t si;
-  struct rusage ru;
-  memset(&si, 0, sizeof si);
-  memset(&ru, 0, sizeof ru);
-  if (syscall(SYS_waitid, P_PIDFD, sb->pidfd, &si, WEXITED, &ru) < 0)
-    return kc_error_set(err, errno, "waitid");
-  sb->reaped = true;
-  int prog_status = 0;
-  bool have_status = read(sb->status_rd, &prog_status, sizeof prog_status) ==
-                     (ssize_t)sizeof prog_status;
-  /* Make sure nothing is left, then drain what the dead tree wrote.  With a pid
-   * namespace the kernel already killed and reaped every member before our init could
-   * be reaped; kc_cgroup_destroy still kills anything it finds. */
+/* After init is reaped: make sure nothing is left, then drain what the dead tree wrote,
+ * its setup report, and a notification that raced with the end (it still names the
+ * syscall).  With a pid namespace the kernel already killed and reaped every member
+ * before our init could be reaped; kc_cgroup_destroy still kills anything it finds. */
+static void after_end(kc_sandbox *sb, wait_state *ws) {
   if (sb->cg && !sb->pid_ns) {
     kc_error e;
     kc_cgroup_kill(sb->cg, &e);
@@ -298,19 +341,23 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
     if (poll(pf, (nfds_t)n, 100) <= 0)
       break;
     if (sb->out_rd >= 0)
-      pump(sb, &ws, &sb->out_rd, sb->fwd_out);
+      pump(sb, ws, &sb->out_rd, sb->fwd_out);
     if (sb->err_rd >= 0)
-      pump(sb, &ws, &sb->err_rd, sb->fwd_err);
+      pump(sb, ws, &sb->err_rd, sb->fwd_err);
   }
   if (sb->report_rd >= 0)
-    read_report(sb, &ws);
-  /* A notification that raced with the end still names the syscall. */
-  if (sb->listener >= 0 && ws.reason == KILL_NONE) {
+    read_report(sb, ws);
+  if (sb->listener >= 0 && ws->reason == KILL_NONE) {
     struct pollfd lp = {sb->listener, POLLIN, 0};
     if (poll(&lp, 1, 0) == 1 && (lp.revents & POLLIN))
-      on_notification(sb, &ws);
+      on_notification(sb, ws);
   }
+}
 
+/* CPU time, peak memory and the limit counters of this run (deltas), from the cgroup
+ * when there is one, else from init's rusage (it covers everything it reaped). */
+static void usage(kc_sandbox *sb, const struct rusage *ru, kc_result *res, bool *oom,
+                  bool *pids_hit) {
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (sb->cg) {
     kc_error e;
@@ -319,84 +366,79 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
     kc_cgroup_destroy(sb->cg); /* counters read: nothing of the run stays */
     sb->cg = NULL;
   }
-  res->wall_s = wall;
   if (c.cpu_usec >= 0)
     res->cpu_s = (double)(c.cpu_usec - (sb->base.cpu_usec > 0 ? sb->base.cpu_usec : 0)) / 1e6;
   else
-    res->cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
-                 ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) / 1e6;
-  res->peak_memory_bytes = c.peak_memory >= 0 ? c.peak_memory : ru.ru_maxrss * 1024;
-  bool oom = c.oom_kills >= 0 && c.oom_kills > (sb->base.oom_kills > 0 ? sb->base.oom_kills : 0);
-  bool pids_hit =
-      c.pids_max_hits >= 0 && c.pids_max_hits > (sb->base.pids_max_hits > 0 ? sb->base.pids_max_hits : 0);
+    res->cpu_s = (double)ru->ru_utime.tv_sec + (double)ru->ru_stime.tv_sec +
+                 ((double)ru->ru_utime.tv_usec + (double)ru->ru_stime.tv_usec) / 1e6;
+  res->peak_memory_bytes = c.peak_memory >= 0 ? c.peak_memory : ru->ru_maxrss * 1024;
+  *oom = c.oom_kills >= 0 && c.oom_kills > (sb->base.oom_kills > 0 ? sb->base.oom_kills : 0);
+  *pids_hit = c.pids_max_hits >= 0 &&
+              c.pids_max_hits > (sb->base.pids_max_hits > 0 ? sb->base.pids_max_hits : 0);
+}
 
-  if (ws.have_report) {
+/* The verdict: a setup failure as the child reported it, else the one decider over the
+ * program's wait status (handed over by our init) and what the parent saw. */
+static void decide_end(const kc_sandbox *sb, const wait_state *ws, const siginfo_t *si,
+                       const int *prog_status, bool oom, bool pids_hit, kc_result *res) {
+  if (ws->have_report) {
     res->status = KC_STATUS_SETUP_ERROR;
-    if (ws.report.kind == KC_REPORT_EXEC)
-      res->exit_code = (ws.report.err == ENOENT || ws.report.err == ENOTDIR) ? 127 : 126;
-    copy_str(res->message, sizeof res->message, ws.report.msg);
-    return 0;
+    if (ws->report.kind == KC_REPORT_EXEC)
+      res->exit_code = (ws->report.err == ENOENT || ws->report.err == ENOTDIR) ? 127 : 126;
+    copy_str(res->message, sizeof res->message, ws->report.msg);
+    return;
   }
   int sig = 0, code = -1;
-  if (have_status) {
-    if (WIFEXITED(prog_status))
-      code = WEXITSTATUS(prog_status);
-    else if (WIFSIGNALED(prog_status))
-      sig = WTERMSIG(prog_status);
-  } else if (ws.reason != KILL_NONE || oom || si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED) {
+  if (prog_status) {
+    if (WIFEXITED(*prog_status))
+      code = WEXITSTATUS(*prog_status);
+    else if (WIFSIGNALED(*prog_status))
+      sig = WTERMSIG(*prog_status);
+  } else if (ws->reason != KILL_NONE || oom || si->si_code == CLD_KILLED ||
+             si->si_code == CLD_DUMPED) {
     sig = SIGKILL; /* killed together with our init */
   } else {
     res->status = KC_STATUS_SETUP_ERROR;
     snprintf(res->message, sizeof res->message,
              "the sandbox's init ended (code %d, status %d) before the program started",
-             si.si_code, si.si_status);
-    return 0;
+             si->si_code, si->si_status);
+    return;
   }
-  res->exit_code = code;
-  res->signal = sig;
-  bool failed = !(sig == 0 && code == 0);
-  char sz[48];
-  if (oom) {
-    res->status = KC_STATUS_MEMORY;
-    human_size(sb->lim.memory_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "memory limit of %s exceeded (OOM kill)", sz);
-  } else if (pids_hit && failed) {
-    res->status = KC_STATUS_PIDS;
-    snprintf(res->message, sizeof res->message, "process limit of %u reached", sb->lim.pids);
-  } else if (ws.reason == KILL_SYSCALL) {
-    res->status = KC_STATUS_SYSCALL;
-    snprintf(res->syscall, sizeof res->syscall, "%s", ws.syscall);
-    snprintf(res->message, sizeof res->message, "forbidden system call %s", ws.syscall);
-  } else if (ws.reason == KILL_CPU ||
-             (sb->lim.cpu_s > 0 && (sig == SIGXCPU || (sig == SIGKILL && res->cpu_s >= sb->lim.cpu_s)))) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "cpu";
-    snprintf(res->message, sizeof res->message, "CPU time limit of %g s exceeded", sb->lim.cpu_s);
-  } else if (ws.reason == KILL_WALL) {
-    res->status = KC_STATUS_TIMEOUT;
-    res->limit = "wall";
-    snprintf(res->message, sizeof res->message, "wall-clock limit of %g s exceeded", sb->lim.wall_s);
-  } else if (ws.reason == KILL_CANCEL) {
-    res->status = KC_STATUS_SIGNALED;
-    res->exit_code = -1;
-    res->signal = SIGKILL;
-    snprintf(res->message, sizeof res->message, "killed by kcage: the run was cancelled");
-  } else if (ws.reason == KILL_OUTPUT) {
-    res->status = KC_STATUS_OUTPUT;
-    human_size(sb->lim.output_bytes, sz, sizeof sz);
-    snprintf(res->message, sizeof res->message, "output limit of %s exceeded", sz);
-  } else if (sig) {
-    res->status = KC_STATUS_SIGNALED;
-    const char *abbr = sigabbrev_np(sig);
-    snprintf(res->message, sizeof res->message, "killed by signal %d (SIG%s)", sig,
-             abbr ? abbr : "?");
-  } else if (code == 0) {
-    res->status = KC_STATUS_OK;
-    snprintf(res->message, sizeof res->message, "exited normally");
-  } else {
-    res->status = KC_STATUS_EXITED;
-    snprintf(res->message, sizeof res->message, "exited with status %d", code);
-  }
+  static const kc_kill_cause cause[] = {
+      [KILL_NONE] = KC_KILLED_NONE,     [KILL_SYSCALL] = KC_KILLED_SYSCALL,
+      [KILL_CPU] = KC_KILLED_CPU,       [KILL_WALL] = KC_KILLED_WALL,
+      [KILL_OUTPUT] = KC_KILLED_OUTPUT, [KILL_CANCEL] = KC_KILLED_CANCEL,
+  };
+  kc_verdict_facts f = {.exit_code = code,
+                        .signal = sig,
+                        .killed = cause[ws->reason],
+                        .syscall = ws->syscall,
+                        .oom = oom,
+                        .pids_hit = pids_hit,
+                        .lim = &sb->lim};
+  kc_verdict_decide(&f, res);
+}
+
+static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
+  wait_state ws;
+  memset(&ws, 0, sizeof ws);
+  if (watch(sb, &ws, err) < 0)
+    return -1;
+  res->wall_s = kc__now() - sb->t0;
+  siginfo_t si;
+  struct rusage ru;
+  memset(&si, 0, sizeof si);
+  memset(&ru, 0, sizeof ru);
+  if (syscall(SYS_waitid, P_PIDFD, sb->pidfd, &si, WEXITED, &ru) < 0)
+    return kc_error_set(err, errno, "waitid");
+  sb->reaped = true;
+  int prog_status = 0;
+  bool have_status =
+      read(sb->status_rd, &prog_status, sizeof prog_status) == (ssize_t)sizeof prog_status;
+  after_end(sb, &ws);
+  bool oom, pids_hit;
+  usage(sb, &ru, res, &oom, &pids_hit);
+  decide_end(sb, &ws, &si, have_status ? &prog_status : NULL, oom, pids_hit, res);
   return 0;
 }
 

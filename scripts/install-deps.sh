@@ -3,8 +3,8 @@
 # it names what is missing and leaves the decision to the user).
 set -eu
 pkgs="build-essential cmake pkg-config clang libseccomp-dev libcap-dev libnl-3-dev
-libnl-route-3-dev libcmocka-dev libjansson-dev libdlpack-dev bubblewrap
-qemu-system-x86 busybox-static cpio xz-utils"
+libnl-route-3-dev libcmocka-dev libjansson-dev libdlpack-dev nettle-dev bubblewrap
+qemu-system-x86 busybox-static cpio xz-utils jq clang-format python3 python3-venv libpython3-dev"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -28,8 +28,21 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
+
+/* TVM's handshake, read without blocking: every connection has its own deadline, so
+ * idle ones cost a slot each and delay nobody. */
+#define MAX_HANDSHAKES 64
+#define HANDSHAKE_S 2.0
+#define HANDSHAKE_MAX_KEY 4096
+struct handshake {
+  int fd;
+  double deadline;
+  size_t got;
+  char buf[8 + HANDSHAKE_MAX_KEY + 1];
+};
 
 struct kc_agent {
   kc_agent_opts o;
@@ -48,6 +61,8 @@ struct kc_agent {
   char child_dir[512];
   char base_dir[300]; /* $TMPDIR/kcage-agent-<pid>: every session's scratch lives here */
   char device[KC_TRACKER_MAX_KEY + 300];
+  struct handshake hs[MAX_HANDSHAKES]; /* connections still in TVM's handshake */
+  size_t nhs;
 };
 
 void kc_agent_opts_init(kc_agent_opts *o) {
@@ -355,7 +370,15 @@ static void end_session(kc_agent *a) {
   }
 }
 
-static void start_session(kc_agent *a, int fd, double timeout_s) {
+/* The operator's --max-session: a session without a timeout, or with a longer one,
+ * gets the cap (and its records say so). */
+static double session_timeout(const kc_agent *a, double asked) {
+  double cap = a->o.caps.max_session_s;
+  return cap > 0 && (asked <= 0 || asked > cap) ? cap : asked;
+}
+
+static void start_session(kc_agent *a, int fd, double asked_s) {
+  double timeout_s = session_timeout(a, asked_s);
   snprintf(a->child_dir, sizeof a->child_dir, "%s/session-XXXXXX", a->base_dir);
   if (!mkdtemp(a->child_dir)) {
     a->child_dir[0] = '\0';
@@ -383,6 +406,8 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
       close(a->lfd);
     if (a->trk)
       close(kc_tracker_fd(a->trk));
+    for (size_t i = 0; i < a->nhs; i++)
+      close(a->hs[i].fd);
     /* Everything the session's batch writes (bench's inputs and staged kernels, build
      * scratch) lands under the session dir, which the agent removes however the
      * session ends - also when it is killed at its timeout. */
@@ -391,9 +416,16 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
                                 .dir = a->child_dir,
                                 .workers = a->o.workers,
                                 .deadline = deadline,
-                                .timeout_s = timeout_s};
+                                .timeout_s = timeout_s,
+                                .asked_timeout_s = asked_s,
+                                .caps = a->o.caps,
+                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
+    if (rc < 0) { /* the operator sees why a session ended early (a refused key, say) */
+      char shown[KC_ERROR_MSG_MAX * 4];
+      logf_(a, "session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+    }
     _exit(rc < 0 ? 1 : 0);
   }
   close(fd);
@@ -405,50 +437,115 @@ static void start_session(kc_agent *a, int fd, double timeout_s) {
   logf_(a, "session started (pid %d, timeout %g s)", pid, timeout_s);
 }
 
-/* TVM's server side of the handshake; a bad peer costs at most 2 s. */
+static void hs_drop(kc_agent *a, size_t i) {
+  if (a->hs[i].fd >= 0)
+    close(a->hs[i].fd);
+  a->hs[i] = a->hs[--a->nhs];
+}
+
+/* A connection: its handshake starts; when every slot is taken the oldest gives way. */
 static void on_connection(kc_agent *a) {
-  kc_cleanup_close int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
+  int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0)
     return;
   kc_tcp_keepalive(fd, 30); /* a vanished client does not hold the device forever */
-  double deadline = kc_deadline(2);
-  uint32_t magic, len;
-  kc_error err = {0};
-  if (kc_read_u32(fd, &magic, deadline, &err) < 0 || magic != KC_RPC_MAGIC)
-    return; /* TVM: silent close */
-  if (kc_read_u32(fd, &len, deadline, &err) < 0 || len > 4096)
-    return;
-  char key[4097];
-  if (kc_read_exact(fd, key, len, deadline, &err) < 0)
-    return;
-  key[len] = '\0';
-  char want[KC_TRACKER_MAX_MATCHKEY + 16];
-  snprintf(want, sizeof want, "client:%s", a->matchkey);
-  size_t tok = strcspn(key, " \t\n");
-  bool match = a->child <= 0 && !a->put_pending && tok == strlen(want) && !strncmp(key, want, tok);
-  if (!match) {
-    kc_write_u32(fd, KC_RPC_CODE_MISMATCH, deadline, &err);
-    logf_(a, "handshake mismatch");
-    return;
+  if (a->nhs == MAX_HANDSHAKES) {
+    size_t oldest = 0;
+    for (size_t i = 1; i < a->nhs; i++)
+      if (a->hs[i].deadline < a->hs[oldest].deadline)
+        oldest = i;
+    hs_drop(a, oldest);
   }
-  double timeout_s = 0;
-  const char *t = strstr(key + tok, "-timeout=");
-  if (t) {
-    char *end;
-    timeout_s = strtod(t + 9, &end);
-    if (!isfinite(timeout_s) || timeout_s < 0)
-      timeout_s = 0;
-  }
-  char sk[KC_TRACKER_MAX_KEY + 16];
-  int sl = snprintf(sk, sizeof sk, "server:%s", a->o.key);
-  char reply[sizeof sk + 8];
-  uint32_t c = htole32(KC_RPC_CODE_SUCCESS), l = htole32((uint32_t)sl);
+  struct handshake *h = &a->hs[a->nhs++];
+  h->fd = fd;
+  h->deadline = kc_now() + HANDSHAKE_S;
+  h->got = 0;
+}
+
+/* The server's answer: one small write into an empty socket buffer. */
+static bool hs_reply(int fd, uint32_t code, const char *key) {
+  char reply[8 + KC_TRACKER_MAX_KEY + 16];
+  uint32_t c = htole32(code), l = htole32((uint32_t)(key ? strlen(key) : 0));
+  size_t n = key ? 8 + strlen(key) : 4;
   memcpy(reply, &c, 4);
   memcpy(reply + 4, &l, 4);
-  memcpy(reply + 8, sk, (size_t)sl);
-  if (kc_write_all(fd, reply, 8 + (size_t)sl, deadline, &err) < 0)
+  if (key)
+    memcpy(reply + 8, key, strlen(key));
+  return send(fd, reply, n, MSG_NOSIGNAL | MSG_DONTWAIT) == (ssize_t)n;
+}
+
+/* A complete "client:<matchkey>[ -timeout=N]": the session starts, or MISMATCH. */
+static void hs_done(kc_agent *a, int fd, char *key) {
+  double timeout_s = 0;
+  bool match = a->child <= 0 && !a->put_pending && kc_rpc_client_key(key, a->matchkey, &timeout_s);
+  if (!match) {
+    hs_reply(fd, KC_RPC_CODE_MISMATCH, NULL);
+    logf_(a, "handshake mismatch");
+    close(fd);
     return;
-  start_session(a, kc_steal_fd(fd), timeout_s);
+  }
+  char sk[KC_TRACKER_MAX_KEY + 16];
+  snprintf(sk, sizeof sk, "server:%s", a->o.key);
+  if (!hs_reply(fd, KC_RPC_CODE_SUCCESS, sk)) {
+    close(fd);
+    return;
+  }
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  start_session(a, fd, timeout_s);
+}
+
+/* Read what has arrived of handshake i; false when it is over (done or dropped). */
+static bool hs_step(kc_agent *a, size_t i) {
+  struct handshake *h = &a->hs[i];
+  for (;;) {
+    uint32_t len = 0;
+    if (h->got >= 8) {
+      memcpy(&len, h->buf + 4, 4);
+      len = le32toh(len);
+    }
+    size_t need = h->got < 8 ? 8 : 8 + (size_t)len;
+    uint32_t magic = 0;
+    memcpy(&magic, h->buf, 4);
+    if (h->got >= 4 && le32toh(magic) != KC_RPC_MAGIC)
+      return false; /* TVM: silent close */
+    if (len > HANDSHAKE_MAX_KEY)
+      return false;
+    if (h->got == need && h->got >= 8) {
+      h->buf[need] = '\0';
+      int fd = h->fd;
+      h->fd = -1; /* handed on */
+      hs_done(a, fd, h->buf + 8);
+      return false;
+    }
+    ssize_t n = recv(h->fd, h->buf + h->got, need - h->got, MSG_DONTWAIT);
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n <= 0)
+      return n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK);
+    h->got += (size_t)n;
+  }
+}
+
+static void expire_handshakes(kc_agent *a) {
+  double now = kc_now();
+  for (size_t i = a->nhs; i-- > 0;)
+    if (now >= a->hs[i].deadline)
+      hs_drop(a, i);
+}
+
+/* The handshakes polled as p[0..n): those with something to read make progress.  A
+ * finished or expired one is swapped out of the table, so match them by fd. */
+static void serve_handshakes(kc_agent *a, const struct pollfd *p, size_t n) {
+  for (size_t j = 0; j < n; j++) {
+    if (!p[j].revents)
+      continue;
+    for (size_t i = 0; i < a->nhs; i++)
+      if (a->hs[i].fd == p[j].fd) {
+        if (!hs_step(a, i))
+          hs_drop(a, i);
+        break;
+      }
+  }
 }
 
 int kc_agent_run(kc_agent *a, kc_error *err) {
@@ -484,12 +581,19 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       wake = fmin(wake, a->next_check);
     if (a->child > 0 && a->child_deadline >= 0)
       wake = fmin(wake, a->child_deadline + 2.01);
-    struct pollfd p[4] = {{.fd = a->stop_pipe[0], .events = POLLIN},
-                          {.fd = a->lfd, .events = POLLIN},
-                          {.fd = a->trk ? kc_tracker_fd(a->trk) : -1, .events = POLLIN},
-                          {.fd = a->child_pidfd, .events = POLLIN}};
+    for (size_t i = 0; i < a->nhs; i++)
+      wake = fmin(wake, a->hs[i].deadline);
+    struct pollfd p[4 + MAX_HANDSHAKES] = {
+        {.fd = a->stop_pipe[0], .events = POLLIN},
+        {.fd = a->lfd, .events = POLLIN},
+        {.fd = a->trk ? kc_tracker_fd(a->trk) : -1, .events = POLLIN},
+        {.fd = a->child_pidfd, .events = POLLIN}};
+    size_t nhs = a->nhs;
+    for (size_t i = 0; i < nhs; i++)
+      p[4 + i] = (struct pollfd){.fd = a->hs[i].fd, .events = POLLIN};
     int ms = wake <= now ? 0 : (int)fmin((wake - now) * 1000 + 1, 3600e3);
-    int n = poll(p, 4, ms);
+    int n = poll(p, 4 + nhs, ms);
+    expire_handshakes(a);
     if (n < 0 && errno != EINTR)
       return kc_error_set(err, errno, "poll");
     if (n <= 0)
@@ -513,6 +617,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       if (r <= 0)
         drop_tracker(a, "connection closed");
     }
+    serve_handshakes(a, p + 4, nhs);
     if (p[1].revents)
       on_connection(a);
   }
@@ -535,6 +640,8 @@ void kc_agent_free(kc_agent *a) {
   }
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
+  while (a->nhs)
+    hs_drop(a, 0);
   if (a->base_dir[0])
     rmdir(a->base_dir);
   kc_tracker_close(a->trk);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -244,10 +245,18 @@ static void sb_add(struct sbuf *b, const char *fmt, ...) {
   b->len += (size_t)n;
 }
 
+/* Every string in a SUMMARY came from a peer: shown with control characters escaped,
+ * so a key or an address cannot drive the terminal of whoever runs `kcage query`. */
+#define SHOWN_MAX (4 * (KC_TRACKER_MAX_MATCHKEY + 16) + 1)
+static const char *shown(const char *s, char buf[SHOWN_MAX]) {
+  return kc_escape(s, buf, SHOWN_MAX);
+}
+
 /* Python's str() of a JSON scalar as json.loads returns it. */
 static void py_str(struct sbuf *b, const json_t *v) {
+  char e[SHOWN_MAX];
   if (json_is_string(v))
-    sb_add(b, "%s", json_string_value(v));
+    sb_add(b, "%s", shown(json_string_value(v), e));
   else if (json_is_integer(v))
     sb_add(b, "%lld", (long long)json_integer_value(v));
   else if (json_is_real(v))
@@ -325,7 +334,8 @@ char *kc_tracker_text_summary(const json_t *data) {
     }
     pad_to(&b, a.p ? a.p : "", 21);
     free(a.p);
-    sb_add(&b, "    %s\n", sv[i].key);
+    char e[SHOWN_MAX];
+    sb_add(&b, "    %s\n", shown(sv[i].key, e));
     const char *c1 = strchr(sv[i].key, ':');
     if (!c1)
       continue; /* TVM would raise IndexError here; we just skip the count */
@@ -350,10 +360,11 @@ char *kc_tracker_text_summary(const json_t *data) {
   const char **keys = calloc(nq + 1, sizeof *keys);
   const char *k;
   json_t *v;
+  char e[SHOWN_MAX];
   json_object_foreach((json_t *)qi, k, v) {
     keys[i++] = k;
-    if (u8len(k) > maxk)
-      maxk = u8len(k);
+    if (u8len(shown(k, e)) > maxk)
+      maxk = u8len(e);
   }
   qsort(keys, nq, sizeof *keys, str_cmp);
   struct sbuf title = {0};
@@ -377,7 +388,7 @@ char *kc_tracker_text_summary(const json_t *data) {
     long long fr = json_integer_value(json_object_get(q, "free")),
               pe = json_integer_value(json_object_get(q, "pending"));
     if (total || pe) {
-      pad_to(&b, keys[i], maxk);
+      pad_to(&b, shown(keys[i], e), maxk);
       sb_add(&b, "   %-5ld  %-4lld  %-7lld\n", total, fr, pe);
     }
   }
@@ -411,6 +422,15 @@ static json_t *number(double v) {
   return json_real(v);
 }
 
+/* A host or matchkey from the tracker goes into connect calls and error messages: no
+ * control characters (no real address or key has any). */
+static bool plain(const json_t *v) {
+  for (const unsigned char *p = (const unsigned char *)json_string_value(v); p && *p; p++)
+    if (*p < 0x20 || *p == 0x7f)
+      return false;
+  return true;
+}
+
 int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priority, double timeout_s,
                              kc_lease *lease, kc_error *err) {
   json_t *msg = json_pack("[i, s, s, o]", KC_TRK_REQUEST, key, "", number(priority)), *r = NULL;
@@ -429,8 +449,8 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
               : json_is_string(p) ? strtol(json_string_value(p), NULL, 10)
                                   : -1;
   if (!json_is_array(r) || json_integer_value(json_array_get(r, 0)) != KC_TRK_SUCCESS ||
-      !json_is_string(h) || !json_is_string(m) || port <= 0 || port > 65535 ||
-      json_string_length(h) >= sizeof lease->host ||
+      !json_is_string(h) || !json_is_string(m) || !plain(h) || !plain(m) || port <= 0 ||
+      port > 65535 || json_string_length(h) >= sizeof lease->host ||
       json_string_length(m) >= sizeof lease->matchkey) {
     char *t = json_dumps(r, KC_TRACKER_JSON_FLAGS);
     kc_error_set(err, EPROTO, "Invalid return value %s", t ? t : "?");

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_reader.h"
 #include "kcage/tracker.h"
 
 static int bad(kc_error *err, const char *what) {
@@ -71,6 +72,24 @@ static int parse_request(json_t *a, kc_trk_msg *m, kc_error *err) {
 }
 
 #define KC_TRACKER_MAX_INFO_FIELDS 64
+/* TVM's servers send {"key": .., "addr": [..]} (depth 2).  The tracker stores the info
+ * and repeats it in SUMMARY, where deep nesting kills Python's json.loads
+ * (RecursionError) in TVM's query_rpc_tracker: keep it shallow. */
+#define KC_TRACKER_MAX_INFO_DEPTH 8
+
+/* Depth of v (a scalar is 0), giving up past max. */
+static bool deeper_than(const json_t *v, int max) {
+  if (max < 0)
+    return true;
+  size_t i;
+  const char *k;
+  json_t *x;
+  if (json_is_array(v))
+    json_array_foreach(v, i, x) if (deeper_than(x, max - 1)) return true;
+  if (json_is_object(v))
+    json_object_foreach((json_t *)v, k, x) if (deeper_than(x, max - 1)) return true;
+  return false;
+}
 
 static int parse_update_info(json_t *a, kc_trk_msg *m, kc_error *err) {
   if (json_array_size(a) != 2)
@@ -78,6 +97,8 @@ static int parse_update_info(json_t *a, kc_trk_msg *m, kc_error *err) {
   json_t *info = json_array_get(a, 1);
   if (!json_is_object(info) || json_object_size(info) > KC_TRACKER_MAX_INFO_FIELDS)
     return bad(err, "UPDATE_INFO: info must be an object");
+  if (deeper_than(info, KC_TRACKER_MAX_INFO_DEPTH))
+    return bad(err, "UPDATE_INFO: info is nested too deep");
   json_t *addr = json_object_get(info, "addr"), *key = json_object_get(info, "key");
   /* TVM reads info["addr"][0] unconditionally; the port is an int (Python server) or a
    * string (C++ server). */
@@ -247,4 +268,17 @@ int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *plen,
   *plen = (size_t)n;
   r->taken = 4 + (size_t)n;
   return 1;
+}
+
+bool kc_rpc_client_key(const char *key, const char *matchkey, double *timeout_s) {
+  *timeout_s = 0;
+  size_t tok = strcspn(key, " \t\n"), ml = strlen(matchkey);
+  if (tok != 7 + ml || strncmp(key, "client:", 7) || strncmp(key + 7, matchkey, ml))
+    return false;
+  const char *t = strstr(key + tok, "-timeout=");
+  if (t) {
+    double v = strtod(t + 9, NULL);
+    *timeout_s = isfinite(v) && v > 0 ? v : 0;
+  }
+  return true;
 }

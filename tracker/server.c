@@ -5,7 +5,10 @@
  *    TCP_USER_TIMEOUT;
  *  - replies are one write each, TCP_NODELAY, and TCP_QUICKACK after every read so
  *    TVM's split-writing clients never wait for a delayed ACK (tracker-load.md);
- *  - backlog SOMAXCONN; no per-PUT history is kept; every table is bounded. */
+ *  - backlog SOMAXCONN; no per-PUT history is kept; every table is bounded;
+ *  - a connection that has not sent the magic within a few seconds is dropped, and at
+ *    the fd limit the oldest such connection makes room for a new one, so idle
+ *    connections cannot lock agents and clients out. */
 #include <arpa/inet.h>
 #include <endian.h>
 #include <errno.h>
@@ -24,17 +27,21 @@
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
+#include "frame_reader.h"
 #include "kcage/tracker.h"
+#include "netio.h"
 
 #define MAX_KEYS 65536
 #define MAX_PUTS_PER_CONN 4096
-#define MAX_REQS_PER_CONN 4096
+#define MAX_REQS_PER_CONN 256 /* TVM's clients wait on one at a time */
 #define MAX_OUT_BYTES (8u << 20)
 #define MAX_INFO_FIELDS 64
 #define MAX_INFO_BYTES 16384
 /* All connections' buffers together: a flood of half-sent 1 MiB frames cannot take
- * the tracker's memory. */
+ * the tracker's memory.  Buffers up to SMALL_BUFFER (every message TVM's peers send)
+ * stay outside the budget, so hogs near it cannot lock out a newcomer's small frame. */
 #define MAX_BUFFERED_BYTES (256u << 20)
+#define SMALL_BUFFER 4096
 
 struct conn;
 struct keyq;
@@ -78,7 +85,7 @@ struct conn {
   size_t out_off, out_len, out_cap;
   char peer[INET6_ADDRSTRLEN];
   char peer_json[6 * INET6_ADDRSTRLEN + 3]; /* peer as a JSON string, for lease replies */
-  size_t peer_json_len;                      /* 0 until the first PUT */
+  size_t peer_json_len;                     /* 0 until the first PUT */
   json_t *info;
   struct res *res_head;
   size_t nres;
@@ -86,6 +93,8 @@ struct conn {
   size_t nreq;
   struct conn *prev, *next; /* all live connections, in accept order */
   struct conn *dead_next;
+  double accepted_at;             /* kc_now() */
+  struct conn *hs_prev, *hs_next; /* before the magic: s->hs_head.., in accept order */
 };
 
 struct kc_tracker_server {
@@ -97,10 +106,12 @@ struct kc_tracker_server {
   size_t nbuckets, nkeys;
   struct keyq *order_head, *order_tail;
   struct conn *conns_head, *conns_tail;
+  struct conn *hs_head, *hs_tail; /* connections still owing the magic */
   struct conn *dead;
   bool stopping;
   size_t max_frame;
-  size_t buffered; /* sum of every connection's in+out buffer capacity */
+  size_t buffered;     /* sum of every connection's in+out buffer capacity */
+  size_t max_buffered; /* o.max_buffered or MAX_BUFFERED_BYTES */
 };
 
 void kc_tracker_opts_init(kc_tracker_opts *o) {
@@ -117,11 +128,44 @@ static uint64_t hash_str(const char *s) {
   return h;
 }
 
+static void key_free(kc_tracker_server *s, struct keyq *k, struct keyq *order_prev) {
+  struct keyq **p = &s->buckets[hash_str(k->key) & (s->nbuckets - 1)];
+  while (*p != k)
+    p = &(*p)->hnext;
+  *p = k->hnext;
+  if (order_prev)
+    order_prev->order_next = k->order_next;
+  else
+    s->order_head = k->order_next;
+  if (s->order_tail == k)
+    s->order_tail = order_prev;
+  s->nkeys--;
+  free(k->heap);
+  free(k->key);
+  free(k);
+}
+
+/* A full table drops every key with no free device and nobody waiting: such a key is
+ * only a name (SUMMARY shows it with zeros until then, as TVM does), and names alone
+ * must never lock a newcomer out. */
+static void keys_sweep(kc_tracker_server *s) {
+  struct keyq *prev = NULL;
+  for (struct keyq *k = s->order_head, *next; k; k = next) {
+    next = k->order_next;
+    if (!k->nfree && !k->nheap)
+      key_free(s, k, prev);
+    else
+      prev = k;
+  }
+}
+
 static struct keyq *key_find(kc_tracker_server *s, const char *key, bool create) {
   size_t b = hash_str(key) & (s->nbuckets - 1);
   for (struct keyq *k = s->buckets[b]; k; k = k->hnext)
     if (!strcmp(k->key, key))
       return k;
+  if (create && s->nkeys >= MAX_KEYS)
+    keys_sweep(s);
   if (!create || s->nkeys >= MAX_KEYS)
     return NULL;
   struct keyq *k = calloc(1, sizeof *k);
@@ -260,10 +304,33 @@ static void req_free(struct req *r) {
 
 /* ---- connections --------------------------------------------------------------- */
 
+static void hs_unlink(kc_tracker_server *s, struct conn *c) {
+  if (c->hs_prev)
+    c->hs_prev->hs_next = c->hs_next;
+  else
+    s->hs_head = c->hs_next;
+  if (c->hs_next)
+    c->hs_next->hs_prev = c->hs_prev;
+  else
+    s->hs_tail = c->hs_prev;
+  c->hs_prev = c->hs_next = NULL;
+}
+
+static void hs_append(kc_tracker_server *s, struct conn *c) {
+  c->hs_prev = s->hs_tail;
+  if (s->hs_tail)
+    s->hs_tail->hs_next = c;
+  else
+    s->hs_head = c;
+  s->hs_tail = c;
+}
+
 static void conn_kill(kc_tracker_server *s, struct conn *c) {
   if (c->dead)
     return;
   c->dead = true;
+  if (!c->magic_done)
+    hs_unlink(s, c);
   epoll_ctl(s->efd, EPOLL_CTL_DEL, c->fd, NULL);
   close(c->fd);
   c->fd = -1;
@@ -338,7 +405,8 @@ static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size
     size_t cap = c->out_cap ? c->out_cap : 1024;
     while (cap < c->out_len + rest)
       cap *= 2;
-    char *nb = s->buffered + (cap - c->out_cap) > MAX_BUFFERED_BYTES ? NULL : realloc(c->out, cap);
+    bool over = cap > SMALL_BUFFER && s->buffered + (cap - c->out_cap) > s->max_buffered;
+    char *nb = over ? NULL : realloc(c->out, cap);
     if (!nb) {
       conn_kill(s, c);
       return -1;
@@ -460,9 +528,8 @@ static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   size_t n = 4;
   if (!c->peer_json_len) {
     json_t *pj = json_string(c->peer);
-    c->peer_json_len = pj ? json_dumpb(pj, c->peer_json, sizeof c->peer_json,
-                                       KC_TRACKER_JSON_FLAGS)
-                          : 0;
+    c->peer_json_len =
+        pj ? json_dumpb(pj, c->peer_json, sizeof c->peer_json, KC_TRACKER_JSON_FLAGS) : 0;
     json_decref(pj);
     if (!c->peer_json_len || c->peer_json_len > sizeof c->peer_json)
       return -1;
@@ -618,7 +685,7 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     return;
   }
   s->buffered += c->rd.cap - cap0;
-  if (c->rd.cap > cap0 && s->buffered > MAX_BUFFERED_BYTES) {
+  if (c->rd.cap > cap0 && c->rd.cap > SMALL_BUFFER && s->buffered > s->max_buffered) {
     conn_kill(s, c);
     return;
   }
@@ -634,6 +701,7 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     }
     r->off += 4;
     c->magic_done = true;
+    hs_unlink(s, c);
     uint32_t le = htole32(KC_TRACKER_MAGIC);
     if (conn_send(s, c, (const char *)&le, 4) < 0)
       return;
@@ -695,14 +763,30 @@ static void peer_string(const struct sockaddr_storage *ss, char *out, size_t len
   }
 }
 
+/* Out of fds: the oldest connection still owing the magic makes room (it is the one
+ * most likely idle on purpose); without one, the newcomer is shed instead of spinning
+ * on it.  Returns true when there is room again. */
+static bool make_room(kc_tracker_server *s) {
+  if (s->hs_head) {
+    if (s->o.verbose)
+      fprintf(stderr, "kcage tracker: out of fds: dropping %s (no magic yet)\n", s->hs_head->peer);
+    conn_kill(s, s->hs_head);
+    return true;
+  }
+  return false;
+}
+
 static void on_accept(kc_tracker_server *s) {
-  for (int i = 0; i < 256; i++) {
+  /* A bounded batch: the connections accepted here get to send their magic before the
+   * next batch may evict them. */
+  for (int i = 0; i < 16; i++) {
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     int fd = accept4(s->lfd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
     if (fd < 0) {
       if (errno == EMFILE || errno == ENFILE) {
-        /* Out of fds: shed this one connection instead of spinning on it. */
+        if (make_room(s))
+          continue;
         if (s->spare_fd >= 0) {
           close(s->spare_fd);
           int x = accept(s->lfd, NULL, NULL);
@@ -720,6 +804,7 @@ static void on_accept(kc_tracker_server *s) {
       continue;
     }
     c->fd = fd;
+    c->accepted_at = kc_now();
     kc_frame_reader_init(&c->rd, s->max_frame);
     peer_string(&ss, c->peer, sizeof c->peer);
     set_keepalive(fd, s->o.keepalive_s);
@@ -735,6 +820,7 @@ static void on_accept(kc_tracker_server *s) {
     else
       s->conns_head = c;
     s->conns_tail = c;
+    hs_append(s, c);
     if (s->o.verbose)
       fprintf(stderr, "kcage tracker: connection from %s\n", c->peer);
   }
@@ -791,7 +877,10 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
   s->lfd = s->efd = s->stopfd = s->spare_fd = -1;
   if (s->o.keepalive_s <= 0)
     s->o.keepalive_s = 15;
+  if (s->o.handshake_s <= 0)
+    s->o.handshake_s = 5;
   s->max_frame = o->max_frame ? o->max_frame : KC_TRACKER_MAX_FRAME;
+  s->max_buffered = o->max_buffered ? o->max_buffered : MAX_BUFFERED_BYTES;
   s->nbuckets = 4096;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
   if (o->stop_key) {
@@ -839,10 +928,23 @@ void kc_tracker_server_stop(kc_tracker_server *s) {
   (void)n;
 }
 
+/* Drop the connections whose magic is overdue; returns the ms until the next is due
+ * (-1: none waits). */
+static int expire_handshakes(kc_tracker_server *s) {
+  double now = kc_now();
+  while (s->hs_head && now - s->hs_head->accepted_at >= s->o.handshake_s)
+    conn_kill(s, s->hs_head);
+  if (!s->hs_head)
+    return -1;
+  return (int)((s->hs_head->accepted_at + s->o.handshake_s - now) * 1000) + 1;
+}
+
 int kc_tracker_server_run(kc_tracker_server *s, kc_error *err) {
   struct epoll_event evs[256];
   while (!s->stopping) {
-    int n = epoll_wait(s->efd, evs, 256, -1);
+    int wait_ms = expire_handshakes(s);
+    reap_dead(s);
+    int n = epoll_wait(s->efd, evs, 256, wait_ms);
     if (n < 0) {
       if (errno == EINTR)
         continue;

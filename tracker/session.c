@@ -1,5 +1,5 @@
-/* The kcage session protocol (include/kcage/tracker.h): both sides, and the remote
- * half of `kcage bench --tracker` (kc_bench_remote_run). */
+/* The kcage session protocol (include/kcage/tracker.h): both sides of it.  The client's
+ * use of it for `kcage bench --tracker` is in remote_bench.c. */
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -12,12 +12,9 @@
 #include <sys/time.h>
 #include <unistd.h>
 
-#if __has_include("kcage/measure.h")
-#include "kcage/measure.h"
-#define KC_HAVE_MEASURE 1
-#endif
-
 #include "kcage/cleanup.h"
+#include "kcage/escape.h"
+#include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -67,6 +64,15 @@ int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err) {
   return 0;
 }
 
+/* An authentication refusal: EACCES for callers, and a message without strerror's
+ * words, since it also goes to the peer. */
+static int denied(kc_error *err, const char *msg) {
+  kc_error_set(err, 0, "%s", msg);
+  if (err)
+    err->code = EACCES;
+  return -1;
+}
+
 /* ---- client side ----------------------------------------------------------------- */
 
 struct kc_session {
@@ -90,7 +96,8 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
   if (!strcmp(json_string_value(json_object_get(r, "op")), "error")) {
     const char *m = json_string_value(json_object_get(r, "message"));
     const char *code = json_string_value(json_object_get(r, "code"));
-    kc_error_set(err, 0, "device agent: %s", m ? m : "error");
+    char shown[512];
+    kc_error_set(err, 0, "device agent: %s", kc_escape(m ? m : "error", shown, sizeof shown));
     if (err)
       err->code = code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO;
     json_decref(r);
@@ -100,19 +107,57 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
   return 0;
 }
 
-int kc_session_open(int fd, double timeout_s, kc_session **out, json_t **hello, kc_error *err) {
+/* The agent's proof in its hello, then ours. */
+static int client_auth(kc_session *s, const kc_auth_key *auth, const char *nonce, json_t *hello,
+                       double timeout_s, kc_error *err) {
+  json_t *a = json_object_get(hello, "auth");
+  const char *an = json_string_value(json_object_get(a, "nonce"));
+  const char *mac = json_string_value(json_object_get(a, "mac"));
+  if (!a)
+    return denied(err, "refused: it did not prove the auth key (it has none)");
+  if (!kc_auth_check(auth, true, nonce, an, mac))
+    return denied(err, "refused: it did not prove the auth key (wrong key)");
+  char mine[KC_AUTH_HEX + 1];
+  kc_auth_mac(auth, false, nonce, an, mine);
+  json_t *m = json_pack("{s:s, s:s}", "op", "auth", "mac", mine), *r = NULL;
+  int rc = kc_session_call(s, m, timeout_s, &r, err);
+  json_decref(m);
+  if (rc == 0 && strcmp(json_string_value(json_object_get(r, "op")), "ok"))
+    rc = kc_error_set(err, EPROTO, "authentication: unexpected reply");
+  json_decref(r);
+  return rc;
+}
+
+static json_t *hello_msg(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc_error *err) {
+  json_t *m = json_pack("{s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION);
+  if (auth && auth->len) {
+    if (kc_auth_nonce(nonce, err) < 0) {
+      json_decref(m);
+      return NULL;
+    }
+    json_object_set_new(m, "auth", json_pack("{s:s}", "nonce", nonce));
+  }
+  return m;
+}
+
+int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
+                    json_t **hello, kc_error *err) {
   kc_session *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
     return kc_error_set(err, ENOMEM, "session");
   }
   s->fd = fd;
-  json_t *m = json_pack("{s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION), *r = NULL;
-  int rc = kc_session_call(s, m, timeout_s ? timeout_s : 10, &r, err);
+  timeout_s = timeout_s ? timeout_s : 10;
+  char nonce[KC_AUTH_HEX + 1];
+  json_t *m = hello_msg(auth, nonce, err), *r = NULL;
+  int rc = m ? kc_session_call(s, m, timeout_s, &r, err) : -1;
   json_decref(m);
-  if (rc < 0 || strcmp(json_string_value(json_object_get(r, "op")), "hello")) {
-    if (rc == 0)
-      kc_error_set(err, EPROTO, "device is not a kcage agent");
+  if (rc == 0 && strcmp(json_string_value(json_object_get(r, "op")), "hello"))
+    rc = kc_error_set(err, EPROTO, "device is not a kcage agent");
+  if (rc == 0 && auth && auth->len)
+    rc = client_auth(s, auth, nonce, r, timeout_s, err);
+  if (rc < 0) {
     json_decref(r);
     close(fd);
     free(s);
@@ -241,6 +286,8 @@ struct serve_state {
   const kc_session_serve_opts *o;
   size_t nfiles;
   uint64_t total;
+  bool authed;
+  char client_nonce[KC_AUTH_HEX + 1], agent_nonce[KC_AUTH_HEX + 1];
 };
 
 static int do_file(struct serve_state *st, json_t *m, kc_error *err) {
@@ -276,131 +323,180 @@ static int do_file(struct serve_state *st, json_t *m, kc_error *err) {
   return 0;
 }
 
-#ifdef KC_HAVE_MEASURE
-/* A config number from the (untrusted) client: absent = def; outside [lo, hi] or not
- * finite = refused (no out-of-range float-to-integer casts). */
-static double num(json_t *c, const char *k, double def, double lo, double hi, bool *bad) {
-  json_t *v = json_object_get(c, k);
-  if (!v || json_is_null(v))
-    return def;
-  double x = json_is_number(v) ? json_number_value(v) : NAN;
-  if (!isfinite(x) || x < lo || x > hi) {
-    *bad = true;
-    return def;
+static int kernel_paths(const struct serve_state *st, json_t *ks, char **paths, kc_error *err) {
+  for (size_t i = 0; i < json_array_size(ks); i++) {
+    const char *k = json_string_value(json_array_get(ks, i));
+    if (!k || !valid_name(k))
+      return kc_error_set(err, EPROTO, "run: bad kernel name");
+    if (asprintf(&paths[i], "%s/%s", st->o->dir, k) < 0) {
+      paths[i] = NULL;
+      return kc_error_set(err, ENOMEM, "run");
+    }
   }
-  return x;
+  return 0;
+}
+
+/* What the operator's caps changed: the config's limits and the session timeout. */
+static json_t *clamp_all(const struct serve_state *st, kc_bench_config *cfg) {
+  json_t *clamped = kc_run_config_clamp(cfg, &st->o->caps);
+  if (st->o->asked_timeout_s != st->o->timeout_s)
+    json_object_set_new(
+        clamped, "session_timeout_s",
+        json_pack("{s:f, s:f}", "asked", st->o->asked_timeout_s, "cap", st->o->timeout_s));
+  return clamped;
+}
+
+static void stamp_records(const struct serve_state *st, json_t *records, json_t *ks,
+                          json_t *clamped) {
+  size_t i;
+  json_t *r;
+  json_array_foreach(records, i, r) {
+    json_object_set_new(r, "device", json_string(st->o->device));
+    json_object_set_new(r, "kernel", json_incref(json_array_get(ks, i)));
+    if (json_object_size(clamped))
+      json_object_set(r, "clamped", clamped);
+  }
 }
 
 static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error *err) {
-  json_t *ks = json_object_get(m, "kernels"), *c = json_object_get(m, "config");
-  const char *ref = json_string_value(json_object_get(m, "reference"));
-  if (!json_is_array(ks) || json_array_size(ks) == 0 ||
-      json_array_size(ks) > KC_SESSION_MAX_FILES || !json_is_object(c) ||
-      !json_is_string(json_object_get(c, "args")))
-    return kc_error_set(err, EPROTO, "run: expected kernels, config.args");
+  json_t *ks = json_object_get(m, "kernels");
+  json_t *refj = json_object_get(m, "reference");
+  const char *ref = json_string_value(refj);
+  if (!json_is_array(ks) || json_array_size(ks) == 0 || json_array_size(ks) > KC_SESSION_MAX_FILES)
+    return kc_error_set(err, EPROTO, "run: expected kernels");
+  if ((refj && !json_is_null(refj) && !ref) || (ref && !valid_name(ref)))
+    return kc_error_set(err, EPROTO, "run: bad reference name");
+  kc_bench_config cfg;
+  if (kc_run_config_decode(json_object_get(m, "config"), &cfg, err) < 0)
+    return -1;
   size_t n = json_array_size(ks);
   char **paths = calloc(n, sizeof *paths);
   char refpath[4096];
   if (!paths)
     return kc_error_set(err, ENOMEM, "run");
-  int rc = -1;
-  for (size_t i = 0; i < n; i++) {
-    const char *k = json_string_value(json_array_get(ks, i));
-    if (!k || !valid_name(k)) {
-      kc_error_set(err, EPROTO, "run: bad kernel name");
-      goto out;
-    }
-    if (asprintf(&paths[i], "%s/%s", st->o->dir, k) < 0) {
-      paths[i] = NULL;
-      goto out;
-    }
-  }
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
-  cfg.args = json_string_value(json_object_get(c, "args"));
-  cfg.seed = (uint64_t)json_integer_value(json_object_get(c, "seed"));
-  cfg.seed_set = json_is_integer(json_object_get(c, "seed"));
-  if (json_object_get(c, "no_isolation") || json_object_get(c, "isolation")) {
-    /* a tenant never chooses how it is isolated: every agent's kernels run sandboxed */
-    kc_error_set(err, EPERM, "run: this agent runs every kernel in its sandbox");
-    goto out;
-  }
+  int rc = kernel_paths(st, ks, paths, err);
   if (ref) {
-    if (!valid_name(ref)) {
-      kc_error_set(err, EPROTO, "run: bad reference name");
-      goto out;
-    }
     snprintf(refpath, sizeof refpath, "%s/%s", st->o->dir, ref);
     cfg.reference = refpath;
   }
-  bool bad = false;
-  cfg.rtol = num(c, "rtol", cfg.rtol, -1, 1e6, &bad);
-  cfg.atol = num(c, "atol", cfg.atol, -1, 1e6, &bad);
-  if (json_is_string(json_object_get(c, "entry")))
-    cfg.entry = json_string_value(json_object_get(c, "entry"));
-  cfg.number = (uint32_t)num(c, "number", cfg.number, 0, 1e9, &bad);
-  cfg.repeat = (uint32_t)num(c, "repeat", cfg.repeat, 0, 1e6, &bad);
-  cfg.min_repeat_ms = num(c, "min_repeat_ms", cfg.min_repeat_ms, -1, 1e6, &bad);
-  cfg.cooldown_ms = num(c, "cooldown_ms", cfg.cooldown_ms, 0, 1e6, &bad);
-  cfg.flush_cache = json_is_true(json_object_get(c, "flush_cache"));
-  cfg.timeout_s = num(c, "timeout_s", cfg.timeout_s, 0, 86400, &bad);
-  cfg.memory_bytes = (uint64_t)num(c, "memory_bytes", (double)cfg.memory_bytes, 0, 1e15, &bad);
-  cfg.sets = (uint32_t)num(c, "sets", cfg.sets, 0, 1024, &bad);
-  cfg.checks = (uint32_t)num(c, "checks", cfg.checks, 0, 1e6, &bad);
-  if (bad) {
-    kc_error_set(err, EINVAL, "run: a config value is out of range");
-    goto out;
-  }
   if (st->o->workers)
     cfg.workers = st->o->workers;
-  cfg.tracker = NULL; /* run here */
-  if (kc_bench_run_batch(&cfg, (const char *const *)paths, n, records, err) < 0)
-    goto out;
-  size_t i;
-  json_t *r;
-  json_array_foreach(*records, i, r) {
-    json_object_set_new(r, "device", json_string(st->o->device));
-    json_object_set_new(r, "kernel", json_incref(json_array_get(ks, i)));
-  }
-  rc = 0;
-out:
-  for (size_t i = 0; i < n; i++)
-    free(paths[i]);
+  json_t *clamped = clamp_all(st, &cfg);
+  if (rc == 0)
+    rc = kc_bench_run_batch(&cfg, (const char *const *)paths, n, records, err);
+  if (rc == 0)
+    stamp_records(st, *records, ks, clamped);
+  json_decref(clamped);
+  for (size_t k = 0; k < n; k++)
+    free(paths[k]);
   free(paths);
   return rc;
 }
-#else
-static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error *err) {
-  (void)st, (void)m, (void)records;
-  return kc_error_set(err, ENOSYS, "this agent was built without kernel measurement");
-}
-#endif
 
-int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
-  struct serve_state st = {.fd = fd, .o = o};
-  kc_cleanup_free char *tmsg = o->deadline >= 0 ? timeout_message(o->timeout_s) : NULL;
-  if (o->deadline >= 0) {
-    json_t *m = json_pack("{s:s, s:s, s:s}", "op", "error", "code", "session_timeout", "message",
-                          tmsg ? tmsg : "session timeout");
-    char *t = json_dumps(m, JSON_COMPACT);
-    json_decref(m);
-    if (t) {
-      g_timeout_len = strlen(t) + 4;
-      g_timeout_frame = malloc(g_timeout_len);
-      uint32_t le = htole32((uint32_t)strlen(t));
+/* The session timeout: SIGALRM at the deadline, with the frame it then sends ready. */
+static void arm_deadline(int fd, const kc_session_serve_opts *o, const char *tmsg) {
+  json_t *m = json_pack("{s:s, s:s, s:s}", "op", "error", "code", "session_timeout", "message",
+                        tmsg ? tmsg : "session timeout");
+  char *t = json_dumps(m, JSON_COMPACT);
+  json_decref(m);
+  if (t) {
+    g_timeout_len = strlen(t) + 4;
+    g_timeout_frame = malloc(g_timeout_len);
+    uint32_t le = htole32((uint32_t)strlen(t));
+    if (g_timeout_frame) {
       memcpy(g_timeout_frame, &le, 4);
       memcpy(g_timeout_frame + 4, t, strlen(t));
-      free(t);
     }
-    g_fd = fd;
-    struct sigaction sa = {.sa_handler = on_alarm};
-    sigaction(SIGALRM, &sa, NULL);
-    double left = o->deadline - kc_now();
-    if (left < 0.001)
-      left = 0.001;
-    struct itimerval it = {.it_value = {(time_t)left, (suseconds_t)((left - floor(left)) * 1e6)}};
-    setitimer(ITIMER_REAL, &it, NULL);
+    free(t);
   }
+  g_fd = fd;
+  struct sigaction sa = {.sa_handler = on_alarm};
+  sigaction(SIGALRM, &sa, NULL);
+  double left = o->deadline - kc_now();
+  if (left < 0.001)
+    left = 0.001;
+  struct itimerval it = {.it_value = {(time_t)left, (suseconds_t)((left - floor(left)) * 1e6)}};
+  setitimer(ITIMER_REAL, &it, NULL);
+}
+
+static json_t *do_hello(struct serve_state *st, json_t *m, kc_error *err) {
+  const kc_session_serve_opts *o = st->o;
+  const char *cn = json_string_value(json_object_get(json_object_get(m, "auth"), "nonce"));
+  if (o->auth && !kc_auth_hex_ok(cn)) {
+    denied(err, "this device agent requires authentication (--auth-key)");
+    return NULL;
+  }
+  json_t *reply = json_pack("{s:s, s:i, s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION,
+                            "device", o->device ? o->device : "", "workers", (int)o->workers);
+  if (o->deadline >= 0)
+    json_object_set_new(reply, "session_timeout", json_real(o->timeout_s));
+  if (o->auth) {
+    char mac[KC_AUTH_HEX + 1];
+    if (kc_auth_nonce(st->agent_nonce, err) < 0) {
+      json_decref(reply);
+      return NULL;
+    }
+    snprintf(st->client_nonce, sizeof st->client_nonce, "%s", cn);
+    kc_auth_mac(o->auth, true, st->client_nonce, st->agent_nonce, mac);
+    json_object_set_new(reply, "auth",
+                        json_pack("{s:s, s:s}", "nonce", st->agent_nonce, "mac", mac));
+  }
+  return reply;
+}
+
+static json_t *do_auth(struct serve_state *st, json_t *m, kc_error *err) {
+  const char *mac = json_string_value(json_object_get(m, "mac"));
+  if (!st->o->auth || !st->agent_nonce[0] ||
+      !kc_auth_check(st->o->auth, false, st->client_nonce, st->agent_nonce, mac)) {
+    denied(err, "authentication failed: the client did not prove the auth key");
+    return NULL;
+  }
+  st->authed = true;
+  return json_pack("{s:s}", "op", "ok");
+}
+
+/* One request; NULL with err ends the session.  Before a client proves the key (when
+ * there is one) only hello and auth are served. */
+static json_t *dispatch(struct serve_state *st, const char *op, json_t *m, kc_error *err) {
+  if (!strcmp(op, "hello"))
+    return do_hello(st, m, err);
+  if (!strcmp(op, "auth"))
+    return do_auth(st, m, err);
+  if (st->o->auth && !st->authed) {
+    denied(err, "this device agent requires authentication (--auth-key)");
+    return NULL;
+  }
+  if (!strcmp(op, "file"))
+    return do_file(st, m, err) == 0 ? json_pack("{s:s}", "op", "ok") : NULL;
+  if (!strcmp(op, "run")) {
+    json_t *records = NULL;
+    if (do_run(st, m, &records, err) < 0)
+      return NULL;
+    return json_pack("{s:s, s:o}", "op", "records", "records", records);
+  }
+  kc_error_set(err, EPROTO, "unknown op");
+  return NULL;
+}
+
+static int recv_failed(int fd, const char *tmsg, kc_error *err) {
+  if (err && err->code == ETIMEDOUT) {
+    send_error(fd, kc_deadline(1), "session_timeout", tmsg);
+    return -1;
+  }
+  if (err && err->code == ECONNRESET)
+    return 0; /* the client went away */
+  send_error(fd, kc_deadline(1), NULL, err ? err->msg : "protocol error");
+  return -1;
+}
+
+int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
+  kc_error local;
+  if (!err)
+    err = &local;
+  struct serve_state st = {.fd = fd, .o = o};
+  kc_cleanup_free char *tmsg = o->deadline >= 0 ? timeout_message(o->timeout_s) : NULL;
+  if (o->deadline >= 0)
+    arm_deadline(fd, o, tmsg);
   int rc = 0;
   for (;;) {
     json_t *m;
@@ -408,42 +504,20 @@ int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
     int r = kc_session_recv(fd, o->deadline, &m, err);
     g_in_io = 0;
     if (r < 0) {
-      if (err && err->code == ETIMEDOUT) {
-        send_error(fd, kc_deadline(1), "session_timeout", tmsg);
-        rc = -1;
-      } else if (err && err->code == ECONNRESET) {
-        rc = 0; /* the client went away */
-      } else {
-        send_error(fd, kc_deadline(1), NULL, err ? err->msg : "protocol error");
-        rc = -1;
-      }
+      rc = recv_failed(fd, tmsg, err);
       break;
     }
     const char *op = json_string_value(json_object_get(m, "op"));
-    json_t *reply = NULL;
-    if (!strcmp(op, "hello")) {
-      reply = json_pack("{s:s, s:i, s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION,
-                        "device", o->device ? o->device : "", "workers", (int)o->workers);
-      if (o->deadline >= 0)
-        json_object_set_new(reply, "session_timeout", json_real(o->timeout_s));
-    } else if (!strcmp(op, "file")) {
-      if (do_file(&st, m, err) == 0)
-        reply = json_pack("{s:s}", "op", "ok");
-    } else if (!strcmp(op, "run")) {
-      json_t *records = NULL;
-      if (do_run(&st, m, &records, err) == 0)
-        reply = json_pack("{s:s, s:o}", "op", "records", "records", records);
-    } else if (!strcmp(op, "bye")) {
+    if (!strcmp(op, "bye")) {
       json_decref(m);
       break;
-    } else {
-      kc_error_set(err, EPROTO, "unknown op %s", op);
     }
+    json_t *reply = dispatch(&st, op, m, err);
     json_decref(m);
     if (!reply) {
-      bool timed_out = err && err->code == ETIMEDOUT;
+      bool timed_out = err->code == ETIMEDOUT;
       send_error(fd, kc_deadline(1), timed_out ? "session_timeout" : NULL,
-                 timed_out ? tmsg : (err ? err->msg : "error"));
+                 timed_out ? tmsg : err->msg);
       rc = -1;
       break;
     }
@@ -460,117 +534,3 @@ int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
   setitimer(ITIMER_REAL, &off, NULL);
   return rc;
 }
-
-/* ---- kcage bench --tracker ------------------------------------------------------- */
-
-#ifdef KC_HAVE_MEASURE
-static const char *base_name(const char *p) {
-  const char *s = strrchr(p, '/');
-  return s ? s + 1 : p;
-}
-
-/* Upload names: "k<i>-<basename>" with anything outside [A-Za-z0-9._-] replaced. */
-static void upload_name(char *out, size_t len, const char *prefix, size_t i, const char *path) {
-  int n = snprintf(out, len, "%s%zu-%s", prefix, i, base_name(path));
-  for (int j = 0; j < n && (size_t)j < len; j++) {
-    char c = out[j];
-    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
-          c == '_' || c == '-'))
-      out[j] = '_';
-  }
-  if (strlen(out) > 128)
-    out[128] = '\0';
-}
-
-struct remote_ctx {
-  const kc_bench_config *cfg;
-  const char *const *kernels;
-  size_t n;
-  json_t *records;
-};
-
-static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *err) {
-  (void)lease;
-  struct remote_ctx *x = vctx;
-  const kc_bench_config *cfg = x->cfg;
-  kc_session *s;
-  int dup_fd = dup(fd); /* the session owns its fd; request_and_run closes the original */
-  if (dup_fd < 0)
-    return kc_error_set(err, errno, "dup");
-  if (kc_session_open(dup_fd, 30, &s, NULL, err) < 0)
-    return -1;
-  json_t *names = json_array();
-  char name[160], refname[160];
-  int rc = -1;
-  for (size_t i = 0; i < x->n; i++) {
-    upload_name(name, sizeof name, "k", i, x->kernels[i]);
-    if (kc_session_upload_file(s, name, x->kernels[i], err) < 0)
-      goto out;
-    json_array_append_new(names, json_string(name));
-  }
-  if (cfg->reference) {
-    upload_name(refname, sizeof refname, "ref", 0, cfg->reference);
-    if (kc_session_upload_file(s, refname, cfg->reference, err) < 0)
-      goto out;
-  }
-  json_t *c =
-      json_pack("{s:s, s:I, s:f, s:f, s:i, s:i, s:f, s:f, s:b, s:f, s:I, s:i, s:i}", "args",
-                cfg->args ? cfg->args : "", "seed", (json_int_t)cfg->seed, "rtol", cfg->rtol,
-                "atol", cfg->atol, "number", (int)cfg->number, "repeat", (int)cfg->repeat,
-                "min_repeat_ms", cfg->min_repeat_ms, "cooldown_ms", cfg->cooldown_ms, "flush_cache",
-                cfg->flush_cache, "timeout_s", cfg->timeout_s, "memory_bytes",
-                (json_int_t)cfg->memory_bytes, "sets", (int)cfg->sets, "checks", (int)cfg->checks);
-  if (cfg->entry)
-    json_object_set_new(c, "entry", json_string(cfg->entry));
-  if (!cfg->seed_set) /* the agent draws its own secret seed */
-    json_object_del(c, "seed");
-  json_t *m = json_pack("{s:s, s:O, s:o}", "op", "run", "kernels", names, "config", c);
-  json_object_set_new(m, "reference", cfg->reference ? json_string(refname) : json_null());
-  double per = (cfg->timeout_s > 0 ? cfg->timeout_s : 10) + 70; /* build + measure */
-  double wait = cfg->session_timeout_s > 0 ? cfg->session_timeout_s + 5 : 60 + per * (double)x->n;
-  json_t *r = NULL;
-  int crc = kc_session_call(s, m, wait, &r, err);
-  json_decref(m);
-  if (crc < 0)
-    goto out;
-  json_t *recs = json_object_get(r, "records");
-  if (!json_is_array(recs) || json_array_size(recs) != x->n) {
-    kc_error_set(err, EPROTO, "device agent returned %zu records for %zu kernels",
-                 json_array_size(recs), x->n);
-    json_decref(r);
-    goto out;
-  }
-  size_t i;
-  json_t *rec;
-  json_array_foreach(recs, i, rec) json_object_set_new(rec, "kernel", json_string(x->kernels[i]));
-  x->records = json_incref(recs);
-  json_decref(r);
-  rc = 0;
-out:
-  json_decref(names);
-  kc_session_close(s);
-  return rc;
-}
-
-int kc_bench_remote_run(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                        json_t **records, kc_error *err) {
-  char host[KC_TRACKER_MAX_ADDR];
-  uint16_t port;
-  if (!cfg->key || !*cfg->key)
-    return kc_error_set(err, EINVAL, "--key is required with --tracker");
-  if (kc_parse_hostport(cfg->tracker, KC_TRACKER_DEFAULT_PORT, host, sizeof host, &port, err) < 0)
-    return kc_error_prefix(err, "--tracker");
-  kc_request_opts o;
-  kc_request_opts_init(&o);
-  o.priority = cfg->priority;
-  o.session_timeout_s = cfg->session_timeout_s;
-  const char *w = getenv("KCAGE_REQUEST_TIMEOUT");
-  if (w && *w)
-    o.wait_s = strtod(w, NULL);
-  struct remote_ctx x = {cfg, kernels, n, NULL};
-  if (kc_tracker_request_and_run(host, port, cfg->key, &o, 2, remote_session, &x, err) < 0)
-    return -1;
-  *records = x.records;
-  return 0;
-}
-#endif

@@ -60,12 +60,12 @@ static int h_exec(kc_call *c) {
   return 0;
 }
 
-static int h_measure(kc_call *c) {
-  if (!kc_handler_measure) {
-    snprintf(c->error, c->error_cap, "measure handler not built");
-    return 1;
-  }
-  return kc_handler_measure(c);
+/* The program's own built-ins (kc_worker_program_main), looked up after the ones of
+ * this layer; set once, before the zygote forks any worker. */
+static const kc_builtin *g_builtins;
+
+void kc_handlers_set_builtins(const kc_builtin *builtins) {
+  g_builtins = builtins;
 }
 
 /* "@init:lib.so:symbol": the pool's initializer, called once per worker. */
@@ -77,8 +77,9 @@ static void *lookup(const char *spec, size_t len, char *error, size_t cap) {
   buf[len] = 0;
   char *colon = strrchr(buf, ':');
   if (!colon || colon == buf || !colon[1]) {
-    snprintf(error, cap, "unknown handler '%s' (built-ins: echo, exec, measure; or lib.so:symbol)",
-             buf);
+    snprintf(error, cap,
+             "unknown handler '%s' (built-ins: echo, exec, python%s; or lib.so:symbol)", buf,
+             g_builtins && g_builtins->name ? ", measure" : "");
     return NULL;
   }
   *colon = 0;
@@ -121,10 +122,13 @@ kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, siz
     return h_echo;
   if (IS("exec"))
     return h_exec;
-  if (IS("measure"))
-    return h_measure;
   if (IS("@init"))
     return h_init;
+  if (IS("python"))
+    return kc_handler_python;
 #undef IS
+  for (const kc_builtin *b = g_builtins; b && b->name; b++)
+    if (strlen(b->name) == len && !memcmp(name, b->name, len))
+      return b->fn;
   return (kc_handler_fn)lookup(name, len, error, cap);
 }

@@ -346,25 +346,43 @@ void kc_future_free(kc_future *f) {
   free(f);
 }
 
+/* How many calls map keeps in flight: every ring full, and as many again queued
+ * behind them so a worker that finishes finds its next call at once.  Bounded, so a
+ * map of a million calls touches the memory of a few thousand: futures are reused
+ * from the allocator instead of faulting in fresh pages per result. */
+static size_t map_window(const kc_pool *p) {
+  size_t w = 0;
+  for (unsigned i = 0; i < p->n; i++)
+    w += p->slots[i].cap;
+  return w ? 2 * w : 1;
+}
+
 int kc_pool_map_with_error_catching(kc_pool *p, const char *fn, const kc_blob *args, size_t n,
                                     kc_call_result *results, kc_error *err) {
-  kc_future **fs = calloc(n ? n : 1, sizeof *fs);
+  size_t window = map_window(p);
+  kc_future **fs = calloc(window, sizeof *fs);
   if (!fs)
     return kc_error_set(err, ENOMEM, "map");
   int rc = 0;
-  size_t i;
-  for (i = 0; i < n; i++) {
-    fs[i] = kc_pool_submit(p, fn, args[i].data, args[i].len, err);
-    if (!fs[i]) {
-      rc = -1;
-      break;
+  size_t sent = 0, done = 0;
+  while (done < n) {
+    while (rc == 0 && sent < n && sent - done < window) {
+      if (!(fs[sent % window] = kc_pool_submit(p, fn, args[sent].data, args[sent].len, err)))
+        rc = -1;
+      else
+        sent++;
     }
-  }
-  for (size_t k = 0; k < i; k++) {
+    if (done == sent)
+      break;
+    kc_future *f = fs[done % window];
     if (rc == 0)
-      kc_future_wait(fs[k], -1, &results[k]);
-    kc_future_free(fs[k]);
+      kc_future_wait(f, -1, &results[done]);
+    kc_future_free(f); /* after a failure: still running, dropped on arrival */
+    done++;
   }
+  /* A failed map hands back no results: the ones already taken are cleared. */
+  for (size_t k = 0; rc < 0 && k < done; k++)
+    kc_call_result_clear(&results[k]);
   free(fs);
   return rc;
 }

@@ -3,7 +3,6 @@
  * result goes straight into the completion slot with a length we bound. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <poll.h>
@@ -16,12 +15,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/sandbox_parts.h"
+#include "kcage/seccomp.h"
 #include "kcage/policy.h"
 #include "worker_internal.h"
 
@@ -119,39 +118,25 @@ int kc_runtime_seal_exec(void) {
   return 0;
 }
 
-static int drop_caps(void) {
-  for (int c = 0; c <= CAP_LAST_CAP; c++)
-    if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
-      return -1;
-  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
-  struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
-  struct __user_cap_data_struct d[2];
-  memset(d, 0, sizeof d);
-  return (int)syscall(SYS_capset, &h, d);
-}
-
 static void send_ready(int sock, int status, const char *msg) {
   kc_worker_ready r = {.magic = KC_ZYGOTE_MAGIC, .status = status};
-  snprintf(r.msg, sizeof r.msg, "%s", msg ? msg : "");
+  /* a longer message is cut: the ready record has a fixed size */
+  size_t n = msg ? strnlen(msg, sizeof r.msg - 1) : 0;
+  memcpy(r.msg, msg ? msg : "", n);
+  r.msg[n] = '\0';
   kc_send_fds(sock, &r, sizeof r, NULL, 0);
 }
 
-/* Everything before the filter: rlimits, capabilities, no_new_privs. */
+/* The sandbox layer's one lockdown (rlimits, capabilities, no_new_privs, not
+ * dumpable: the pool's workers share a uid, so no ptrace or /proc/PID access between
+ * them), then the filter last.  Success is the one message the policy layer's hand-off
+ * sends ('L' + listener, or 'N'), so a spawn costs the parent one wake-up; we keep no
+ * copy of the listener.  Nothing user-controlled has run yet. */
 static int lockdown(const kc_worker_boot *b, kc_error *err) {
-  const kc_policy_spec *s = b->pol ? kc_policy_get_spec(b->pol) : NULL;
-  for (size_t i = 0; s && i < s->n_rlimits; i++) {
-    struct rlimit rl = {s->rlimits[i].soft, s->rlimits[i].hard};
-    if (setrlimit(s->rlimits[i].resource, &rl) < 0)
-      return kc_error_set(err, errno, "setrlimit %d", s->rlimits[i].resource);
-  }
-  if (drop_caps() < 0)
-    return kc_error_set(err, errno, "drop capabilities");
-  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
-    return kc_error_set(err, errno, "no_new_privs");
-  /* the pool's workers share a uid: no ptrace or /proc/PID access between them */
-  if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
-    return kc_error_set(err, errno, "dumpable");
-  return 0;
+  if (b->prog || !b->pol)
+    return kc_sandbox_lockdown_prog(b->pol, 0, b->prog, b->sock, err);
+  int listener = -1;
+  return kc_sandbox_lockdown(b->pol, 0, b->sock, &listener, err);
 }
 
 static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
@@ -210,20 +195,7 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
     send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
     _exit(125);
   }
-  /* The filter last; success is the one message the policy layer's hand-off sends
-   * ('L' + listener, or 'N'), so a spawn costs the parent one wake-up; we keep no copy
-   * of the listener.  Nothing user-controlled has run yet. */
-  if (b->prog) {
-    if (kc_seccomp_prog_load_and_send(b->prog, b->sock) < 0) {
-      send_ready(b->sock, errno ? errno : EINVAL, "seccomp: load the zygote's filter");
-      _exit(125);
-    }
-  } else if (b->pol) {
-    if (kc_seccomp_install_and_send(b->pol, b->sock, &err) < 0) {
-      send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
-      _exit(125);
-    }
-  } else {
+  if (!b->prog && !b->pol) {
     char byte = 'N';
     if (write(b->sock, &byte, 1) != 1)
       _exit(125);

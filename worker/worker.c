@@ -3,6 +3,7 @@
  * completions through the ring (spin, then poll() on an eventfd). */
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <sched.h>
@@ -13,6 +14,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -21,7 +23,8 @@
 
 #include <seccomp.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/sandbox_parts.h"
+#include "kcage/seccomp.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
 #include "worker_internal.h"
@@ -61,7 +64,7 @@ typedef struct pending {
 
 struct kc_worker {
   kc_worker_opts o;
-  char *initializer, *policy, *worker_path;
+  char *initializer, *policy, *worker_path, *python_lib, *python_boot;
   void *initargs;
   kc_mount *mounts; /* deep copy of opts.mounts: callers may pass a stack array */
   kc_zygote *zyg;
@@ -70,6 +73,7 @@ struct kc_worker {
   kc_cgroup *cg;
   bool cg_tried;
   int64_t oom_base, pids_base;
+  long maxrss_kb; /* the reaped worker's peak RSS (the kernel's rusage), -1 unknown */
   /* the live process (pid 0 when none) */
   pid_t pid;
   int pidfd, evfd, listener;
@@ -149,15 +153,6 @@ const char *kc_call_status_name(kc_call_status s) {
   return "unknown";
 }
 
-/* kc_result_init/kc_status_name live in the sandbox layer; weak fallbacks keep the
- * worker usable before it lands. */
-__attribute__((weak)) void kc_result_init(kc_result *r) {
-  memset(r, 0, sizeof *r);
-  r->exit_code = -1;
-  r->cpu_s = r->wall_s = -1;
-  r->peak_memory_bytes = -1;
-}
-
 static char *dupstr(const char *s) {
   return s ? strdup(s) : NULL;
 }
@@ -204,6 +199,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->policy =
       dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
   w->worker_path = dupstr(w->o.worker_path);
+  w->python_lib = dupstr(w->o.python_lib);
+  w->python_boot = dupstr(w->o.python_boot);
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
@@ -230,6 +227,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->o.initializer = w->initializer;
   w->o.policy = w->policy;
   w->o.worker_path = w->worker_path;
+  w->o.python_lib = w->python_lib;
+  w->o.python_boot = w->python_boot;
   w->o.initargs = w->initargs;
   if (!w->o.max_arg_bytes)
     w->o.max_arg_bytes = 1u << 20;
@@ -303,6 +302,7 @@ static void kill_async(kc_worker *w) {
 /* Kill the whole tree and reap the worker.  *si gets its end. */
 static void kill_and_reap(kc_worker *w, siginfo_t *si) {
   memset(si, 0, sizeof *si);
+  w->maxrss_kb = -1;
   if (!w->pid)
     return;
   /* SIGKILL works on a stopped process too; as pid 1 of its namespace its death takes
@@ -315,11 +315,30 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
     kill(w->pid, SIGKILL);
   if (w->cg && w->o.isolation != KC_ISOLATION_SANDBOX)
     kc_cgroup_kill(w->cg, NULL);
-  int rc;
+  /* The raw waitid also returns the child's rusage: its peak RSS is what the kernel
+   * saw, the evidence for a memory verdict under the rlimit fallback. */
+  struct rusage ru;
+  memset(&ru, 0, sizeof ru);
+  long rc;
   do
-    rc = w->pidfd >= 0 ? waitid(P_PIDFD, (id_t)w->pidfd, si, WEXITED)
-                       : waitid(P_PID, (id_t)w->pid, si, WEXITED);
+    rc = w->pidfd >= 0 ? syscall(SYS_waitid, P_PIDFD, w->pidfd, si, WEXITED, &ru)
+                       : syscall(SYS_waitid, P_PID, w->pid, si, WEXITED, &ru);
   while (rc < 0 && errno == EINTR);
+  w->maxrss_kb = rc == 0 ? ru.ru_maxrss : -1;
+}
+
+/* Under the rlimit fallback the kernel kills nobody at the memory limit: an
+ * allocation fails, and a program that does not check it dies of a fault.  A fault
+ * death after the worker's peak RSS (the kernel's count, from waitid) reached half
+ * its RLIMIT_AS is taken for the limit.  A worker can at most trade one failure
+ * verdict (crash) for another (memory) this way. */
+static bool rlimit_memory_death(const kc_worker *w, const siginfo_t *si) {
+  uint64_t as = kc_cgroup_rlimit_memory(w->cg);
+  if (!as || w->maxrss_kb < 0 || (si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED))
+    return false;
+  int sig = si->si_status;
+  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT) &&
+         (uint64_t)w->maxrss_kb * 1024 >= as / 2;
 }
 
 static int collect_pid(kc_worker *w, kc_error *err);
@@ -352,46 +371,47 @@ static void orphan_rest(kc_worker *w, uint64_t skip, const char *why) {
   }
 }
 
+/* The worker's end as the parent saw it (siginfo, the listener, the cgroup's counters,
+ * the seal's trap word), decided by the sandbox layer's one decider. */
 static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v, char *msg,
                                  size_t cap) {
   kc_result_init(v);
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);
-  uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
-  char nb[48] = "";
-  if (w->violation[0]) {
-    v->status = KC_STATUS_SYSCALL;
-    scopy(v->syscall, sizeof v->syscall, w->violation);
-    snprintf(msg, cap, "worker made a forbidden system call: %s", w->violation);
-  } else if (si->si_code == CLD_EXITED && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
-    /* the seal filter's trap: the number is the worker's word, so only ever printed */
-    v->status = KC_STATUS_SYSCALL;
-    const char *name = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
-    scopy(v->syscall, sizeof v->syscall, name);
-    snprintf(msg, cap, "worker made a forbidden system call after sealing: %s", v->syscall);
-  } else if (c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base) {
-    v->status = KC_STATUS_MEMORY;
-    v->signal = SIGKILL;
-    snprintf(msg, cap, "worker killed by the out-of-memory killer (memory limit)");
-  } else if (c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base &&
-             si->si_code != CLD_EXITED) {
-    v->status = KC_STATUS_PIDS;
-    snprintf(msg, cap, "worker hit its process limit");
-  } else if (si->si_code == CLD_EXITED) {
-    v->status = si->si_status ? KC_STATUS_EXITED : KC_STATUS_OK;
-    v->exit_code = si->si_status;
-    snprintf(msg, cap, "worker exited with status %d", si->si_status);
-  } else if (si->si_code == CLD_KILLED || si->si_code == CLD_DUMPED) {
-    v->status = si->si_status == SIGSYS ? KC_STATUS_SYSCALL : KC_STATUS_SIGNALED;
-    v->signal = si->si_status;
-    snprintf(msg, cap, "worker killed by signal %d (%s)", si->si_status, strsignal(si->si_status));
-  } else {
-    v->status = KC_STATUS_SETUP_ERROR;
-    snprintf(msg, cap, "worker ended");
-  }
   if (c.peak_memory >= 0)
     v->peak_memory_bytes = c.peak_memory;
+  bool exited = si->si_code == CLD_EXITED;
+  if (!exited && si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED) {
+    v->status = KC_STATUS_SETUP_ERROR;
+    snprintf(msg, cap, "worker ended");
+    scopy(v->message, sizeof v->message, msg);
+    return;
+  }
+  kc_verdict_facts f = {.exit_code = exited ? si->si_status : -1,
+                        .signal = exited ? 0 : si->si_status,
+                        .lim = &w->o.limits};
+  uint32_t trapped = w->ring.ctl ? atomic_load(&w->ring.ctl->trapped_syscall) : 0xffffffffu;
+  char nb[48] = "", detail[160];
+  if (w->violation[0]) {
+    f.killed = KC_KILLED_SYSCALL;
+    f.syscall = w->violation;
+  } else if (exited && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
+    /* the seal filter's trap: the number is the worker's word, so only ever printed */
+    f.killed = KC_KILLED_SYSCALL;
+    f.syscall = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
+  }
+  f.oom = c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base;
+  if (!f.oom && rlimit_memory_death(w, si)) {
+    f.oom = true;
+    snprintf(detail, sizeof detail,
+             "died at its memory limit (RLIMIT_AS %" PRIu64 " MiB, peak RSS %ld MiB)",
+             kc_cgroup_rlimit_memory(w->cg) >> 20, w->maxrss_kb >> 10);
+    f.memory_detail = detail;
+  }
+  f.pids_hit = c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base;
+  kc_verdict_decide(&f, v);
+  snprintf(msg, cap, "worker: %s", v->message);
   scopy(v->message, sizeof v->message, msg);
 }
 
@@ -686,10 +706,12 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
   return kc_error_set(err, 0, "worker lockdown failed: %s", rd.msg);
 }
 
-static void ensure_cgroup(kc_worker *w) {
+/* The slot's cgroup.  Without one a worker is still killed with its pid namespace,
+ * but a limit it was given must hold: a limit that cannot be enforced is refused
+ * (kc_cgroup_refusal says why), never dropped. */
+static int ensure_cgroup(kc_worker *w, kc_error *err) {
   if (w->cg_tried || w->o.isolation == KC_ISOLATION_NONE)
-    return;
-  w->cg_tried = true;
+    return 0;
   static _Atomic unsigned slot;
   char name[64];
   snprintf(name, sizeof name, "worker-%d-%u", (int)getpid(), atomic_fetch_add(&slot, 1));
@@ -698,8 +720,13 @@ static void ensure_cgroup(kc_worker *w) {
   if (lim.pids && w->o.isolation == KC_ISOLATION_SANDBOX)
     lim.pids++; /* the slot's zygote */
   kc_error e = {0};
-  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0)
-    w->cg = NULL; /* no cgroups here: kill by pid namespace, no memory verdicts */
+  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0) {
+    w->cg = NULL;
+    if (lim.memory_bytes || lim.pids || lim.cpus > 0)
+      return kc_error_set(err, e.code, "worker: %s", e.msg); /* tried again next spawn */
+  }
+  w->cg_tried = true;
+  return 0;
 }
 
 /* A spawn in two halves, so that a replacement can be on its way while the caller
@@ -719,7 +746,10 @@ static void ensure_slot(kc_worker *w) {
     kc_zygote_stop(w->slot);
     w->slot = NULL;
   }
-  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX)
+  /* Under the rlimit fallback each worker gets its limits itself: a slot's zygote
+   * holding RLIMIT_NPROC could not fork the worker (the kernel counts the processes
+   * of the pool's whole user namespace). */
+  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX || kc_cgroup_uses_rlimits(w->cg))
     return;
   kc_error e = {0};
   if (kc_zygote_slot(w->zyg, next_gen(), &w->slot, &e) < 0)
@@ -747,7 +777,8 @@ static int respawn_start(kc_worker *w, kc_error *err) {
     if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
       return kc_error_prefix(err, "worker");
   }
-  ensure_cgroup(w);
+  if (ensure_cgroup(w, err) < 0)
+    return -1;
   ensure_slot(w);
   uint32_t gen = next_gen();
   kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
@@ -821,8 +852,14 @@ static int collect_pid(kc_worker *w, kc_error *err) {
     drop_process(w);
     return kc_error_set(err, e, "worker: pidfd_open");
   }
-  if (w->cg && !w->slot)
-    kc_cgroup_attach(w->cg, pid, NULL); /* v1 hierarchies, by pid */
+  /* v1 hierarchies by pid, and rlimits where they stand in for the cgroup: a worker
+   * that cannot be held to its limits does not run. */
+  if (w->cg && !w->slot && kc_cgroup_attach(w->cg, pid, err) < 0) {
+    siginfo_t si;
+    kill_and_reap(w, &si);
+    drop_process(w);
+    return kc_error_prefix(err, "worker");
+  }
   kc_cgroup_counters c = {-1, -1, -1, -1};
   if (w->cg)
     kc_cgroup_read(w->cg, &c, NULL);
@@ -980,6 +1017,8 @@ void kc_worker_free(kc_worker *w) {
   free(w->initializer);
   free(w->policy);
   free(w->worker_path);
+  free(w->python_lib);
+  free(w->python_boot);
   free(w->initargs);
   free(w->q);
   free(w);

@@ -2,6 +2,7 @@
 #ifndef KCAGE_WORKER_INTERNAL_H
 #define KCAGE_WORKER_INTERNAL_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -66,13 +67,19 @@ typedef struct kc_zygote_args {
   bool lo_up;             /* bring loopback up (in a netns of its own) */
   const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
   size_t n_mounts;
+  const char *python_lib, *python_boot; /* kc_worker_opts: an embedded interpreter */
 } kc_zygote_args;
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
 
+/* python_embed.c: start the interpreter in the zygote; the "python" handler */
+int kc_python_boot(const char *lib_path, const char *boot, kc_error *err);
+int kc_handler_python(kc_call *c);
+
 /* handlers.c */
 kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, size_t cap);
+void kc_handlers_set_builtins(const kc_builtin *builtins);
 
 /* fd passing */
 int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);
@@ -96,6 +103,12 @@ typedef struct kc_zygote {
   int pidfd;
   int ctl;
   bool sandboxed;
+  int answer_ms; /* bound on one answer; 0 = 2 s (an interpreter's boot needs more) */
+  /* kc_zygote_new: workers of several threads share it, one request+answer at a time
+   * (recursive: a slot request collects its own answer) */
+  bool shared;
+  pthread_mutex_t mu;
+  kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
   /* answers read while waiting for another one (several spawns in flight) */
   kc_zygote_early early[64];
   unsigned n_early;

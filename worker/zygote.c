@@ -1,5 +1,5 @@
 /* The zygote: one exec'd kcage-worker per pool that forks workers on request.  A fork
- * from it costs one clone, not a new sandbox (DESIGN.md §2).
+ * from it costs one clone, not a new sandbox (docs/architecture.md).
  *
  * Workers are cloned with CLONE_PARENT, so they are children of the kcage parent, not
  * of the zygote: the parent reaps them itself (waitid on a pidfd gives the exact exit
@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../sandbox/seccomp_notify.h"
+#include "kcage/seccomp.h"
 #include "kcage/sandbox_parts.h"
 #include "worker_internal.h"
 
@@ -188,6 +188,9 @@ int kc_zygote_main(const kc_zygote_args *a) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
   } else if (a->setup_fs && enter_fs(a, zp ? zp->pol : NULL, &err) < 0) {
+    hello.pid = -(err.code ? err.code : EINVAL);
+    snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
+  } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, &err) < 0) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
   }

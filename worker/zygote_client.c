@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -18,9 +19,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "install_dirs.h"
 #include "kcage/cgroup.h"
+#include "kcage/cleanup.h"
 #include "kcage/sandbox.h"
 #include "worker_internal.h"
+
+static char worker_path[PATH_MAX];
+
+static void find_worker(void) {
+  char dir[PATH_MAX - 16];
+  if (kc_install_dir_get(KC_DIR_WORKER, dir, sizeof dir) == 0)
+    snprintf(worker_path, sizeof worker_path, "%s/kcage-worker", dir);
+}
 
 const char *kc_worker_binary(const kc_worker_opts *o) {
   if (o && o->worker_path)
@@ -28,12 +39,10 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
   const char *e = getenv("KCAGE_WORKER");
   if (e && *e)
     return e;
-  static const char *cands[] = {KC_BUILD_DIR "/kcage-worker",
-                                KC_INSTALL_LIBEXECDIR "/kcage-worker"};
-  for (size_t i = 0; i < 2; i++)
-    if (access(cands[i], X_OK) == 0)
-      return cands[i];
-  return cands[0];
+  /* Next to this binary or library (install_dirs.c); found once, never changes. */
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, find_worker);
+  return worker_path[0] ? worker_path : "kcage-worker (not found next to kcage)";
 }
 
 /* One empty network namespace with loopback up per process, joined by every zygote: a
@@ -60,22 +69,14 @@ static void keep_netns(pid_t zygote) {
   pthread_mutex_unlock(&g_netns_mu);
 }
 
-int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
-  /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
-  static _Atomic int reaped;
-  if (!atomic_exchange(&reaped, 1))
-    kc_cgroup_reap_stale(NULL);
-  const char *bin = kc_worker_binary(o);
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
-    return kc_error_set(err, errno, "zygote: socketpair");
-  bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
-  int netns = sandboxed ? shared_netns() : -1;
-  bool as_root = geteuid() == 0; /* else setgroups is denied in the new namespace */
-  /* argv, built before fork: kcage-worker zygote 3 [--policy P] [--fs] [mounts] */
-  enum { MAXARG = 8 + 2 * 64 };
-  char *argv[MAXARG + 1];
-  char margs[64][1024];
+/* kcage-worker zygote 3 [--policy P] [--fs] [--lo] [mounts] [--python LIB BOOT], built
+ * before the fork into argv (MAXARG + 1 slots) and margs (one string per mount). */
+enum { ZYG_MAX_MOUNTS = 64, ZYG_MAXARG = 11 + 2 * ZYG_MAX_MOUNTS };
+
+static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, char **argv,
+                       char (*margs)[1024], kc_error *err) {
+  if (o->n_mounts > ZYG_MAX_MOUNTS)
+    return kc_error_set(err, E2BIG, "zygote: more than %d mounts", ZYG_MAX_MOUNTS);
   int ac = 0;
   argv[ac++] = "kcage-worker";
   argv[ac++] = "zygote";
@@ -86,13 +87,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   }
   if (sandboxed)
     argv[ac++] = "--fs";
-  if (sandboxed && netns < 0)
+  if (sandboxed && own_netns)
     argv[ac++] = "--lo"; /* its own new netns: bring loopback up there */
-  if (o->n_mounts > 64) {
-    close(sv[0]);
-    close(sv[1]);
-    return kc_error_set(err, E2BIG, "zygote: more than 64 mounts");
-  }
   for (size_t i = 0; sandboxed && i < o->n_mounts; i++) {
     const kc_mount *m = &o->mounts[i];
     if (m->kind == KC_MOUNT_TMPFS) {
@@ -104,98 +100,133 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     }
     argv[ac++] = margs[i];
   }
+  if (o->python_lib) {
+    argv[ac++] = "--python";
+    argv[ac++] = (char *)o->python_lib;
+    argv[ac++] = (char *)(o->python_boot ? o->python_boot : "pass");
+  }
   argv[ac] = NULL;
-  /* sync[0]: child -> parent "namespaces made"; sync[1]: parent -> child "maps written" */
-  int up[2] = {-1, -1}, down[2] = {-1, -1};
-  if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)) {
-    int e = errno;
-    close(sv[0]);
-    close(sv[1]);
-    return kc_error_set(err, e, "zygote: pipe");
-  }
-  pid_t pid = fork();
-  if (pid < 0) {
-    int e = errno;
-    close(sv[0]);
-    close(sv[1]);
-    return kc_error_set(err, e, "zygote: fork");
-  }
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
-    if (sandboxed) {
-      /* The pool's namespaces: a user namespace whose root is the host's nobody, the
-       * process's one empty network namespace (loopback only; or a new one when that
-       * could not be made), private mounts, ipc and uts.  Each worker adds its own pid
-       * namespace. */
-      char c = 'u';
-      int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
-      if (netns < 0 || setns(netns, CLONE_NEWNET) < 0)
-        nsflags |= CLONE_NEWNET;
-      if (unshare(nsflags) < 0 || write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
-        _exit(125);
-      /* become the namespace's root, i.e. the host's nobody: full capabilities in the
-       * pool's namespaces, none outside them, and no supplementary groups */
-      if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
-          setresuid(0, 0, 0) < 0)
-        _exit(125);
-      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-    }
-    if (dup3(sv[1], 3, 0) < 0)
-      _exit(125);
-    syscall(SYS_close_range, 4u, ~0U, 0);
-    execv(bin, argv);
-    _exit(127);
-  }
-  close(sv[1]);
+  return 0;
+}
+
+/* The forked child: the pool's namespaces, then exec of kcage-worker.  Never returns. */
+__attribute__((noreturn)) static void zygote_child(const char *bin, char **argv, bool sandboxed,
+                                                   bool as_root, int netns, const int up[2],
+                                                   const int down[2], int sock) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
   if (sandboxed) {
-    /* The maps are written by us (root on the host) so that the namespace's root can
-     * be an unprivileged host uid, which the child could not map itself. */
-    char c = 0, path[64];
-    close(up[1]);
-    close(down[0]);
-    bool ok = read(up[0], &c, 1) == 1 && c == 'u';
-    /* the namespace's root is the sandbox layer's host id: nobody when we are root,
-     * else ourselves (an unprivileged map must also deny setgroups first) */
-    char map[2][64];
-    snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)kc_sandbox_host_uid());
-    snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)kc_sandbox_host_gid());
-    static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
-    for (int i = geteuid() == 0 ? 1 : 0; ok && i < 3; i++) {
-      snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
-      const char *text = i == 0 ? "deny" : map[i - 1];
-      int fd = open(path, O_WRONLY | O_CLOEXEC);
-      ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
-      if (fd >= 0)
-        close(fd);
-    }
-    c = 'm';
-    ok = ok && write(down[1], &c, 1) == 1;
-    close(up[0]);
-    close(down[1]);
-    if (!ok) {
-      int e = errno;
-      close(sv[0]);
-      kill(pid, SIGKILL);
-      waitpid(pid, NULL, 0);
-      return kc_error_set(err, e, "zygote: user namespace");
-    }
+    /* A user namespace whose root is the sandbox layer's host id, the process's one
+     * empty network namespace (loopback only; or a new one when that could not be
+     * made), private mounts, ipc and uts.  Each worker adds its own pid namespace. */
+    char c = 'u';
+    int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+    if (netns < 0 || setns(netns, CLONE_NEWNET) < 0)
+      nsflags |= CLONE_NEWNET;
+    if (unshare(nsflags) < 0 || write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
+      _exit(125);
+    /* become the namespace's root: full capabilities in the pool's namespaces, none
+     * outside them, and no supplementary groups (setgroups is denied to a non-root
+     * caller's namespace; inside, everyone is root by now, so the caller's euid from
+     * before the fork decides) */
+    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
+        setresuid(0, 0, 0) < 0)
+      _exit(125);
+    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  }
+  if (dup3(sock, 3, 0) < 0)
+    _exit(125);
+  syscall(SYS_close_range, 4u, ~0U, 0);
+  execv(bin, argv);
+  _exit(127);
+}
+
+/* The maps are written by us (root on the host) so that the namespace's root can be an
+ * unprivileged host uid, which the child could not map itself: the pool's own host ids
+ * (as a non-root caller, ourselves, after denying setgroups). */
+static bool write_zygote_maps(pid_t pid, const kc_sandbox_ids *ids, int up_rd, int down_wr) {
+  char c = 0, path[64], map[2][64];
+  bool ok = read(up_rd, &c, 1) == 1 && c == 'u';
+  snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)ids->uid);
+  snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)ids->gid);
+  static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
+  for (int i = geteuid() == 0 ? 1 : 0; ok && i < 3; i++) {
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, files[i]);
+    const char *text = i == 0 ? "deny" : map[i - 1];
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+      close(fd);
+  }
+  c = 'm';
+  return ok && write(down_wr, &c, 1) == 1;
+}
+
+static void kill_child(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+}
+
+static void close_pair(int (*p)[2]) {
+  kc_closep(&(*p)[0]);
+  kc_closep(&(*p)[1]);
+}
+
+/* Fork and exec the zygote, set up its user namespace, and wait for its hello. */
+int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+  /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
+  static _Atomic int reaped;
+  if (!atomic_exchange(&reaped, 1))
+    kc_cgroup_reap_stale(NULL);
+  const char *bin = kc_worker_binary(o);
+  bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
+  bool as_root = geteuid() == 0;
+  int netns = sandboxed ? shared_netns() : -1;
+  char *argv[ZYG_MAXARG + 1];
+  char margs[ZYG_MAX_MOUNTS][1024];
+  if (zygote_argv(o, sandboxed, netns < 0, argv, margs, err) < 0)
+    return -1;
+  /* The pool's own host ids (never nobody, never another sandbox's), held until the
+   * zygote and every worker it forked are gone. */
+  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0)
+    return kc_error_prefix(err, "zygote");
+  /* up: child -> parent "namespaces made"; down: parent -> child "maps written" */
+  __attribute__((cleanup(close_pair))) int sv[2] = {-1, -1}, up[2] = {-1, -1}, down[2] = {-1, -1};
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return kc_error_set(err, errno, "zygote: socketpair");
+  if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0))
+    return kc_error_set(err, errno, "zygote: pipe");
+  pid_t pid = fork();
+  if (pid < 0)
+    return kc_error_set(err, errno, "zygote: fork");
+  if (pid == 0)
+    zygote_child(bin, argv, sandboxed, as_root, netns, up, down, sv[1]);
+  close(kc_steal_fd(sv[1]));
+  if (sandboxed && !write_zygote_maps(pid, &ids, up[0], down[1])) {
+    int e = errno;
+    kill_child(pid);
+    return kc_error_set(err, e, "zygote: user namespace");
   }
   kc_zygote *z = calloc(1, sizeof *z);
   if (!z) {
-    close(sv[0]);
-    kill(pid, SIGKILL);
-    waitpid(pid, NULL, 0);
+    kill_child(pid);
     return kc_error_set(err, ENOMEM, "zygote");
   }
   z->pid = pid;
-  z->ctl = sv[0];
+  z->ctl = kc_steal_fd(sv[0]);
   z->sandboxed = sandboxed;
+  z->ids = ids;
+  ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  /* its hello (generation 0): policy loaded, file system entered, or why not */
+  /* its hello (generation 0): policy loaded, file system entered, or why not; an
+   * interpreter's boot imports what the caller named (TVM: seconds when loaded) */
   pid_t dummy;
   kc_error e = {0};
-  if (kc_zygote_collect(z, 0, &dummy, &e) < 0) {
+  z->answer_ms = o->python_lib ? 300000 : 0;
+  int hello = kc_zygote_collect(z, 0, &dummy, &e);
+  z->answer_ms = 0;
+  if (hello < 0) {
     kc_zygote_stop(z);
     return kc_error_set(err, e.code, "zygote did not start: %s", e.msg);
   }
@@ -205,8 +236,22 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   return 0;
 }
 
+static kc_zygote *zlock(kc_zygote *z) {
+  if (z->shared)
+    pthread_mutex_lock(&z->mu);
+  return z;
+}
+
+static void zunlock(kc_zygote **z) {
+  if ((*z)->shared)
+    pthread_mutex_unlock(&(*z)->mu);
+}
+
+#define KC_ZLOCK(z) __attribute__((cleanup(zunlock))) kc_zygote *zl_ = zlock(z)
+
 int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
                       const int *fds, int nfds, kc_error *err) {
+  KC_ZLOCK(z);
   kc_zygote_req q;
   memset(&q, 0, sizeof q);
   q.magic = KC_ZYGOTE_MAGIC;
@@ -229,6 +274,7 @@ static int answer(const kc_zygote_early *a, pid_t *pid, kc_error *err) {
 }
 
 int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err) {
+  KC_ZLOCK(z);
   for (unsigned i = 0; i < z->n_early; i++)
     if (z->early[i].generation == generation) {
       kc_zygote_early a = z->early[i];
@@ -240,7 +286,7 @@ int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *e
     struct pollfd p[2] = {{.fd = z->ctl, .events = POLLIN}, {.fd = z->pidfd, .events = POLLIN}};
     int n;
     do
-      n = poll(p, z->pidfd >= 0 ? 2 : 1, 2000);
+      n = poll(p, z->pidfd >= 0 ? 2 : 1, z->answer_ms ? z->answer_ms : 2000);
     while (n < 0 && errno == EINTR);
     if (n <= 0 || !(p[0].revents & POLLIN))
       return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
@@ -266,6 +312,7 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
 }
 
 int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err) {
+  KC_ZLOCK(z);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
     return kc_error_set(err, errno, "zygote: socketpair");
@@ -291,6 +338,8 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
   s->pid = pid;
   s->ctl = sv[0];
   s->sandboxed = z->sandboxed;
+  s->ids = z->ids;
+  s->ids.lock_fd = -1; /* held by the zygote it came from */
   s->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   *out = s;
   return 0;
@@ -313,5 +362,6 @@ void kc_zygote_stop(kc_zygote *z) {
   waitpid(z->pid, NULL, 0);
   if (z->pidfd >= 0)
     close(z->pidfd);
+  kc_sandbox_ids_release(&z->ids);
   free(z);
 }

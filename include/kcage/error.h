@@ -5,9 +5,13 @@
 
 #include <stddef.h>
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 #define KC_ERROR_MSG_MAX 1024
 
@@ -27,6 +31,8 @@ int kc_error_prefix(kc_error *err, const char *fmt, ...) __attribute__((format(p
 
 /* Reset to "no error". */
 void kc_error_clear(kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Kernels and measurement (DESIGN.md §3.3, issue 4): the `--args` language, the
+/* Kernels and measurement (docs/contracts.md): the `--args` language, the
  * deterministic inputs, output checking, the sandboxed build with its content-addressed
  * cache, and the batch entry point behind `kcage bench` (also called by the tracker's
  * device agent).
@@ -17,10 +17,15 @@
 #include <stdint.h>
 
 #include "kcage/error.h"
+#include "kcage/worker.h"
+
+#include "kcage/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---------------------------------------------------------------------------------
  * `--args`: "f32[512,512] f32[512,512] f32[512,512]:out"
@@ -86,16 +91,6 @@ bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want,
 /* ---------------------------------------------------------------------------------
  * Build: `cc` inside a `build` sandbox, content-addressed cache.
  * ------------------------------------------------------------------------------- */
-typedef struct kc_sha256 {
-  uint32_t h[8];
-  uint64_t len;
-  uint8_t buf[64];
-  size_t fill;
-} kc_sha256;
-void kc_sha256_init(kc_sha256 *s);
-void kc_sha256_update(kc_sha256 *s, const void *data, size_t len);
-void kc_sha256_final(kc_sha256 *s, uint8_t out[32]);
-void kc_sha256_hex(const void *data, size_t len, char out[65]);
 
 typedef struct kc_build_opts {
   const char *cc;        /* NULL = "cc" */
@@ -167,8 +162,8 @@ typedef struct kc_bench_config {
   bool no_isolation;     /* run kernels in a plain process: no namespaces, no cgroup
                             (--no-isolation only; records say "isolation": "none") */
   kc_build_opts build;
-  /* Remote runs (the tracker layer, issue 5): when tracker is set the batch goes to
-   * kc_bench_remote_run (below). */
+  /* Remote runs: the caller sends the batch to kc_bench_remote_run (kcage/tracker.h)
+   * when tracker is set; kc_bench_run_batch refuses a config with tracker set. */
   const char *tracker; /* "HOST:PORT" */
   const char *key;
   int priority;
@@ -181,7 +176,7 @@ typedef struct kc_bench_config {
 void kc_bench_config_init(kc_bench_config *c);
 
 /* Run the batch.  *records: a JSON array with one object per kernel, in input order,
- * with exactly the fields of DESIGN.md §3.3 (kernel, status, message, run_secs,
+ * with exactly the fields of docs/contracts.md (kernel, status, message, run_secs,
  * median_s, min_s, cv, number, repeat, max_abs_err, build_s, device).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */
@@ -193,10 +188,11 @@ int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, s
 int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
                           json_t **records, json_t **reference_record, kc_error *err);
 
-/* The hook for remote runs: defined by the tracker layer when it is linked (weak
- * here).  Same contract as kc_bench_run_batch; cfg->tracker is set. */
-int kc_bench_remote_run(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                        json_t **records, kc_error *err) __attribute__((weak));
+/* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
+ * kcage-worker program (measure/worker_main.c). */
+int kc_handler_measure(kc_call *call);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,4 @@
-/* Sandbox policies (DESIGN.md §3.2): policies/<name>.policy, parsed into what the
+/* Sandbox policies (docs/contracts.md): policies/<name>.policy, parsed into what the
  * spawner needs (namespaces, mounts, limits, rlimits) and a seccomp filter. */
 #ifndef KCAGE_POLICY_H
 #define KCAGE_POLICY_H
@@ -11,9 +11,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 typedef struct kc_policy kc_policy;
 
@@ -61,12 +65,14 @@ typedef struct kc_policy_spec {
 } kc_policy_spec;
 
 /* NAME (a built-in profile such as "exec", "build", "measure", found in
- * $KCAGE_POLICY_DIR, the source tree or the installed policies) or a FILE path. */
+ * $KCAGE_POLICY_DIR or kcage's own policies) or a FILE path. */
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
 /* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
 bool kc_policy_is_path(const char *name_or_path);
 /* The file kc_policy_load would read: a path as given, else NAME.policy in
- * $KCAGE_POLICY_DIR, then KC_SOURCE_POLICY_DIR, then KC_INSTALL_POLICY_DIR. */
+ * $KCAGE_POLICY_DIR, then in kcage's own policies: <datadir>/kcage/policies relative
+ * to where the library or binary is installed (the source tree's policies/ only for
+ * a binary that runs from its build directory). */
 int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);
 /* Errors read "FILE:LINE: message". */
 int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);
@@ -87,7 +93,7 @@ int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
  * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only):
  * kc_seccomp_install_and_send(); tighter and cheaper in a forked child (compiled once
  * by the parent): kc_seccomp_prog_compile() + kc_seccomp_prog_load_and_send(), both
- * in sandbox/seccomp_notify.h. */
+ * in kcage/seccomp.h. */
 int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
 /* Compile the filter without loading it: catches what libseccomp rejects (the
  * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's
@@ -98,6 +104,8 @@ bool kc_policy_needs_listener(const kc_policy *p);
 
 /* Name of a syscall number on this architecture ("" when unknown). */
 const char *kc_syscall_name(int nr, char *buf, size_t len);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -13,9 +13,13 @@
 #include "kcage/error.h"
 #include "kcage/worker.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 typedef struct kc_pool_opts {
   unsigned max_workers;  /* 0 = number of online CPUs */
@@ -65,6 +69,8 @@ pid_t kc_pool_worker_pid(const kc_pool *p, unsigned slot);
  * valid (done, with CHILD_ERROR "pool shut down" when they had not finished) and must
  * still be freed.  Safe with NULL. */
 void kc_pool_shutdown(kc_pool *p, bool wait);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

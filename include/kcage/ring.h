@@ -1,4 +1,4 @@
-/* The per-worker ring (DESIGN.md §2, reference/measurement.md §4): one sealed memfd,
+/* The per-worker ring (docs/architecture.md, reference/measurement.md §4): one sealed memfd,
  * mapped only by the parent and its worker, holding one SPSC submission ring (parent
  * -> worker) and one SPSC completion ring (worker -> parent) with fixed-size slots.
  *
@@ -28,9 +28,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 #define KC_RING_MAGIC 0x6b63726eu /* "kcrn" */
 #define KC_RING_FN_MAX 255
@@ -140,6 +144,8 @@ int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
 uint64_t kc_ring_now_ns(void);
 int kc_futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
 int kc_futex_wake(_Atomic uint32_t *word, int n);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

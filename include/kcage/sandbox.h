@@ -1,5 +1,5 @@
 /* Sandbox core: one program (or one pre-started worker) in Linux namespaces, its own
- * cgroup, seccomp and dropped capabilities, with an exact verdict (DESIGN.md §3.1). */
+ * cgroup, seccomp and dropped capabilities, with an exact verdict (docs/contracts.md). */
 #ifndef KCAGE_SANDBOX_H
 #define KCAGE_SANDBOX_H
 
@@ -11,9 +11,13 @@
 #include "kcage/error.h"
 #include "kcage/policy.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Limits for one run.  0 means "no limit" (or "the policy's default" where a policy
  * sets one). */
@@ -35,7 +39,7 @@ typedef struct kc_mount {
   uint64_t size;    /* tmpfs size in bytes, 0 = default */
 } kc_mount;
 
-/* The result record (contract, DESIGN.md §3.1). */
+/* The result record (contract, docs/contracts.md). */
 typedef enum kc_status {
   KC_STATUS_OK,
   KC_STATUS_EXITED,
@@ -87,6 +91,8 @@ typedef struct kc_sandbox_config {
   bool always_cgroup;      /* make a cgroup even when no limit needs one (for its
                               counters); by default a run without memory/pids/cpus/cpu
                               limits has none, and its tree dies with its pid namespace */
+  const struct kc_sandbox_ids *ids; /* host ids held by the caller (kc_sandbox_ids_acquire);
+                                       NULL = the sandbox takes its own for its lifetime */
 } kc_sandbox_config;
 
 void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else zero */
@@ -108,14 +114,34 @@ pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
 struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);
 
-/* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0):
- * 65534 (nobody) when kcage runs as root - never host root - else the caller's own.
- * The source of a writable bind (KC_MOUNT_BIND) must be writable by this id. */
-uid_t kc_sandbox_host_uid(void);
-gid_t kc_sandbox_host_gid(void);
+/* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0).
+ * As root: one pair of its own per live sandbox, from a reserved range that no
+ * /etc/passwd, /etc/group, /etc/subuid or /etc/subgid entry uses (KC_SANDBOX_IDS_BASE,
+ * KC_SANDBOX_IDS_COUNT; KCAGE_SANDBOX_IDS=BASE:COUNT overrides), so neither a host
+ * daemon nor another sandbox shares it; a slot is held with a lock in /run/kcage/ids
+ * while the sandbox lives.  As any other user the only possible id is the caller's. */
+#define KC_SANDBOX_IDS_BASE 1500000000u
+#define KC_SANDBOX_IDS_COUNT 65536u
+
+typedef struct kc_sandbox_ids {
+  uid_t uid;
+  gid_t gid;
+  int lock_fd; /* -1 when nothing is held (a non-root caller's own ids) */
+} kc_sandbox_ids;
+
+/* Take a free pair (as root) or the caller's own. */
+int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err);
+void kc_sandbox_ids_release(kc_sandbox_ids *ids);
+/* The configured range, checked against the account files (the real ones when the
+ * paths are NULL): an error names the entry that collides. */
+int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err);
+int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, const char *group,
+                         const char *subuid, const char *subgid, kc_error *err);
 
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -12,15 +12,20 @@
 #ifndef KCAGE_SANDBOX_PARTS_H
 #define KCAGE_SANDBOX_PARTS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* Build and enter the sandbox's file system: the policy's mounts (or the built-in
  * layout when the policy has none: ro /usr + merged-usr symlinks, /proc, minimal
@@ -44,9 +49,50 @@ int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err)
  * goes to the supervisor over that unix socket (kc_seccomp_install_and_send; the
  * supervisor takes it with kc_seccomp_recv_listener) and *listener_fd is -1; with
  * handoff_sock < 0, *listener_fd gets it (-1 when the policy notifies nothing): hand
- * it over and close it before untrusted code runs (see sandbox/seccomp_notify.h). */
+ * it over and close it before untrusted code runs (see kcage/seccomp.h). */
 int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
                         int *listener_fd, kc_error *err);
+
+/* The same lockdown with a filter compiled once beforehand (kc_seccomp_prog_compile,
+ * kcage/seccomp.h): the child allocates nothing, so it is safe right after a clone3 or
+ * fork from a process that has other threads.  The listener goes over sock, the fd
+ * number the filter was compiled for; prog NULL = no filter.  The one lockdown of
+ * `kcage run`'s child and of every pool worker. */
+typedef struct kc_seccomp_prog kc_seccomp_prog;
+int kc_sandbox_lockdown_prog(const kc_policy *policy, double cpu_s, const kc_seccomp_prog *prog,
+                             int sock, kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * The one verdict decider, for every supervisor of a sandboxed process.
+ * ------------------------------------------------------------------------------- */
+typedef enum kc_kill_cause {
+  KC_KILLED_NONE,
+  KC_KILLED_SYSCALL, /* a seccomp violation the parent saw (named) */
+  KC_KILLED_CPU,     /* the CPU-time limit, by the parent's polling */
+  KC_KILLED_WALL,    /* the wall-clock limit or the call's deadline */
+  KC_KILLED_CANCEL,  /* the caller cancelled the run */
+  KC_KILLED_OUTPUT,  /* the output cap */
+} kc_kill_cause;
+
+/* What the parent observed of the end, from outside the sandbox. */
+typedef struct kc_verdict_facts {
+  int exit_code;             /* the program's exit status; ignored when signal != 0 */
+  int signal;                /* the signal that ended it, 0 when it exited */
+  kc_kill_cause killed;      /* why the parent killed it, if it did */
+  const char *syscall;       /* KC_KILLED_SYSCALL: the call's name */
+  bool oom;                  /* the memory limit ended it (cgroup OOM kill, rlimit) */
+  bool pids_hit;             /* the process limit was hit during this run */
+  const kc_limits *lim;      /* the run's limits, for the CPU backstop and messages */
+  const char *memory_detail; /* a message for `memory` instead of the generic one */
+} kc_verdict_facts;
+
+/* Fill res's status, exit_code, signal, syscall, limit and message by the one
+ * priority: memory, pids, syscall, CPU time, wall clock,
+ * cancel, output, then the program's own end (SIGSYS = syscall).  res->cpu_s must
+ * already hold the run's CPU time. */
+void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -1,6 +1,5 @@
-/* Tracker: Apache TVM's RPC tracker protocol (reference/tvm.md §2), a tracker server,
- * a tracker client with leases and the TVM RPC handshake, and the device agent
- * (DESIGN.md §3.4, issue 5).
+/* Tracker: Apache TVM's RPC tracker protocol, a tracker server, a tracker client with
+ * leases and the TVM RPC handshake, and the device agent (docs/contracts.md).
  *
  * Wire (unchanged from TVM so TVM's own clients, servers and query_rpc_tracker work):
  *   client -> tracker: int32 LE 0x2F271; tracker -> client: the same magic.
@@ -9,8 +8,9 @@
  * v0.25), every message shape is validated and a bad one closes only its own
  * connection, servers whose connection dies are removed at once (with or without
  * UPDATE_INFO), silent peers are expired by TCP keepalive/user-timeout, a REQUEST whose
- * client left stops counting as pending, replies go out in one write with TCP_NODELAY
- * and the listen backlog is SOMAXCONN. */
+ * client left stops counting as pending, replies go out in one write with TCP_NODELAY,
+ * the listen backlog is SOMAXCONN, connections that never send the magic are dropped
+ * (first at the fd limit) and empty keys give way when the key table fills. */
 #ifndef KCAGE_TRACKER_H
 #define KCAGE_TRACKER_H
 
@@ -21,9 +21,13 @@
 
 #include "kcage/error.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 #define KC_TRACKER_MAGIC 0x2F271
 #define KC_RPC_MAGIC 0xFF271
@@ -80,21 +84,6 @@ void kc_trk_msg_clear(kc_trk_msg *msg);
 /* Encode `value` as one frame (length prefix + JSON) into a malloc'd buffer. */
 int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err);
 
-/* Incremental frame reader over a byte stream (bounded).  Feed bytes with
- * kc_frame_reader_push; take complete payloads with kc_frame_reader_next. */
-typedef struct kc_frame_reader {
-  char *buf;
-  size_t off, len, cap; /* unread bytes are buf[off..len) */
-  size_t taken;         /* bytes of the frame handed out by the last next() */
-  size_t max_frame;
-} kc_frame_reader;
-void kc_frame_reader_init(kc_frame_reader *r, size_t max_frame);
-void kc_frame_reader_free(kc_frame_reader *r);
-int kc_frame_reader_push(kc_frame_reader *r, const void *data, size_t len, kc_error *err);
-/* 1: the next frame is at *payload, *len bytes (valid until the next call); 0: need more
- * bytes; -1: bad length (<= 0 or > max_frame): the stream is unusable. */
-int kc_frame_reader_next(kc_frame_reader *r, const char **payload, size_t *len, kc_error *err);
-
 /* ---------------------------------------------------------------------------------
  * Tracker server (tracker/server.c): single thread, epoll.
  * ------------------------------------------------------------------------------- */
@@ -104,7 +93,9 @@ typedef struct kc_tracker_opts {
   uint16_t port_end;    /* exclusive end of the search (TVM's --port-end); 0 = port+1 */
   const char *stop_key; /* the key STOP must carry; NULL = a random one */
   size_t max_frame;     /* 0 = KC_TRACKER_MAX_FRAME */
+  size_t max_buffered;  /* all connections' large buffers together; 0 = 256 MiB */
   double keepalive_s;   /* silent peers are dropped after about this; 0 = 15 */
+  double handshake_s;   /* a connection without the magic by then is dropped; 0 = 5 */
   bool verbose;         /* log connections to stderr */
 } kc_tracker_opts;
 void kc_tracker_opts_init(kc_tracker_opts *o);
@@ -172,6 +163,10 @@ int kc_tracker_request_lease(kc_tracker_conn *c, const char *key, double priorit
 int kc_rpc_connect(const char *host, uint16_t port, const char *matchkey, double session_timeout_s,
                    double timeout_s, char *server_key, size_t server_key_len, kc_error *err);
 
+/* The server side: does the key a client sent ("client:<matchkey>[ -timeout=N]") name
+ * this matchkey?  *timeout_s gets N (0 when absent or not a positive number). */
+bool kc_rpc_client_key(const char *key, const char *matchkey, double *timeout_s);
+
 /* TVM's TrackerSession.request: up to max_retry attempts of REQUEST + connect +
  * handshake.  *fd = the connected device session.  Error text follows TVM's
  * "Cannot request <key> after <n> retry, last_error:<err>". */
@@ -206,10 +201,34 @@ int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, 
 #define KC_SESSION_MAX_TOTAL (256u << 20)
 #define KC_SESSION_MAX_FILES 1024
 
+/* Opt-in mutual authentication (tracker/auth.c): a shared key both sides prove by
+ * HMAC-SHA256 over fresh nonces, right after hello (see auth.c for the exchange). */
+#define KC_AUTH_KEY_MIN 16
+#define KC_AUTH_BYTES 32
+#define KC_AUTH_HEX (2 * KC_AUTH_BYTES)
+typedef struct kc_auth_key {
+  uint8_t bytes[1024];
+  size_t len; /* 0 = no key */
+} kc_auth_key;
+/* The key file: a regular file only its owner can read, 16..1024 bytes (a trailing
+ * newline is not part of the key). */
+int kc_auth_key_load(const char *path, kc_auth_key *key, kc_error *err);
+int kc_auth_nonce(char out[KC_AUTH_HEX + 1], kc_error *err);
+bool kc_auth_hex_ok(const char *s);
+/* The proof of `agent` (true) or of the client, over both nonces. */
+void kc_auth_mac(const kc_auth_key *key, bool agent, const char *client_nonce,
+                 const char *agent_nonce, char out[KC_AUTH_HEX + 1]);
+/* Constant-time: the MAC is the proof of that side. */
+bool kc_auth_check(const kc_auth_key *key, bool agent, const char *client_nonce,
+                   const char *agent_nonce, const char *mac);
+
 typedef struct kc_session kc_session;
 /* Say hello on a connected device fd (from kc_tracker_request); takes ownership of fd.
- * *hello (may be NULL) gets the agent's hello object. */
-int kc_session_open(int fd, double timeout_s, kc_session **out, json_t **hello, kc_error *err);
+ * With auth (a key, else NULL) the agent must prove the key and the client proves it
+ * back; an agent that does not is refused.  *hello (may be NULL) gets the agent's
+ * hello object. */
+int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
+                    json_t **hello, kc_error *err);
 int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len, kc_error *err);
 int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc_error *err);
 /* Send one {"op": ...} request and wait for its reply (new reference).  An "error"
@@ -228,6 +247,13 @@ int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err);
  * and serves kcage sessions, one at a time, each in its own process (one tenant: its
  * own pool, workers and cgroup subtree), killed at its session timeout.
  * ------------------------------------------------------------------------------- */
+/* Operator caps (kcage agent --max-memory/--max-timeout/--max-session); 0 = no cap. */
+typedef struct kc_run_caps {
+  uint64_t max_memory_bytes; /* per measuring worker and per build */
+  double max_timeout_s;      /* per kernel measurement and per build */
+  double max_session_s;      /* a session's timeout, also when the client sets none */
+} kc_run_caps;
+
 typedef struct kc_agent_opts {
   const char *tracker_host;
   uint16_t tracker_port;
@@ -239,6 +265,8 @@ typedef struct kc_agent_opts {
   double check_s;          /* GET_PENDING_MATCHKEYS period; 0 = 2 (TVM) */
   double reput_s;          /* re-PUT a taken but unused matchkey after this; 0 = 6 (TVM ~8) */
   double max_backoff_s;    /* reconnect backoff cap; 0 = 5 */
+  kc_run_caps caps;        /* operator caps on what a session may ask for */
+  const kc_auth_key *auth; /* clients must prove this key; NULL = anyone */
   bool verbose;
 } kc_agent_opts;
 void kc_agent_opts_init(kc_agent_opts *o);
@@ -259,8 +287,32 @@ typedef struct kc_session_serve_opts {
   unsigned workers;
   double deadline; /* kc_now()-style monotonic seconds, < 0 = none */
   double timeout_s;
+  double asked_timeout_s; /* what the client asked for (0 = none), when a cap changed it */
+  kc_run_caps caps;
+  const kc_auth_key *auth; /* NULL = no authentication */
 } kc_session_serve_opts;
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
+
+/* ---------------------------------------------------------------------------------
+ * `kcage bench --tracker` (tracker/remote_bench.c and its codecs).
+ * ------------------------------------------------------------------------------- */
+struct kc_bench_config;
+/* Run a batch on a device leased from cfg->tracker under cfg->key; same contract as
+ * kc_bench_run_batch.  auth: a key the agent must prove (NULL = none). */
+int kc_bench_remote_run(const struct kc_bench_config *cfg, const kc_auth_key *auth,
+                        const char *const *kernels, size_t n, json_t **records, kc_error *err);
+/* The run config on the wire (tracker/run_config.c): every option of the batch that the
+ * device honours.  decode fills cfg from c (strings point into c) or refuses it. */
+json_t *kc_run_config_encode(const struct kc_bench_config *cfg);
+int kc_run_config_decode(const json_t *c, struct kc_bench_config *cfg, kc_error *err);
+/* Lower cfg's limits to the caps; returns {"name": {"asked": X, "cap": Y}, ...}. */
+json_t *kc_run_config_clamp(struct kc_bench_config *cfg, const kc_run_caps *caps);
+/* An agent's {"op":"records"} reply as hostile input: n records rebuilt and checked,
+ * named after kernels[i], or -1 with an error naming peer. */
+int kc_remote_records_decode(const json_t *reply, const char *const *kernels, size_t n,
+                             const char *peer, json_t **records, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

@@ -5,8 +5,10 @@
 
 #include <stdint.h>
 
+#include "kcage/visibility.h"
+
 /* "4096", "64K", "64M", "1G", "1T" (binary multiples; an optional "i", "iB" or "B" after
  * the suffix).  Returns -1 on anything else, including overflow. */
-int kc_parse_size(const char *s, uint64_t *out);
+KC_PUBLIC int kc_parse_size(const char *s, uint64_t *out);
 
 #endif

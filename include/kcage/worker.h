@@ -1,6 +1,5 @@
-/* Worker: TVM's PopenWorker (reference/tvm.md §1) over a shared-memory ring, with the
- * timeout enforced by the parent and every worker locked in a sandbox (DESIGN.md §2,
- * §3.5, issue 3).
+/* Worker: TVM's PopenWorker over a shared-memory ring, with the timeout enforced by the
+ * parent and every worker locked in a sandbox (docs/architecture.md).
  *
  * Life of a worker (all of it inside the pool's sandbox):
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
@@ -30,9 +29,9 @@
  * `measure` that is a file-backed PROT_EXEC mmap, trapped (SIGSYS) and named by the
  * worker's handler (the worker's word); everything else - threads, processes, exec,
  * anonymous executable memory, mprotect(PROT_EXEC) - stays a violation of the base
- * filter, named by the parent from the seccomp listener.  Sealing is one-way for the life of the worker; a worker that must load
- * another kernel is recycled (maximum_uses, or kc_worker_kill) - a fork from the
- * zygote costs well under 1 ms.
+ * filter, named by the parent from the seccomp listener.  Sealing is one-way for the life of the
+ * worker; a worker that must load another kernel is recycled (maximum_uses, or kc_worker_kill) - a
+ * fork from the zygote costs well under 1 ms.
  *
  * Everything a worker writes into shared memory is hostile input: the parent copies
  * each completion out and validates every length, offset and count; a worker that
@@ -48,9 +47,13 @@
 #include "kcage/error.h"
 #include "kcage/sandbox.h"
 
+#include "kcage/visibility.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---------------------------------------------------------------------------------
  * Handlers (run inside the worker).
@@ -61,9 +64,10 @@ extern "C" {
  *   "exec"      built-in: arg = argv as NUL-terminated strings back to back; runs the
  *               program (needs a policy that allows fork+exec, e.g. "exec"), result =
  *               its wait status as an int32 (little-endian);
- *   "measure"   built-in: calls kc_handler_measure (below, defined by worker/
- *               measure_handler.c; a weak symbol, so "measure" fails with an
- *               exception "measure handler not built" when it is missing);
+ *   "python"    built-in: the embedded interpreter (kc_worker_opts.python_lib) calls
+ *               kcage._child.call(arg) and the bytes it returns are the result;
+ *   "measure"   built-in of the kcage-worker program: kcage bench's measure
+ *               handler (kc_handler_measure, kcage/measure.h);
  *   "lib.so:symbol"  a user handler: lib.so is dlopen'd inside the worker (path as
  *               seen INSIDE the sandbox: bind it in with opts.mounts) once per worker,
  *               symbol is looked up with dlsym and must have type kc_handler_fn.
@@ -93,9 +97,16 @@ typedef struct kc_call {
  * sandbox's verdict. */
 typedef int (*kc_handler_fn)(kc_call *call);
 
-/* The measure handler (issue 4, worker/measure_handler.c).  Weak: present only when
- * that file is linked into kcage-worker. */
-int kc_handler_measure(kc_call *call) __attribute__((weak));
+/* A handler built into the worker program, found by name before "lib.so:symbol". */
+typedef struct kc_builtin {
+  const char *name;
+  kc_handler_fn fn;
+} kc_builtin;
+
+/* The body of the kcage-worker program (argv as the library starts it), with the
+ * program's own built-ins (an array ended by {0}).  The layers above link their
+ * handlers into the program this way; the worker layer knows none of them. */
+int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins);
 
 /* Initializer ("lib.so:symbol"), run once in each new worker before its first call,
  * under the seccomp filter.  Non-zero return = the initializer raised: its message
@@ -152,7 +163,17 @@ typedef struct kc_worker_opts {
   size_t max_result_bytes; /* largest result payload; 0 = 1 MiB */
   kc_isolation isolation;
   const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
-                              build dir, then the installed libexec copy */
+                              one next to kcage (<libexecdir>/kcage, relative to
+                              the installed binary or library; the build dir for a
+                              binary that runs from it) */
+  /* An embedded CPython for the "python" handler (the Python package's workers):
+   * python_lib is libpython's shared object and python_boot the source the zygote runs
+   * once, after it entered the sandbox's file system and before it forks any worker,
+   * so every worker starts as a fork of an interpreter that already imported what the
+   * boot code imports.  The boot code is the caller's own (trusted) code; call
+   * payloads run only in workers, under the filter.  NULL = no interpreter. */
+  const char *python_lib;
+  const char *python_boot;
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
@@ -234,6 +255,21 @@ bool kc_worker_is_alive(kc_worker *w);   /* false while a replacement is still s
 pid_t kc_worker_pid(const kc_worker *w); /* host pid, 0 when none */
 /* Kills (when alive) and frees.  Safe with NULL. */
 void kc_worker_free(kc_worker *w);
+
+/* A zygote shared by workers that are not one pool (the Python package: a new
+ * PopenWorker is one fork from it, not a new sandbox and interpreter).  Its policy,
+ * mounts, isolation, worker_path and python_* come from o; the workers' own opts must
+ * name the same policy.  Workers of several threads may use it at once.  Start it from
+ * a thread that outlives every worker forked from it (PDEATHSIG follows that thread),
+ * and free it after them. */
+typedef struct kc_zygote kc_zygote;
+int kc_zygote_new(const kc_worker_opts *o, kc_zygote **out, kc_error *err);
+bool kc_zygote_is_alive(const kc_zygote *z);
+void kc_zygote_free(kc_zygote *z); /* kills it; safe with NULL */
+/* kc_worker_new whose processes are forked from z instead of a zygote of its own. */
+int kc_worker_new_on(const kc_worker_opts *opts, kc_zygote *z, kc_worker **out, kc_error *err);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

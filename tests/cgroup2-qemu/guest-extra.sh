@@ -1,6 +1,6 @@
 #!/bin/sh
 # In the qemu guest (pure cgroup v2), after the cgroup payload: the hostile limit cases
-# of issue 2 through the real kcage binary.  Prints KC2 OK|FAIL lines and
+# (memory, pids, CPU time, output) through the real kcage binary.  Prints KC2 OK|FAIL lines and
 # "KC2 DONE pass=N fail=M"; run.sh decides from them.
 export KCAGE_POLICY_DIR=/policies
 pass=0

@@ -7,6 +7,8 @@
 
 #include "kcage/ring.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 8)
     return 0;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frame_reader.h"
 #include "kcage/tracker.h"
 
 static void parse_one(const char *p, size_t n) {
@@ -23,6 +24,8 @@ static void parse_one(const char *p, size_t n) {
     kc_trk_msg_clear(&m);
   }
 }
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size > 0 && data[0] == 'J') {

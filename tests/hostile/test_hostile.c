@@ -180,6 +180,68 @@ static void test_sys_perf_event_open(void **s) { (void)s; syscall_case("perf_eve
 static void test_sys_io_uring_setup(void **s) { (void)s; syscall_case("io_uring_setup"); }
 static void test_sys_userfaultfd(void **s) { (void)s; syscall_case("userfaultfd"); }
 
+/* Address families a network namespace does not isolate are refused under every
+ * built-in policy: EAFNOSUPPORT under exec and build, a violation under measure.  The
+ * host must have vsock for the case to mean something. */
+static void test_vsock(void **s) {
+  (void)s;
+  int fd = socket(40 /* AF_VSOCK */, SOCK_STREAM, 0);
+  if (fd < 0)
+    skip(); /* no vsock on this host: nothing to refuse */
+  close(fd);
+  static const char *const policies[] = {"exec", "build"};
+  for (size_t i = 0; i < 2; i++) {
+    kc_run_out o;
+    const char *opts[] = {"--policy", policies[i], "--wall", "20", NULL};
+    run_case(&o, "h_vsock", opts, NULL);
+    if (o.out_len)
+      print_message("%s: %s", policies[i], o.out);
+    expect(&o, "ok", 0);
+    json_decref(o.report);
+  }
+  kc_run_out o;
+  const char *opts[] = {"--policy", "measure", "--wall", "20", NULL};
+  run_case(&o, "h_vsock", opts, NULL);
+  expect(&o, "syscall", 137);
+  assert_string_equal(kc_test_str(&o, "syscall"), "socket");
+  json_decref(o.report);
+}
+
+/* A limit verdict never exits 0, even when the program itself does. */
+static void test_limit_exit(void **s) {
+  (void)s;
+  kc_run_out o;
+  const char *mem[] = {"--memory", "64M", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", mem, "memory");
+  expect(&o, "memory", 137);
+  json_decref(o.report);
+  const char *pids[] = {"--pids", "16", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", pids, "pids");
+  expect(&o, "pids", 137);
+  json_decref(o.report);
+  const char *out[] = {"--output", "1K", "--wall", "20", NULL};
+  run_case(&o, "h_limit_ok", out, "output");
+  expect(&o, "output", 137);
+  assert_true(o.out_len <= 1024);
+  json_decref(o.report);
+}
+
+/* The /proc files that describe the host are masked under every built-in policy
+ * (the host's own /proc/cmdline is not empty, so the case means something). */
+static void test_proc_host(void **s) {
+  (void)s;
+  static const char *const policies[] = {"exec", "build", "measure"};
+  for (size_t i = 0; i < 3; i++) {
+    kc_run_out o;
+    const char *opts[] = {"--policy", policies[i], "--wall", "20", NULL};
+    run_case(&o, "h_proc_host", opts, NULL);
+    if (o.out_len)
+      print_message("%s: %s", policies[i], o.out);
+    expect(&o, "ok", 0);
+    json_decref(o.report);
+  }
+}
+
 static void test_escape_fs(void **s) {
   (void)s;
   kc_run_out o;
@@ -255,6 +317,9 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_escape_net),
       cmocka_unit_test(test_escape_proc),
       cmocka_unit_test(test_escape_caps),
+      cmocka_unit_test(test_vsock),
+      cmocka_unit_test(test_limit_exit),
+      cmocka_unit_test(test_proc_host),
   };
   if (argc > 1)
     cmocka_set_test_filter(argv[1]);

@@ -50,10 +50,31 @@ no_entry_record)
   cat "$tmp/out" "$tmp/err"
   [[ $rc == 0 ]] && grep -q '"status": *"error"' "$tmp/r.jsonl" && grep -q "no symbol 'kernel'" "$tmp/r.jsonl"
   ;;
+escaped_build_error)
+  # A compiler message carrying terminal escapes reaches the table and stderr escaped:
+  # no ESC byte at all, the text visible as \e[...
+  printf '#error "\033[32mok 99.99x\033[0m\033]0;pwned\007"\nint kernel(void *a, int n) { return 0; }\n' >"$tmp/esc.c"
+  "$kcage" bench --args "$small" "$tmp/esc.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat -v "$tmp/out" "$tmp/err"
+  [[ $rc == 0 ]] || { echo "FAIL: exit $rc"; exit 1; }
+  if LC_ALL=C grep -q $'[\x01-\x08\x0b-\x1f\x7f]' "$tmp/out" "$tmp/err"; then
+    echo "FAIL: a control character reached the terminal"; exit 1
+  fi
+  grep -q 'build_error' "$tmp/out" && grep -qF '\e[32mok 99.99x' "$tmp/out"
+  ;;
+cache_dir_refused)
+  # A cache directory others can write (or someone else owns) is refused up front, in
+  # one line naming it, and nothing is written into it.
+  mkdir -m 0777 "$tmp/open" && chmod 0777 "$tmp/open"
+  bad "$tmp/open: writable by others" --cache-dir "$tmp/open" --args "$small" "$ex/naive.c"
+  [[ -z $(ls -A "$tmp/open") ]] || { echo "FAIL: something was written"; exit 1; }
+  ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)
-  # Exactly the record fields of DESIGN.md §3.3, one object per line, input order.
+  # Exactly the record fields of docs/contracts.md (plus "limits": memory, pids), one
+  # object per line, input order.
   "$kcage" bench --args "$small" --reference "$ex/reference.c" --repeat 2 --min-repeat-ms 1 \
     --json "$tmp/r.jsonl" "$ex/naive.c" "$ex/wrong_result.c" >"$tmp/out" 2>"$tmp/err" || exit 1
   cat "$tmp/out"
@@ -63,7 +84,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"checked_calls":"cv":"device":"isolation":"kernel":"max_abs_err":"median_s":"message":"min_s":"number":"repeat":"run_secs":"seed":"status":"timed":"verified":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"build_s":"checked_calls":"cv":"device":"isolation":"kernel":"limits":"max_abs_err":"median_s":"memory":"message":"min_s":"number":"pids":"repeat":"run_secs":"seed":"status":"timed":"verified":' ]] || { echo "fields: $keys"; exit 1; }
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
   ;;
 timing_options)

@@ -139,27 +139,6 @@ static void test_poison_and_close(void **state) {
   assert_true(isinf(e));
 }
 
-static void test_sha256(void **state) {
-  (void)state;
-  char hex[65];
-  kc_sha256_hex("", 0, hex);
-  assert_string_equal(hex, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-  kc_sha256_hex("abc", 3, hex);
-  assert_string_equal(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-  const char *two = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-  kc_sha256_hex(two, strlen(two), hex);
-  assert_string_equal(hex, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-  /* streaming in odd pieces gives the same digest */
-  kc_sha256 s;
-  uint8_t d[32];
-  kc_sha256_init(&s);
-  for (size_t i = 0; i < strlen(two); i += 7)
-    kc_sha256_update(&s, two + i, strlen(two) - i < 7 ? strlen(two) - i : 7);
-  kc_sha256_final(&s, d);
-  assert_int_equal(d[0], 0x24);
-  assert_int_equal(d[31], 0xc1);
-}
-
 static void test_status_names(void **state) {
   (void)state;
   static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
@@ -176,8 +155,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_matmul), cmocka_unit_test(test_parse_all_dtypes),
       cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_data_deterministic),
-      cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),
-      cmocka_unit_test(test_sha256),       cmocka_unit_test(test_status_names),
+      cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),       cmocka_unit_test(test_status_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

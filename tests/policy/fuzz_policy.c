@@ -15,6 +15,8 @@ static void cleanup(void) {
     unlink(g_path);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   /* A real file: the parser resolves real paths (include cycles), which a memfd's
    * /proc/self/fd link is not.  Removed at exit. */

@@ -23,7 +23,7 @@
 
 #include "kcage/policy.h"
 #include "policy_internal.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 static char dir[64];
 

@@ -4,6 +4,7 @@
  * exit hooks under a filter). */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,7 +27,7 @@
 #include <seccomp.h>
 
 #include "kcage/policy.h"
-#include "seccomp_notify.h"
+#include "kcage/seccomp.h"
 
 static kc_policy *from_text(const char *text) {
   char path[] = "/tmp/kcage-policy-sc-XXXXXX.policy";
@@ -378,17 +379,38 @@ static void test_exec_and_build_profiles(void **state) {
 }
 
 /* Syscalls of another ABI would dodge every rule written for x86_64 numbers. */
+/* Whether this kernel runs i386 system calls at all: with IA32 emulation off
+ * (CONFIG_IA32_EMULATION=n or ia32_emulation=0) `int $0x80` faults before any filter
+ * sees it, so there is nothing for the filter to name.  Probed outside any filter. */
+static bool host_has_ia32(void) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    long ret = 20; /* i386 getpid */
+    __asm__ volatile("int $0x80" : "+a"(ret) : : "memory");
+    _exit(ret > 0 ? 0 : 1);
+  }
+  int st;
+  assert_int_equal(waitpid(pid, &st, 0), pid);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
 static void test_foreign_abi(void **state) {
   (void)state;
 #ifndef __x86_64__
   skip();
 #endif
   outcome o;
-  under("exec", "int80", &o);
-  assert_string_equal(o.violation, "i386:getpid");
-  assert_true(WIFSIGNALED(o.status));
-  measure("int80", &o);
-  assert_string_equal(o.violation, "i386:getpid");
+  if (host_has_ia32()) {
+    under("exec", "int80", &o);
+    assert_string_equal(o.violation, "i386:getpid");
+    assert_true(WIFSIGNALED(o.status));
+    measure("int80", &o);
+    assert_string_equal(o.violation, "i386:getpid");
+  } else {
+    print_message("skipping the i386 half: this kernel has no IA32 emulation\n");
+  }
+  /* x32 numbers reach the filter whatever the kernel supports (the filter runs first) */
   under("exec", "x32", &o);
   assert_string_equal(o.violation, "x32:getpid");
   assert_true(WIFSIGNALED(o.status));

@@ -8,9 +8,19 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+unsigned long proc_nofile;
+
+static void child_limits(void) {
+  if (proc_nofile) {
+    struct rlimit rl = {proc_nofile, proc_nofile};
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
 
 uint16_t proc_start(pid_t *pid, const char *const *argv) {
   int p[2];
@@ -19,6 +29,7 @@ uint16_t proc_start(pid_t *pid, const char *const *argv) {
   pid_t c = fork();
   if (c == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test never leaves these behind */
+    child_limits();
     dup2(p[1], 1);
     close(p[0]);
     close(p[1]);
@@ -80,12 +91,14 @@ void proc_stop(pid_t *pid) {
   proc_kill(pid);
 }
 
-int proc_run(const char *const *argv, double timeout_s) {
+static int run_to_end(const char *const *argv, double timeout_s, int errfd) {
   pid_t c = fork();
   if (c == 0) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     int null = open("/dev/null", O_WRONLY);
     dup2(null, 1);
+    if (errfd >= 0)
+      dup2(errfd, 2);
     const char *av[64] = {KCAGE_BIN};
     for (int i = 0; argv[i] && i < 62; i++)
       av[i + 1] = argv[i];
@@ -101,4 +114,19 @@ int proc_run(const char *const *argv, double timeout_s) {
   kill(c, SIGKILL);
   waitpid(c, NULL, 0);
   return -1;
+}
+
+int proc_run(const char *const *argv, double timeout_s) {
+  return run_to_end(argv, timeout_s, -1);
+}
+
+int proc_run_err(const char *const *argv, double timeout_s, char *err, size_t len) {
+  char path[] = "/tmp/kc-trk-err-XXXXXX";
+  int fd = mkstemp(path);
+  unlink(path);
+  int rc = run_to_end(argv, timeout_s, fd);
+  ssize_t n = pread(fd, err, len - 1, 0);
+  err[n > 0 ? n : 0] = '\0';
+  close(fd);
+  return rc;
 }

@@ -1,6 +1,7 @@
 /* Start the real kcage binaries for tests and stop them again. */
 #ifndef KC_TRK_PROC_H
 #define KC_TRK_PROC_H
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -12,4 +13,8 @@ void proc_stop(pid_t *pid); /* SIGTERM, then SIGKILL after 2 s; reap */
 uint16_t free_port(void);
 /* Run KCAGE_BIN argv to completion (stdout to /dev/null); its exit status, -1 on timeout. */
 int proc_run(const char *const *argv, double timeout_s);
+/* Same, with stderr captured into err (NUL-terminated, truncated to len). */
+int proc_run_err(const char *const *argv, double timeout_s, char *err, size_t len);
+/* When nonzero, processes started afterwards get this RLIMIT_NOFILE. */
+extern unsigned long proc_nofile;
 #endif

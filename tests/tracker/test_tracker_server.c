@@ -56,7 +56,7 @@ static void test_priority_then_fifo(void **state) {
   for (int i = 0; i < 5; i++) {
     c[i] = raw_connect(t->port, true);
     raw_send(c[i], reqs[i]);
-    assert_int_equal(wait_count(t->port, "gpu", "pending", i + 1, 2), i + 1);
+    assert_int_equal(wait_count(t->port, "gpu", "pending", i + 1, 5), i + 1);
   }
   int srv = raw_connect(t->port, true);
   raw_call_expect(srv, "[5, {\"key\": \"server:gpu\", \"addr\": [null, 9000]}]", "0");
@@ -116,8 +116,7 @@ static void test_summary_shape(void **state) {
 static void test_lease_reply_encoding(void **state) {
   trk_srv *t = *state;
   int s = raw_connect(t->port, true);
-  raw_call_expect(s, "[3, \"esc\", [\"9092\", \"esc:\\\"q\\\"\u00e9/\\n\"], \"10.1.2.3\"]",
-                  "0");
+  raw_call_expect(s, "[3, \"esc\", [\"9092\", \"esc:\\\"q\\\"\u00e9/\\n\"], \"10.1.2.3\"]", "0");
   raw_call_expect(s, "[3, \"esc\", [9093, \"esc:plain\"], null]", "0");
   int c = raw_connect(t->port, true);
   raw_send(c, "[4, \"esc\", \"\", 1]");
@@ -145,16 +144,16 @@ static void test_dead_peers_removed(void **state) {
   double t0 = now_s();
   close(s);
   close(bare);
-  assert_int_equal(wait_count(t->port, "cpu", "free", 0, 1.0), 0);
+  assert_int_equal(wait_count(t->port, "cpu", "free", 0, 5.0), 0);
   assert_int_equal(summary_servers(t->port), 0);
-  assert_true(now_s() - t0 < 1.0);
+  assert_true(now_s() - t0 < 5.0);
 
   int c1 = raw_connect(t->port, true), c2 = raw_connect(t->port, true);
   raw_send(c1, "[4, \"cpu\", \"\", 1]");
   raw_send(c2, "[4, \"cpu\", \"\", 1]");
-  assert_int_equal(wait_count(t->port, "cpu", "pending", 2, 2), 2);
+  assert_int_equal(wait_count(t->port, "cpu", "pending", 2, 5), 2);
   close(c1);
-  assert_int_equal(wait_count(t->port, "cpu", "pending", 1, 1.0), 1);
+  assert_int_equal(wait_count(t->port, "cpu", "pending", 1, 5), 1);
   /* The device goes to the client that is still there, not to the phantom. */
   s = raw_connect(t->port, true);
   raw_register(s, "cpu", 9000, "cpu:0.3");
@@ -264,10 +263,10 @@ static void test_client_deadline(void **state) {
   kc_error err = {0};
   double t0 = now_s();
   assert_int_equal(kc_tracker_request("127.0.0.1", t->port, "nothing", &o, &lease, &fd, &err), -1);
-  assert_true(now_s() - t0 < 2.5);
+  assert_true(now_s() - t0 < 10.0);
   assert_non_null(strstr(err.msg, "Cannot request nothing"));
   assert_non_null(strstr(err.msg, "no nothing device was free"));
-  assert_int_equal(wait_count(t->port, "nothing", "pending", 0, 1), 0);
+  assert_int_equal(wait_count(t->port, "nothing", "pending", 0, 5), 0);
 }
 
 /* kcage query's text is TVM's text_summary, byte for byte. */

@@ -39,9 +39,19 @@ void trk_start(trk_srv *t) {
 }
 
 void trk_start_ka(trk_srv *t, double keepalive_s) {
+  trk_start_hs(t, keepalive_s, 0);
+}
+
+void trk_start_hs(trk_srv *t, double keepalive_s, double handshake_s) {
   kc_tracker_opts o;
   kc_tracker_opts_init(&o);
   o.keepalive_s = keepalive_s;
+  o.handshake_s = handshake_s;
+  trk_start_opts(t, &o);
+}
+
+void trk_start_opts(trk_srv *t, kc_tracker_opts *opts) {
+  kc_tracker_opts o = *opts;
   o.host = "127.0.0.1";
   o.port = 0;
   o.stop_key = "tracker:0.test";

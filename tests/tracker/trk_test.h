@@ -20,6 +20,10 @@ typedef struct trk_srv {
 void trk_start(trk_srv *t);
 /* Same, with keepalive_s (silent peers are dropped after about that long). */
 void trk_start_ka(trk_srv *t, double keepalive_s);
+/* Same, with handshake_s (a connection without the magic is dropped after that). */
+void trk_start_hs(trk_srv *t, double keepalive_s, double handshake_s);
+/* Same, with these options (host, port and stop key are the tests' own). */
+void trk_start_opts(trk_srv *t, kc_tracker_opts *o);
 void trk_stop(trk_srv *t);
 
 /* Connect to 127.0.0.1:port; with magic, do the tracker magic exchange. */

@@ -1,22 +1,16 @@
-/* kcage-worker: the per-pool zygote (and, forked from it, every worker).  Started only
- * by the kcage library: `kcage-worker zygote FD`. */
+/* The kcage-worker program's body: the per-pool zygote (and, forked from it, every
+ * worker).  Started only by the kcage library: `kcage-worker zygote FD`.  The program's
+ * own main (measure/worker_main.c) adds the built-in handlers of the layers above. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "worker_internal.h"
 
-/* In the sanitizer build, a worker's crash must stay a crash (the verdict names the
- * signal), not become ASan's report and exit(1); its own leaks are not checked (it is
- * always SIGKILLed). */
-const char *__asan_default_options(void);
-const char *__asan_default_options(void) {
-  return "handle_segv=0:handle_sigbus=0:handle_sigfpe=0:handle_sigill=0:handle_abort=0";
-}
-
 /* kcage-worker zygote FD [--policy NAME] [--fs] [--ro-bind|--bind SRC:DST]...
- * [--tmpfs DST[:SIZE]]... */
-int main(int argc, char **argv) {
+ * [--tmpfs DST[:SIZE]]... [--python LIBPYTHON BOOT_SOURCE] */
+int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
+  kc_handlers_set_builtins(builtins);
   if (argc < 3 || strcmp(argv[1], "zygote")) {
     fprintf(stderr, "kcage-worker: started by the kcage library only\n");
     return 2;
@@ -38,6 +32,11 @@ int main(int argc, char **argv) {
     char *v = argv[++i];
     if (!strcmp(o, "--policy")) {
       a.policy = v;
+      continue;
+    }
+    if (!strcmp(o, "--python") && i + 1 < argc) {
+      a.python_lib = v;
+      a.python_boot = argv[++i];
       continue;
     }
     if (a.n_mounts == sizeof mounts / sizeof mounts[0])

@@ -17,6 +17,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
 
 /* Paths are built from directories whose length was checked when they were made; a
@@ -48,8 +49,6 @@ void kc_bench_config_init(kc_bench_config *c) {
   c->atol = -1;
   c->min_repeat_ms = -1;
 }
-
-#pragma weak kc_bench_remote_run
 
 /* ---- one kernel's bookkeeping ------------------------------------------------------- */
 typedef struct item {
@@ -283,6 +282,16 @@ static void integrity_fields(json_t *o, const item *it, const kc_bench_config *c
   json_object_set_new(o, "isolation", json_string(isolation));
 }
 
+/* How this host holds the measuring workers' memory limit and the builds' process
+ * limit: "cgroup", or "rlimit" where the caller allowed that fallback. */
+static json_t *limits_record(void) {
+  json_t *o = json_object();
+  const char *mem = kc_cgroup_enforcement("memory"), *pids = kc_cgroup_enforcement("pids");
+  json_object_set_new(o, "memory", mem ? json_string(mem) : json_null());
+  json_object_set_new(o, "pids", pids ? json_string(pids) : json_null());
+  return o;
+}
+
 static json_t *record(const item *it, const char *device) {
   json_t *o = json_object();
   json_object_set_new(o, "kernel", json_string(it->path));
@@ -323,6 +332,7 @@ static json_t *record(const item *it, const char *device) {
                           ? json_real(it->build.build_s)
                           : json_null());
   json_object_set_new(o, "device", json_string(device));
+  json_object_set_new(o, "limits", limits_record());
   return o;
 }
 
@@ -509,11 +519,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   *records = NULL;
   if (reference_record)
     *reference_record = NULL;
-  if (cfg->tracker) {
-    if (!kc_bench_remote_run)
-      return kc_error_set(err, 0, "--tracker: remote runs are not available in this build");
-    return kc_bench_remote_run(cfg, kernels, n, records, err);
-  }
+  if (cfg->tracker)
+    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
   session s = {0};
   if (kc_args_parse(cfg->args, &s.spec, err) < 0)
     return kc_error_prefix(err, "--args");

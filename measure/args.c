@@ -1,4 +1,4 @@
-/* The `--args` language (DESIGN.md §3.3): "f32[512,512] f32[512,512] f32[512,512]:out". */
+/* The `--args` language (docs/contracts.md): "f32[512,512] f32[512,512] f32[512,512]:out". */
 #include <ctype.h>
 #include <errno.h>
 #include <stdio.h>

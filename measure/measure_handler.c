@@ -1,6 +1,6 @@
 /* The in-worker half of `kcage bench`: load one kernel, map the inputs read-only, then
  * run `number` calls per request with outputs poisoned before each call.  Nothing here
- * reads a clock: the parent times each request from outside (DESIGN.md §3.3). */
+ * reads a clock: the parent times each request from outside (docs/contracts.md). */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>

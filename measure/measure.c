@@ -1,5 +1,5 @@
 /* The parent's half of measuring one kernel: TVM's time evaluator (reference/tvm.md
- * §3.2) driven from outside the worker, plus the integrity checks of DESIGN.md §3.3.
+ * §3.2) driven from outside the worker, plus the integrity checks of docs/contracts.md.
  * The clock is read here, around each request; the worker only runs `number` calls.
  *
  * A round, as the parent runs it (the README's threat model says which attack each step

@@ -1,5 +1,6 @@
-/* Supervisor side of the seccomp user-notification listener (internal API used by
- * the sandbox wait loop and the worker pool).
+/* The seccomp filter of a policy, compiled once and loaded by children, and the
+ * supervisor's side of its user-notification listener: the building blocks that the
+ * sandbox's wait loop and the worker pool share.
  *
  * Why a listener at all: a seccomp KILL only shows up as SIGSYS in the wait status,
  * which the program could also raise itself, and the kernel does not say which
@@ -36,8 +37,8 @@
  * CONTINUE is only safe for decisions that do not read user memory: the task can
  * change a pointed-to path between our check and the kernel's use.  Decisions here are
  * made on the syscall number, arch and register arguments only. */
-#ifndef KCAGE_SECCOMP_NOTIFY_H
-#define KCAGE_SECCOMP_NOTIFY_H
+#ifndef KCAGE_SECCOMP_H
+#define KCAGE_SECCOMP_H
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -45,10 +46,13 @@
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
+#include "kcage/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+KC_PUBLIC_BEGIN
 
 /* ---- handing the listener to the supervisor ----------------------------------
  * The listener only exists once the filter is loaded, so the child must pass it on
@@ -135,6 +139,8 @@ bool kc_policy_always_reports(const kc_policy *p, int nr);
 
 /* Name of a syscall of any arch libseccomp knows (AUDIT_ARCH_* value); "" if unknown. */
 const char *kc_syscall_name_arch(uint32_t arch, int nr, char *buf, size_t len);
+
+KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

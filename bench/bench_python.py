@@ -1,0 +1,137 @@
+"""make bench: kcage's Python PopenWorker/PopenPoolExecutor against TVM's own
+(tvm.support.popen_pool from the venv), measured in one run on the same machine.
+
+  warm      send(noop) + recv() on a started worker: median and p99
+  cold      a new PopenWorker to its first result (TVM: a new interpreter that imports
+            tvm; kcage: a fork of the pool's zygote, which already imported it)
+  timeout   send(sleep, timeout=T) -> TimeoutError, then send(noop) -> result: the
+            cycle minus T (what each adds past the deadline), and the whole cycle
+  pool      map_with_error_catching(noop) over N items with 2 workers: calls/s
+"""
+
+import json
+import os
+import statistics
+import sys
+import time
+
+os.environ.setdefault("KCAGE_BENCH", "1")
+
+import kcage  # noqa: E402
+
+try:
+    from tvm.support import popen_pool as tvm_pool  # noqa: E402
+except ImportError:
+    from tvm.contrib import popen_pool as tvm_pool  # noqa: E402
+
+
+def noop():
+    return None
+
+
+def sleep_long():
+    time.sleep(30)
+
+
+def pctl(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+def warm(cls, n):
+    w = cls()
+    w.send(noop)
+    w.recv()
+    for _ in range(100):
+        w.send(noop)
+        w.recv()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        w.send(noop)
+        w.recv()
+        ts.append(time.perf_counter() - t0)
+    w.kill()
+    return statistics.median(ts), pctl(ts, 0.99)
+
+
+def cold(cls, n, **kw):
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        w = cls(**kw)
+        w.send(noop)
+        w.recv()
+        ts.append(time.perf_counter() - t0)
+        w.kill()
+    return statistics.median(ts)
+
+
+def timeout_cycle(cls, n, limit):
+    w = cls()
+    w.send(noop)
+    w.recv()
+    ts = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        w.send(sleep_long, timeout=limit)
+        try:
+            w.recv()
+        except TimeoutError:
+            pass
+        w.send(noop)
+        w.recv()
+        ts.append(time.perf_counter() - t0)
+    w.kill()
+    return statistics.median(ts)
+
+
+def pool(cls, n):
+    p = cls(max_workers=2)
+    list(p.map_with_error_catching(lambda x: x, range(20)))
+    t0 = time.perf_counter()
+    out = list(p.map_with_error_catching(lambda x: x, range(n)))
+    dt = time.perf_counter() - t0
+    p.shutdown()
+    assert len(out) == n and all(r.status == 1 for r in out)
+    return n / dt
+
+
+def main():
+    quick = "--quick" in sys.argv
+    n_warm, n_cold, n_to, n_pool = (300, 3, 3, 500) if quick else (2000, 8, 8, 3000)
+    limit = 0.05
+    rows = []
+    t_warm = warm(tvm_pool.PopenWorker, n_warm)
+    k_warm = warm(kcage.PopenWorker, n_warm)
+    rows.append(("warm round trip, median", t_warm[0] * 1e6, k_warm[0] * 1e6, "us", 3))
+    rows.append(("warm round trip, p99", t_warm[1] * 1e6, k_warm[1] * 1e6, "us", None))
+    # kcage's zygote for this configuration is started by the warm run above
+    t_cold = cold(tvm_pool.PopenWorker, n_cold)
+    k_cold = cold(kcage.PopenWorker, n_cold)
+    rows.append(("cold start to first result", t_cold * 1e3, k_cold * 1e3, "ms", 10))
+    t_to = timeout_cycle(tvm_pool.PopenWorker, n_to, limit)
+    k_to = timeout_cycle(kcage.PopenWorker, n_to, limit)
+    rows.append(("timeout+next result, past the %g s deadline" % limit,
+                 (t_to - limit) * 1e3, (k_to - limit) * 1e3, "ms", 15))
+    rows.append(("timeout+next result, whole cycle", t_to * 1e3, k_to * 1e3, "ms", None))
+    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool)
+    k_pool = pool(kcage.PopenPoolExecutor, n_pool)
+    rows.append(("pool of 2, map_with_error_catching", t_pool, k_pool, "calls/s", None))
+    print("%-46s %12s %12s %8s  %s" % ("python (TVM popen_pool vs kcage)", "TVM", "kcage",
+                                       "ratio", "target"))
+    results = {}
+    for name, t, k, unit, target in rows:
+        ratio = (k / t) if unit == "calls/s" else (t / k if k > 0 else float("inf"))
+        print("%-46s %9.1f %-2s %9.1f %-2s %7.1fx  %s" % (
+            name, t, unit if unit != "calls/s" else "", k, unit if unit != "calls/s" else "",
+            ratio, ("%dx" % target) if target else ""))
+        results[name] = {"tvm": t, "kcage": k, "unit": unit, "ratio": ratio, "target": target}
+    out = os.environ.get("KC_BENCH_DIR")
+    if out:
+        with open(os.path.join(out, "python.json"), "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

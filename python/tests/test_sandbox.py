@@ -1,0 +1,97 @@
+"""What only kcage's workers do: verdicts, limits, the sandbox itself."""
+
+import os
+import time
+
+import pytest
+
+import kc_helpers as h
+
+
+def test_verdict_signal(kc):
+    w = kc.PopenWorker()
+    w.send(h.segfault)
+    with pytest.raises(ChildProcessError) as info:
+        w.recv()
+    assert info.value.verdict == "signaled"
+    assert "SIGSEGV" in str(info.value)
+    w.send(h.add, (1, 1))
+    assert w.recv() == 2
+
+
+def test_verdict_syscall_named(kc):
+    w = kc.PopenWorker()
+    w.send(h.forbidden_mount)
+    with pytest.raises(ChildProcessError) as info:
+        w.recv()
+    assert info.value.verdict == "syscall", str(info.value)
+    assert info.value.syscall == "mount"
+    assert "mount" in str(info.value)
+
+
+def test_verdict_memory(kc):
+    w = kc.PopenWorker(memory="64M")
+    w.send(h.allocate, (16 << 20,))
+    assert w.recv() == 16 << 20
+    w.send(h.allocate, (512 << 20,))
+    with pytest.raises(ChildProcessError) as info:
+        w.recv()
+    if info.value.verdict != "memory":
+        pytest.skip("no memory cgroup here: %s" % info.value)
+    assert "memory" in str(info.value)
+
+
+def test_memory_sizes(kc):
+    from kcage._sandbox import parse_size  # pylint: disable=import-outside-toplevel
+
+    assert parse_size("256M") == 256 << 20
+    assert parse_size("1G") == 1 << 30
+    assert parse_size(4096) == 4096
+    with pytest.raises(ValueError):
+        parse_size("lots")
+    with pytest.raises(ValueError):
+        kc.PopenWorker(memory="-5M")
+
+
+def test_worker_is_sandboxed(kc):
+    """In its own pid namespace (pid 1), no network but loopback, read-only root."""
+    w = kc.PopenWorker()
+    w.send(os.getpid)
+    assert w.recv() == 1
+    w.send(os.listdir, ("/",))
+    assert "root" not in w.recv()
+    w.send(os.path.exists, ("/etc/shadow",))
+    assert w.recv() is False
+    w.send(os.access, ("/usr", os.W_OK))
+    assert w.recv() is False
+
+
+def test_payload_over_the_ring(kc):
+    w = kc.PopenWorker()
+    blob = os.urandom(4 << 20)
+    w.send(bytes, (blob,))
+    assert w.recv() == blob
+
+
+def test_payload_over_the_limit(kc):
+    w = kc.PopenWorker(max_payload=1 << 20)
+    w.send(bytes, (b"x" * (2 << 20),))
+    with pytest.raises(ChildProcessError):
+        w.recv()
+    w.send(h.add, (2, 2))
+    assert w.recv() == 4
+
+
+def test_restart_is_a_fork(kc):
+    """A fresh worker comes from the zygote, which imported what was preloaded."""
+    w = kc.PopenWorker(preload=["json"])
+    w.send(h.count)
+    assert w.recv() == 1
+    before = kc.stats["workers_started"]
+    t0 = time.monotonic()
+    for _ in range(5):
+        w.kill()
+        w.send(h.count)
+        assert w.recv() == 1
+    assert kc.stats["workers_started"] == before + 5
+    assert time.monotonic() - t0 < 60

@@ -1,0 +1,117 @@
+/* Limits the cgroups here cannot enforce (not root and nothing delegated, or a
+ * controller missing): refused with the reason and the ways out, or, only when the
+ * caller asked for it, enforced as rlimits of every attached process:
+ *   memory -> RLIMIT_AS, per process (a program with N processes may use N times it);
+ *   pids   -> RLIMIT_NPROC, which the kernel counts per user of the sandbox's own user
+ *             namespace (so it bounds the sandbox, not the host user);
+ *   cpus   -> no rlimit can hold a CPU share: still refused.
+ * The parent sets them with prlimit() on the attached process before it runs untrusted
+ * code, the same moment the cgroups would take it. */
+#include "cgroup_internal.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static _Atomic int fallback = KC_LIMITS_FALLBACK_NONE;
+
+void kc_cgroup_set_fallback(kc_limits_fallback f) {
+  atomic_store(&fallback, (int)f);
+}
+
+kc_limits_fallback kc_cgroup_get_fallback(void) {
+  return (kc_limits_fallback)atomic_load(&fallback);
+}
+
+/* Can this host's cgroups hold limit c for us? */
+static bool cgroup_has(unsigned c) {
+  const kc_cg_host *h = kc_cg_host_get();
+  if (h->mode == KC_CGROUP_NONE)
+    return false;
+  return (h->mode == KC_CGROUP_V2 ? h->v2.ctrl : h->v1_ctrl) & c;
+}
+
+static unsigned ctrl_of(const char *which) {
+  if (!strcmp(which, "memory"))
+    return KC_CG_MEMORY;
+  if (!strcmp(which, "pids"))
+    return KC_CG_PIDS;
+  if (!strcmp(which, "cpus"))
+    return KC_CG_CPU;
+  return 0;
+}
+
+const char *kc_cgroup_enforcement(const char *which) {
+  unsigned c = which ? ctrl_of(which) : 0;
+  if (!c)
+    return NULL;
+  if (cgroup_has(c))
+    return "cgroup";
+  if (c != KC_CG_CPU && kc_cgroup_get_fallback() == KC_LIMITS_FALLBACK_RLIMIT)
+    return "rlimit";
+  return NULL;
+}
+
+int kc_cgroup_refusal(const char *which, kc_error *err) {
+  unsigned c = ctrl_of(which);
+  const kc_cg_host *h = kc_cg_host_get();
+  const char *why = c ? h->why[kc_cg_why_index(c)] : "";
+  /* ENOTSUP without its strerror: the line already says everything. */
+  kc_error_set(err, 0,
+               "%s limit cannot be enforced: %s; run kcage in a delegated cgroup "
+               "(systemd-run --user --scope -p Delegate=yes kcage ...)%s",
+               which, why[0] ? why : "no usable cgroup",
+               c == KC_CG_CPU ? "" : " or allow rlimits (--limits-fallback rlimit)");
+  if (err)
+    err->code = ENOTSUP;
+  return -1;
+}
+
+int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err) {
+  cg->rl_as = 0;
+  cg->rl_nproc = 0;
+  if (lim->memory_bytes && !cgroup_has(KC_CG_MEMORY)) {
+    if (!kc_cgroup_enforcement("memory"))
+      return kc_cgroup_refusal("memory", err);
+    cg->rl_as = lim->memory_bytes;
+  }
+  if (lim->pids && !cgroup_has(KC_CG_PIDS)) {
+    if (!kc_cgroup_enforcement("pids"))
+      return kc_cgroup_refusal("pids", err);
+    cg->rl_nproc = lim->pids;
+  }
+  if (lim->cpus > 0 && !cgroup_has(KC_CG_CPU))
+    return kc_cgroup_refusal("cpus", err);
+  return 0;
+}
+
+bool kc_cgroup_uses_rlimits(const kc_cgroup *cg) {
+  return cg && (cg->rl_as || cg->rl_nproc);
+}
+
+uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg) {
+  return cg ? cg->rl_as : 0;
+}
+
+/* Only ever lower: a process must not gain a limit back by being attached. */
+static int lower(pid_t pid, int res, rlim_t v, kc_error *err) {
+  struct rlimit cur;
+  if (prlimit(pid, res, NULL, &cur) < 0)
+    return kc_error_set(err, errno, "prlimit %d", (int)pid);
+  if (cur.rlim_max != RLIM_INFINITY && cur.rlim_max < v)
+    v = cur.rlim_max;
+  struct rlimit rl = {v, v};
+  if (prlimit(pid, res, &rl, NULL) < 0)
+    return kc_error_set(err, errno, "prlimit %d", (int)pid);
+  return 0;
+}
+
+int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err) {
+  if (cg->rl_as && lower(pid, RLIMIT_AS, (rlim_t)cg->rl_as, err) < 0)
+    return kc_error_prefix(err, "memory limit as RLIMIT_AS");
+  if (cg->rl_nproc && lower(pid, RLIMIT_NPROC, (rlim_t)cg->rl_nproc, err) < 0)
+    return kc_error_prefix(err, "pids limit as RLIMIT_NPROC");
+  return 0;
+}

@@ -1,0 +1,115 @@
+/* `kcage bench --tracker`: lease a device, upload the kernels, run the batch there, and
+ * take back its records as hostile input (remote_records.c). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kcage/measure.h"
+#include "kcage/escape.h"
+#include "kcage/tracker.h"
+#include "netio.h"
+
+static const char *base_name(const char *p) {
+  const char *s = strrchr(p, '/');
+  return s ? s + 1 : p;
+}
+
+/* Upload names: "k<i>-<basename>" with anything outside [A-Za-z0-9._-] replaced. */
+static void upload_name(char *out, size_t len, const char *prefix, size_t i, const char *path) {
+  int n = snprintf(out, len, "%s%zu-%s", prefix, i, base_name(path));
+  for (int j = 0; j < n && (size_t)j < len; j++) {
+    char c = out[j];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+          c == '_' || c == '-'))
+      out[j] = '_';
+  }
+  if (strlen(out) > 128)
+    out[128] = '\0';
+}
+
+struct remote_ctx {
+  const kc_bench_config *cfg;
+  const kc_auth_key *auth;
+  const char *const *kernels;
+  size_t n;
+  json_t *records;
+};
+
+static int upload_all(kc_session *s, struct remote_ctx *x, json_t *names, char *refname,
+                      size_t reflen, kc_error *err) {
+  char name[160];
+  for (size_t i = 0; i < x->n; i++) {
+    upload_name(name, sizeof name, "k", i, x->kernels[i]);
+    if (kc_session_upload_file(s, name, x->kernels[i], err) < 0)
+      return -1;
+    json_array_append_new(names, json_string(name));
+  }
+  if (x->cfg->reference) {
+    upload_name(refname, reflen, "ref", 0, x->cfg->reference);
+    if (kc_session_upload_file(s, refname, x->cfg->reference, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_error *err) {
+  const kc_bench_config *cfg = x->cfg;
+  json_t *names = json_array();
+  char refname[160];
+  if (upload_all(s, x, names, refname, sizeof refname, err) < 0) {
+    json_decref(names);
+    return -1;
+  }
+  json_t *m = json_pack("{s:s, s:o, s:o}", "op", "run", "kernels", names, "config",
+                        kc_run_config_encode(cfg));
+  json_object_set_new(m, "reference", cfg->reference ? json_string(refname) : json_null());
+  double per = (cfg->timeout_s > 0 ? cfg->timeout_s : 10) + 70; /* build + measure */
+  double wait = cfg->session_timeout_s > 0 ? cfg->session_timeout_s + 5 : 60 + per * (double)x->n;
+  json_t *r = NULL;
+  int rc = kc_session_call(s, m, wait, &r, err);
+  json_decref(m);
+  if (rc == 0)
+    rc = kc_remote_records_decode(r, x->kernels, x->n, peer, &x->records, err);
+  json_decref(r);
+  return rc;
+}
+
+static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *err) {
+  struct remote_ctx *x = vctx;
+  char host[KC_TRACKER_MAX_ADDR], peer[KC_TRACKER_MAX_ADDR + 8];
+  snprintf(peer, sizeof peer, "%s:%u", kc_escape(lease->host, host, sizeof host), lease->port);
+  int dup_fd = dup(fd); /* the session owns its fd; request_and_run closes the original */
+  if (dup_fd < 0)
+    return kc_error_set(err, errno, "dup");
+  kc_session *s;
+  if (kc_session_open(dup_fd, 30, x->auth, &s, NULL, err) < 0)
+    return kc_error_prefix(err, "device agent %s", peer);
+  int rc = run_on(s, x, peer, err);
+  kc_session_close(s);
+  return rc;
+}
+
+int kc_bench_remote_run(const kc_bench_config *cfg, const kc_auth_key *auth,
+                        const char *const *kernels, size_t n, json_t **records, kc_error *err) {
+  char host[KC_TRACKER_MAX_ADDR];
+  uint16_t port;
+  *records = NULL;
+  if (!cfg->key || !*cfg->key)
+    return kc_error_set(err, EINVAL, "--key is required with --tracker");
+  if (kc_parse_hostport(cfg->tracker, KC_TRACKER_DEFAULT_PORT, host, sizeof host, &port, err) < 0)
+    return kc_error_prefix(err, "--tracker");
+  kc_request_opts o;
+  kc_request_opts_init(&o);
+  o.priority = cfg->priority;
+  o.session_timeout_s = cfg->session_timeout_s;
+  const char *w = getenv("KCAGE_REQUEST_TIMEOUT");
+  if (w && *w)
+    o.wait_s = strtod(w, NULL);
+  struct remote_ctx x = {cfg, auth && auth->len ? auth : NULL, kernels, n, NULL};
+  if (kc_tracker_request_and_run(host, port, cfg->key, &o, 2, remote_session, &x, err) < 0)
+    return -1;
+  *records = x.records;
+  return 0;
+}

@@ -1,0 +1,134 @@
+/* An embedded CPython inside kcage-worker: the zygote starts it once (kc_python_boot),
+ * every worker is a fork of that interpreter, and the "python" handler passes each
+ * call's bytes to kcage._child.call and its answer back.
+ *
+ * libpython is dlopen'd at run time rather than linked: kcage-worker stays one binary
+ * for every Python 3.8+ the caller may use (the parent names the libpython that
+ * matches its own interpreter), and a worker without Python costs nothing.  Only
+ * functions of CPython's stable ABI are used, declared here, so no Python headers are
+ * needed to build kcage. */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "worker_internal.h"
+
+typedef struct py_object py_object;
+
+static struct {
+  void (*initialize_ex)(int);
+  int (*run_simple_string)(const char *);
+  py_object *(*import_module)(const char *);
+  py_object *(*get_attr_string)(py_object *, const char *);
+  py_object *(*call_obj_args)(py_object *, ...);
+  py_object *(*bytes_from)(const char *, long);
+  int (*bytes_as)(py_object *, char **, long *);
+  void (*dec_ref)(py_object *);
+  void (*err_print)(void);
+  void (*after_fork_child)(void);
+  void *(*save_thread)(void);
+  void (*restore_thread)(void *);
+  py_object *call; /* kcage._child.call */
+  void *released;  /* thread state while no call runs (NULL: GIL held) */
+  bool forked;     /* PyOS_AfterFork_Child done in this process */
+} g_py;
+
+static int resolve(void *lib, kc_error *err) {
+  static const struct {
+    const char *name;
+    size_t off;
+  } syms[] = {
+#define S(n, f) {n, offsetof(__typeof__(g_py), f)}
+      S("Py_InitializeEx", initialize_ex),
+      S("PyRun_SimpleString", run_simple_string),
+      S("PyImport_ImportModule", import_module),
+      S("PyObject_GetAttrString", get_attr_string),
+      S("PyObject_CallFunctionObjArgs", call_obj_args),
+      S("PyBytes_FromStringAndSize", bytes_from),
+      S("PyBytes_AsStringAndSize", bytes_as),
+      S("Py_DecRef", dec_ref),
+      S("PyErr_Print", err_print),
+      S("PyOS_AfterFork_Child", after_fork_child),
+      S("PyEval_SaveThread", save_thread),
+      S("PyEval_RestoreThread", restore_thread),
+#undef S
+  };
+  for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+    void *p = dlsym(lib, syms[i].name);
+    if (!p)
+      return kc_error_set(err, 0, "python: %s not in libpython", syms[i].name);
+    memcpy((char *)&g_py + syms[i].off, &p, sizeof p);
+  }
+  return 0;
+}
+
+int kc_python_boot(const char *lib_path, const char *boot, kc_error *err) {
+  /* RTLD_GLOBAL: extension modules (numpy, tvm_ffi's Cython core) find the Py*
+   * symbols in the global scope, as they do in a python executable. */
+  void *lib = dlopen(lib_path, RTLD_NOW | RTLD_GLOBAL | RTLD_NODELETE);
+  if (!lib) {
+    const char *e = dlerror();
+    return kc_error_set(err, 0, "python: dlopen %s: %s", lib_path, e ? e : "failed");
+  }
+  if (resolve(lib, err) < 0)
+    return -1;
+  g_py.initialize_ex(0); /* 0: no signal handlers, the parent decides about signals */
+  if (g_py.run_simple_string(boot) != 0) /* its traceback went to our stderr */
+    return kc_error_set(err, 0, "python: the boot code raised (traceback on stderr)");
+  py_object *mod = g_py.import_module("kcage._child");
+  py_object *call = mod ? g_py.get_attr_string(mod, "call") : NULL;
+  if (mod)
+    g_py.dec_ref(mod);
+  if (!call) {
+    g_py.err_print();
+    return kc_error_set(err, 0, "python: kcage._child.call not importable");
+  }
+  g_py.call = call;
+  /* The zygote keeps the GIL: PyOS_AfterFork_Child in each worker re-creates it and
+   * needs the forking thread's state current. */
+  return 0;
+}
+
+static int fail(kc_call *c, const char *what) {
+  g_py.err_print();
+  snprintf(c->error, c->error_cap, "python: %s", what);
+  return 1;
+}
+
+int kc_handler_python(kc_call *c) {
+  if (!g_py.call) {
+    snprintf(c->error, c->error_cap, "python: this worker has no interpreter");
+    return 1;
+  }
+  if (!g_py.forked) {
+    g_py.after_fork_child();
+    g_py.forked = true;
+  } else if (g_py.released) {
+    g_py.restore_thread(g_py.released);
+  }
+  g_py.released = NULL;
+  py_object *arg = g_py.bytes_from(c->arg, (long)c->arg_len);
+  py_object *ret = arg ? g_py.call_obj_args(g_py.call, arg, NULL) : NULL;
+  if (arg)
+    g_py.dec_ref(arg);
+  int rc = 0;
+  char *p;
+  long n;
+  if (!ret)
+    rc = fail(c, "kcage._child.call raised");
+  else if (g_py.bytes_as(ret, &p, &n) < 0)
+    rc = fail(c, "kcage._child.call returned no bytes");
+  else if (n < 0 || (size_t)n > c->out_cap) {
+    snprintf(c->error, c->error_cap,
+             "python: a pickled result of %ld bytes is over the limit of %zu", n, c->out_cap);
+    rc = 1;
+  } else {
+    memcpy(c->out, p, (size_t)n);
+    c->out_len = (size_t)n;
+  }
+  if (ret)
+    g_py.dec_ref(ret);
+  /* Between calls other Python threads of the call's own (a runner's pool) may run. */
+  g_py.released = g_py.save_thread();
+  return rc;
+}
