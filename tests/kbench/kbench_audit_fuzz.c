@@ -8,6 +8,8 @@
 
 #include "measure_kernel.h"
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   char msg[512];
   msg[0] = 0;
