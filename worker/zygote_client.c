@@ -247,7 +247,7 @@ static void zunlock(kc_zygote **z) {
     pthread_mutex_unlock(&(*z)->mu);
 }
 
-#define KC_ZLOCK(z) __attribute__((cleanup(zunlock))) kc_zygote *zl_ = zlock(z)
+#define KC_ZLOCK(z) __attribute__((cleanup(zunlock), unused)) kc_zygote *zl_ = zlock(z)
 
 int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
                       const int *fds, int nfds, kc_error *err) {

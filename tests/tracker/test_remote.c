@@ -77,6 +77,17 @@ static void test_run_config_roundtrip(void **state) {
   assert_int_equal(b.workers, 0);
   assert_null(b.tracker);
   json_decref(c);
+  /* No --seed: none is sent, and the agent draws a secret one. */
+  a.seed_set = false;
+  c = kc_run_config_encode(&a);
+  assert_null(json_object_get(c, "seed"));
+  assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
+  assert_false(b.seed_set);
+  /* A tenant never chooses its isolation. */
+  json_object_set_new(c, "isolation", json_string("none"));
+  assert_int_equal(kc_run_config_decode(c, &b, &err), -1);
+  assert_non_null(strstr(err.msg, "sandbox"));
+  json_decref(c);
   /* Defaults survive the trip too. */
   kc_bench_config_init(&a);
   a.args = "f32[]";
