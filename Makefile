@@ -5,7 +5,7 @@ ASAN_BUILD ?= build-asan
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build demo check check-asan check-python python bench install clean format
+.PHONY: all deps configure build demo check check-asan check-python python bench install clean format format-check
 
 all: build
 
@@ -53,6 +53,10 @@ install: build
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h')
+
+# The tree matches .clang-format (make check runs this first).
+format-check: deps
+	clang-format --dry-run --Werror $$(git ls-files '*.c' '*.h')
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -37,6 +37,13 @@
 #ifndef KC_REL_DATADIR
 #define KC_REL_DATADIR "share"
 #endif
+/* The configured install dirs, absolute: only for a module outside any layout. */
+#ifndef KC_FULL_DATADIR
+#define KC_FULL_DATADIR ""
+#endif
+#ifndef KC_FULL_LIBEXECDIR
+#define KC_FULL_LIBEXECDIR ""
+#endif
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char module_dir[PATH_MAX]; /* "" when unknown */
@@ -86,17 +93,20 @@ static int install_prefix(char *buf, size_t n) {
   return -1;
 }
 
-/* dir under the prefix, or dir itself when it was configured as an absolute path. */
-static int under_prefix(const char *dir, const char *sub, char *buf, size_t n) {
+/* dir under the prefix, or dir itself when it was configured as an absolute path.
+ * A module outside any install layout (a copy of libkcage shipped inside another
+ * package) falls back to the prefix configured at build time, `full`. */
+static int under_prefix(const char *dir, const char *full, const char *sub, char *buf, size_t n) {
   int w;
-  if (dir[0] == '/') {
+  char prefix[PATH_MAX];
+  if (dir[0] == '/')
     w = snprintf(buf, n, "%s%s", dir, sub);
-  } else {
-    char prefix[PATH_MAX];
-    if (install_prefix(prefix, sizeof prefix) < 0)
-      return -1;
+  else if (install_prefix(prefix, sizeof prefix) == 0)
     w = snprintf(buf, n, "%s/%s%s", prefix, dir, sub);
-  }
+  else if (full[0] == '/')
+    w = snprintf(buf, n, "%s%s", full, sub);
+  else
+    return -1;
   return w < 0 || (size_t)w >= n ? -1 : 0;
 }
 
@@ -115,6 +125,6 @@ int kc_install_dir_get(kc_install_dir which, char *buf, size_t n) {
     return w <= 0 || (size_t)w >= n ? -1 : 0;
   }
   if (which == KC_DIR_POLICIES)
-    return under_prefix(KC_REL_DATADIR, "/kcage/policies", buf, n);
-  return under_prefix(KC_REL_LIBEXECDIR, "/kcage", buf, n);
+    return under_prefix(KC_REL_DATADIR, KC_FULL_DATADIR, "/kcage/policies", buf, n);
+  return under_prefix(KC_REL_LIBEXECDIR, KC_FULL_LIBEXECDIR, "/kcage", buf, n);
 }

@@ -1,7 +1,8 @@
 """make bench: kcage's Python PopenWorker/PopenPoolExecutor against TVM's own
 (tvm.support.popen_pool from the venv), measured in one run on the same machine.
 
-  warm      send(noop) + recv() on a started worker: median and p99
+  warm      send(fn) + recv() on a started worker: median and p99, fn by reference
+            (int) and by value (a __main__ function, cloudpickled)
   cold      a new PopenWorker to its first result (TVM: a new interpreter that imports
             tvm; kcage: a fork of the pool's zygote, which already imported it)
   timeout   send(sleep, timeout=T) -> TimeoutError, then send(noop) -> result: the
@@ -38,17 +39,17 @@ def pctl(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def warm(cls, n):
+def warm(cls, n, fn=noop):
     w = cls()
-    w.send(noop)
+    w.send(fn)
     w.recv()
     for _ in range(100):
-        w.send(noop)
+        w.send(fn)
         w.recv()
     ts = []
     for _ in range(n):
         t0 = time.perf_counter()
-        w.send(noop)
+        w.send(fn)
         w.recv()
         ts.append(time.perf_counter() - t0)
     w.kill()
@@ -102,10 +103,18 @@ def main():
     n_warm, n_cold, n_to, n_pool = (300, 3, 3, 500) if quick else (2000, 8, 8, 3000)
     limit = 0.05
     rows = []
+    # by reference: an importable function (int() -> 0), what TVM's own callers send
+    t_warm = warm(tvm_pool.PopenWorker, n_warm, int)
+    k_warm = warm(kcage.PopenWorker, n_warm, int)
+    rows.append(("warm round trip (by reference), median", t_warm[0] * 1e6,
+                 k_warm[0] * 1e6, "us", 3))
+    rows.append(("warm round trip (by reference), p99", t_warm[1] * 1e6, k_warm[1] * 1e6,
+                 "us", None))
+    # by value: a __main__ function, cloudpickled both ways on both sides
     t_warm = warm(tvm_pool.PopenWorker, n_warm)
     k_warm = warm(kcage.PopenWorker, n_warm)
-    rows.append(("warm round trip, median", t_warm[0] * 1e6, k_warm[0] * 1e6, "us", 3))
-    rows.append(("warm round trip, p99", t_warm[1] * 1e6, k_warm[1] * 1e6, "us", None))
+    rows.append(("warm round trip (by value), median", t_warm[0] * 1e6, k_warm[0] * 1e6,
+                 "us", None))
     # kcage's zygote for this configuration is started by the warm run above
     t_cold = cold(tvm_pool.PopenWorker, n_cold)
     k_cold = cold(kcage.PopenWorker, n_cold)
@@ -118,6 +127,7 @@ def main():
     t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool)
     k_pool = pool(kcage.PopenPoolExecutor, n_pool)
     rows.append(("pool of 2, map_with_error_catching", t_pool, k_pool, "calls/s", None))
+    print("load average before: %.1f; %d CPUs" % (os.getloadavg()[0], os.cpu_count()))
     print("%-46s %12s %12s %8s  %s" % ("python (TVM popen_pool vs kcage)", "TVM", "kcage",
                                        "ratio", "target"))
     results = {}

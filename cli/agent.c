@@ -22,7 +22,7 @@ static void usage(FILE *out) {
           "usage: kcage agent --tracker HOST:PORT --key KEY [--host H] [--port P] [--port-end E]\n"
           "                   [--custom-addr A] [--workers N] [--auth-key FILE]\n"
           "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
-          "                   [--verbose]\n\n"
+          "                   [--metrics H:P] [--limits-fallback rlimit] [--verbose]\n\n"
           "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
           "TVM's rpc_server, and serve kcage sessions: kernels uploaded by `kcage bench\n"
           "--tracker` are built and timed here, each session in its own sandboxed pool.\n\n"
@@ -40,7 +40,13 @@ static void usage(FILE *out) {
           "  --max-session SEC    cap on a session's length, also when it asks for none\n"
           "                       (requests above a cap are lowered; records say so in\n"
           "                       their \"clamped\" field)\n"
-          "  --verbose            log registrations and sessions to stderr\n"
+          "  --metrics H:P        serve Prometheus metrics on http://H:P/metrics (sessions,\n"
+          "                       verdicts by status, connections and drops by reason)\n"
+          "  --limits-fallback rlimit\n"
+          "                       without a delegated cgroup, hold the sessions' limits as\n"
+          "                       rlimits instead of failing them\n"
+          "  --verbose            log registrations to stderr (sessions and dropped\n"
+          "                       clients are always logged)\n"
           "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
 }
 
@@ -79,6 +85,7 @@ int kc_cmd_agent(int argc, char **argv) {
   kc_agent_opts_init(&o);
   char thost[KC_TRACKER_MAX_ADDR];
   bool have_tracker = false, port_end_set = false;
+  const char *metrics = NULL;
   kc_error err = {0};
   static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                         {"key", required_argument, 0, 'k'},
@@ -93,6 +100,8 @@ int kc_cmd_agent(int argc, char **argv) {
                                         {"max-memory", required_argument, 0, 'M'},
                                         {"max-timeout", required_argument, 0, 'T'},
                                         {"max-session", required_argument, 0, 'S'},
+                                        {"metrics", required_argument, 0, 'm'},
+                                        {"limits-fallback", required_argument, 0, 'l'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   uint64_t v;
@@ -153,6 +162,13 @@ int kc_cmd_agent(int argc, char **argv) {
       if (fleet_option(ch, optarg, &o) < 0)
         return KC_EXIT_USAGE;
       break;
+    case 'm':
+      metrics = optarg;
+      break;
+    case 'l':
+      if (kc_cli_limits_fallback("agent", optarg) < 0)
+        return KC_EXIT_USAGE;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -180,6 +196,11 @@ int kc_cmd_agent(int argc, char **argv) {
   sigaction(SIGTERM, &sa, NULL);
   signal(SIGPIPE, SIG_IGN);
   printf("agent listening on %s:%u\n", o.host ? o.host : "0.0.0.0", kc_agent_port(g_agent));
+  if (kc_cli_metrics("agent", metrics, "kcage_agent") < 0) {
+    kc_agent_free(g_agent);
+    g_agent = NULL;
+    return 1;
+  }
   fflush(stdout);
   int rc = kc_agent_run(g_agent, &err);
   kc_agent_free(g_agent);

@@ -41,4 +41,8 @@ json_t *kc_cli_limits_json(bool memory, bool pids, bool cpus);
 /* record (a JSON object's text) with "limits" added; malloc'd, NULL on failure. */
 char *kc_cli_record_with_limits(const char *record, bool memory, bool pids, bool cpus);
 
+/* metrics.c: --metrics HOST:PORT for a daemon (NULL: none).  Prints
+ * `metrics listening on HOST:PORT`; -1 (and the error printed) when it cannot. */
+int kc_cli_metrics(const char *cmd, const char *hostport, const char *prefix);
+
 #endif

@@ -24,6 +24,8 @@ static void usage(FILE *out) {
                "  --port-end E    try ports up to E-1 when P is taken (default P+10, like TVM)\n"
                "  --keepalive S   drop silent peers after about S seconds (default 15)\n"
                "  --verbose       log connections to stderr\n"
+               "  --metrics H:P   serve Prometheus metrics on http://H:P/metrics (queues per\n"
+               "                  key, leases, waiting time, connections and drops by reason)\n"
                "The port bound is printed on stdout as `tracker listening on HOST:PORT`.\n");
 }
 
@@ -31,11 +33,13 @@ int kc_cmd_tracker(int argc, char **argv) {
   kc_tracker_opts o;
   kc_tracker_opts_init(&o);
   bool port_end_set = false;
+  const char *metrics = NULL;
   static const struct option longs[] = {{"host", required_argument, 0, 'H'},
                                         {"port", required_argument, 0, 'p'},
                                         {"port-end", required_argument, 0, 'e'},
                                         {"keepalive", required_argument, 0, 'k'},
                                         {"verbose", no_argument, 0, 'v'},
+                                        {"metrics", required_argument, 0, 'm'},
                                         {"help", no_argument, 0, 'h'},
                                         {0, 0, 0, 0}};
   uint64_t v;
@@ -69,6 +73,9 @@ int kc_cmd_tracker(int argc, char **argv) {
     case 'v':
       o.verbose = true;
       break;
+    case 'm':
+      metrics = optarg;
+      break;
     case 'h':
       usage(stdout);
       return 0;
@@ -94,6 +101,11 @@ int kc_cmd_tracker(int argc, char **argv) {
   signal(SIGPIPE, SIG_IGN);
   printf("tracker listening on %s:%u\n", o.host ? o.host : "0.0.0.0",
          kc_tracker_server_port(g_server));
+  if (kc_cli_metrics("tracker", metrics, "kcage_tracker") < 0) {
+    kc_tracker_server_free(g_server);
+    g_server = NULL;
+    return 1;
+  }
   fflush(stdout);
   int rc = kc_tracker_server_run(g_server, &err);
   kc_tracker_server_free(g_server);

@@ -28,3 +28,42 @@ write_basic_package_version_file(${CMAKE_BINARY_DIR}/kcageConfigVersion.cmake
 install(FILES ${CMAKE_BINARY_DIR}/kcageConfig.cmake ${CMAKE_BINARY_DIR}/kcageConfigVersion.cmake
   DESTINATION ${kc_cmakedir})
 set_target_properties(kcage_shared PROPERTIES EXPORT_NAME kcage)
+
+# systemd units and their settings.  The units name absolute paths, so they are made
+# when installing, for the prefix installed to (not the configure-time one).
+set(KC_SYSTEMD_UNITDIR "lib/systemd/system" CACHE STRING
+  "Where the systemd units go (relative to the prefix, or absolute)")
+install(CODE "
+  set(kc_prefix \"\${CMAKE_INSTALL_PREFIX}\")
+  set(KC_BINDIR \"\${kc_prefix}/${CMAKE_INSTALL_BINDIR}\")
+  if(kc_prefix STREQUAL \"/usr\")
+    set(KC_CONFDIR /etc/kcage)
+  else()
+    set(KC_CONFDIR \"\${kc_prefix}/${CMAKE_INSTALL_SYSCONFDIR}/kcage\")
+  endif()
+  foreach(u kcage-tracker.service kcage-agent@.service)
+    configure_file(${CMAKE_SOURCE_DIR}/systemd/\${u}.in ${CMAKE_BINARY_DIR}/systemd/\${u} @ONLY)
+  endforeach()")
+install(FILES ${CMAKE_BINARY_DIR}/systemd/kcage-tracker.service
+  ${CMAKE_BINARY_DIR}/systemd/kcage-agent@.service DESTINATION ${KC_SYSTEMD_UNITDIR})
+install(FILES systemd/tracker.conf systemd/agent.conf
+  DESTINATION ${CMAKE_INSTALL_SYSCONFDIR}/kcage)
+
+# Man pages, one per subcommand, from --help (help2man), and bash completion.
+find_program(KC_HELP2MAN help2man)
+if(KC_HELP2MAN)
+  set(kc_man_pages kcage kcage-run kcage-bench kcage-policy kcage-tracker kcage-agent kcage-query)
+  list(TRANSFORM kc_man_pages PREPEND ${CMAKE_BINARY_DIR}/man/ OUTPUT_VARIABLE kc_man_files)
+  list(TRANSFORM kc_man_files APPEND .1)
+  add_custom_command(OUTPUT ${kc_man_files}
+    COMMAND ${CMAKE_SOURCE_DIR}/man/help2man.sh ${KC_HELP2MAN} $<TARGET_FILE:kcage>
+            ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man
+    DEPENDS kcage ${CMAKE_SOURCE_DIR}/man/help2man.sh
+    COMMENT "man pages from --help (help2man)")
+  add_custom_target(kcage_man ALL DEPENDS ${kc_man_files})
+  install(FILES ${kc_man_files} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+else()
+  message(STATUS "help2man not found: no man pages (apt-get install help2man)")
+endif()
+install(FILES completion/kcage.bash DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions
+  RENAME kcage)

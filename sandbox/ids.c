@@ -35,14 +35,15 @@ static int check_accounts(const char *path, uint32_t base, uint32_t count, kc_er
     return errno == ENOENT ? 0 : kc_error_set(err, errno, "%s", path);
   char line[4096];
   while (fgets(line, sizeof line, f)) {
-    char *save = NULL, *name = strtok_r(line, ":", &save);
-    (void)strtok_r(NULL, ":", &save);
-    char *id = strtok_r(NULL, ":", &save);
-    if (!name || !id || name[0] == '#')
+    /* name:password:id:... (an empty field is still a field) */
+    char *name = line, *pw = strchr(name, ':'), *id = pw ? strchr(pw + 1, ':') : NULL;
+    if (!id || name[0] == '#')
       continue;
+    *pw = 0;
+    id++;
     char *end;
     unsigned long long v = strtoull(id, &end, 10);
-    if (end != id && overlaps(v, 1, base, count))
+    if (end != id && *end == ':' && overlaps(v, 1, base, count))
       return kc_error_set(err, 0,
                           "sandbox ids %" PRIu32 "-%" PRIu64 ": %s uses %llu (%s): "
                           "choose another range (KCAGE_SANDBOX_IDS=BASE:COUNT)",

@@ -9,7 +9,7 @@ if ! ./scripts/python-venv.sh "$build"; then
 fi
 KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.0"
 export KCAGE_LIB
-cd python && "../$build/venv/bin/python" -m pytest -q ${PYTEST_ARGS:--m "not slow"} tests
+cd python && "../$build/venv/bin/python" -m pytest -q ${PYTEST_ARGS--m "not slow"} tests
 rc=$?
 [ "$rc" -eq 5 ] && rc=0
 exit "$rc"

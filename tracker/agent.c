@@ -29,7 +29,9 @@
 
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
+#include "kcage/log.h"
 #include "kcage/tracker.h"
+#include "metrics.h"
 #include "netio.h"
 
 /* TVM's handshake, read without blocking: every connection has its own deadline, so
@@ -76,12 +78,18 @@ static void logf_(kc_agent *a, const char *fmt, ...) __attribute__((format(print
 static void logf_(kc_agent *a, const char *fmt, ...) {
   if (!a->o.verbose)
     return;
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
-  fprintf(stderr, "kcage agent: ");
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
+  vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  kc_log(KC_LOG_INFO, "kcage agent", "%s", msg);
+}
+
+/* Every dropped peer is logged and counted, with the reason. */
+static void drop_peer(const char *why) {
+  kc_metrics_conn_closed(why);
+  kc_log(KC_LOG_WARN, "kcage agent", "dropped a client: %s", why);
 }
 
 static void new_matchkey(kc_agent *a) {
@@ -360,7 +368,8 @@ static void end_session(kc_agent *a) {
   if (a->child_dir[0])
     nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
   a->child_dir[0] = '\0';
-  logf_(a, "session ended");
+  kc_metrics_session(0);
+  kc_log(KC_LOG_INFO, "kcage agent", "session ended");
   /* Back in the pool with a fresh matchkey. */
   new_matchkey(a);
   if (a->trk) {
@@ -434,7 +443,8 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
   a->child_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   /* The matchkey just used is spent: a second client with it gets MISMATCH. */
   new_matchkey(a);
-  logf_(a, "session started (pid %d, timeout %g s)", pid, timeout_s);
+  kc_metrics_session(1);
+  kc_log(KC_LOG_INFO, "kcage agent", "session started (pid %d, timeout %g s)", pid, timeout_s);
 }
 
 static void hs_drop(kc_agent *a, size_t i) {
@@ -448,12 +458,14 @@ static void on_connection(kc_agent *a) {
   int fd = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0)
     return;
+  kc_metrics_conn_opened();
   kc_tcp_keepalive(fd, 30); /* a vanished client does not hold the device forever */
   if (a->nhs == MAX_HANDSHAKES) {
     size_t oldest = 0;
     for (size_t i = 1; i < a->nhs; i++)
       if (a->hs[i].deadline < a->hs[oldest].deadline)
         oldest = i;
+    drop_peer("handshake_overflow");
     hs_drop(a, oldest);
   }
   struct handshake *h = &a->hs[a->nhs++];
@@ -480,7 +492,7 @@ static void hs_done(kc_agent *a, int fd, char *key) {
   bool match = a->child <= 0 && !a->put_pending && kc_rpc_client_key(key, a->matchkey, &timeout_s);
   if (!match) {
     hs_reply(fd, KC_RPC_CODE_MISMATCH, NULL);
-    logf_(a, "handshake mismatch");
+    drop_peer("mismatch");
     close(fd);
     return;
   }
@@ -506,10 +518,10 @@ static bool hs_step(kc_agent *a, size_t i) {
     size_t need = h->got < 8 ? 8 : 8 + (size_t)len;
     uint32_t magic = 0;
     memcpy(&magic, h->buf, 4);
-    if (h->got >= 4 && le32toh(magic) != KC_RPC_MAGIC)
-      return false; /* TVM: silent close */
-    if (len > HANDSHAKE_MAX_KEY)
+    if ((h->got >= 4 && le32toh(magic) != KC_RPC_MAGIC) || len > HANDSHAKE_MAX_KEY) {
+      drop_peer("bad_handshake"); /* TVM: silent close */
       return false;
+    }
     if (h->got == need && h->got >= 8) {
       h->buf[need] = '\0';
       int fd = h->fd;
@@ -529,8 +541,10 @@ static bool hs_step(kc_agent *a, size_t i) {
 static void expire_handshakes(kc_agent *a) {
   double now = kc_now();
   for (size_t i = a->nhs; i-- > 0;)
-    if (now >= a->hs[i].deadline)
+    if (now >= a->hs[i].deadline) {
+      drop_peer("handshake_timeout");
       hs_drop(a, i);
+    }
 }
 
 /* The handshakes polled as p[0..n): those with something to read make progress.  A

@@ -28,7 +28,9 @@
 
 #include "kcage/cleanup.h"
 #include "frame_reader.h"
+#include "kcage/log.h"
 #include "kcage/tracker.h"
+#include "metrics.h"
 #include "netio.h"
 
 #define MAX_KEYS 65536
@@ -64,6 +66,7 @@ struct req { /* one waiting REQUEST */
   size_t idx; /* in kq->heap */
   double prio;
   uint64_t seq;
+  double queued_at; /* for the lease wait metric */
 };
 
 struct keyq {
@@ -95,6 +98,7 @@ struct conn {
   struct conn *dead_next;
   double accepted_at;             /* kc_now() */
   struct conn *hs_prev, *hs_next; /* before the magic: s->hs_head.., in accept order */
+  const char *drop_why; /* why we dropped it (logs, metrics); NULL: the peer closed */
 };
 
 struct kc_tracker_server {
@@ -353,8 +357,16 @@ static void conn_kill(kc_tracker_server *s, struct conn *c) {
     s->conns_tail = c->prev;
   c->dead_next = s->dead;
   s->dead = c;
-  if (s->o.verbose)
-    fprintf(stderr, "kcage tracker: %s closed\n", c->peer);
+  kc_metrics_conn_closed(c->drop_why);
+  if (c->drop_why)
+    kc_log(KC_LOG_WARN, "kcage tracker", "dropped %s: %s", c->peer, c->drop_why);
+  else if (s->o.verbose)
+    kc_log(KC_LOG_INFO, "kcage tracker", "%s closed", c->peer);
+}
+
+static void conn_drop(kc_tracker_server *s, struct conn *c, const char *why) {
+  c->drop_why = why;
+  conn_kill(s, c);
 }
 
 static void conn_release(struct conn *c) {
@@ -396,7 +408,7 @@ static int conn_send(kc_tracker_server *s, struct conn *c, const char *buf, size
   }
   size_t rest = len - done;
   if (c->out_len - c->out_off + rest > MAX_OUT_BYTES) { /* a peer that never reads */
-    conn_kill(s, c);
+    conn_drop(s, c, "not_reading");
     return -1;
   }
   if (c->out_off && c->out_off == c->out_len)
@@ -494,6 +506,7 @@ static void schedule(kc_tracker_server *s, struct keyq *k) {
     struct req *q = k->heap[0];
     heap_remove(k, q);
     struct conn *c = q->conn;
+    kc_metrics_lease(k->key, q->queued_at);
     req_free(q);
     lease_head(s, k, c);
   }
@@ -580,6 +593,7 @@ static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   if (!k)
     return -1;
   if (k->head && !k->nheap) { /* the common case: a free device, nobody waiting */
+    kc_metrics_lease(k->key, 0);
     lease_head(s, k, c);
     return 0;
   }
@@ -590,6 +604,7 @@ static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   q->kq = k;
   q->prio = m->priority;
   q->seq = k->seq++;
+  q->queued_at = kc_metrics_on() ? kc_metrics_now() : 0;
   if (heap_push(k, q) < 0) {
     free(q);
     return -1;
@@ -681,12 +696,12 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
   kc_error err;
   size_t cap0 = c->rd.cap;
   if (kc_frame_reader_push(&c->rd, buf, (size_t)n, &err) < 0) {
-    conn_kill(s, c);
+    conn_drop(s, c, "frame_too_large");
     return;
   }
   s->buffered += c->rd.cap - cap0;
   if (c->rd.cap > cap0 && c->rd.cap > SMALL_BUFFER && s->buffered > s->max_buffered) {
-    conn_kill(s, c);
+    conn_drop(s, c, "buffer_limit");
     return;
   }
   if (!c->magic_done) {
@@ -696,7 +711,7 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     uint32_t magic;
     memcpy(&magic, r->buf + r->off, 4);
     if (le32toh(magic) != KC_TRACKER_MAGIC) { /* TVM: close without a reply */
-      conn_kill(s, c);
+      conn_drop(s, c, "bad_magic");
       return;
     }
     r->off += 4;
@@ -724,15 +739,14 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
     }
     kc_trk_msg m;
     if (rc < 0 || kc_trk_msg_parse(p, len, &m, &err) < 0) {
-      if (s->o.verbose)
-        fprintf(stderr, "kcage tracker: %s: %s; closing it\n", c->peer, err.msg);
-      conn_kill(s, c);
+      kc_log(KC_LOG_DEBUG, "kcage tracker", "%s: %s", c->peer, err.msg);
+      conn_drop(s, c, "bad_message");
       return;
     }
     rc = handle_msg(s, c, &m);
     kc_trk_msg_clear(&m);
     if (rc < 0)
-      conn_kill(s, c);
+      conn_drop(s, c, "refused_message");
     if (c->dead || s->stopping)
       return;
   }
@@ -768,9 +782,7 @@ static void peer_string(const struct sockaddr_storage *ss, char *out, size_t len
  * on it.  Returns true when there is room again. */
 static bool make_room(kc_tracker_server *s) {
   if (s->hs_head) {
-    if (s->o.verbose)
-      fprintf(stderr, "kcage tracker: out of fds: dropping %s (no magic yet)\n", s->hs_head->peer);
-    conn_kill(s, s->hs_head);
+    conn_drop(s, s->hs_head, "out_of_fds");
     return true;
   }
   return false;
@@ -821,8 +833,9 @@ static void on_accept(kc_tracker_server *s) {
       s->conns_head = c;
     s->conns_tail = c;
     hs_append(s, c);
+    kc_metrics_conn_opened();
     if (s->o.verbose)
-      fprintf(stderr, "kcage tracker: connection from %s\n", c->peer);
+      kc_log(KC_LOG_INFO, "kcage tracker", "connection from %s", c->peer);
   }
 }
 
@@ -933,7 +946,7 @@ void kc_tracker_server_stop(kc_tracker_server *s) {
 static int expire_handshakes(kc_tracker_server *s) {
   double now = kc_now();
   while (s->hs_head && now - s->hs_head->accepted_at >= s->o.handshake_s)
-    conn_kill(s, s->hs_head);
+    conn_drop(s, s->hs_head, "handshake_timeout");
   if (!s->hs_head)
     return -1;
   return (int)((s->hs_head->accepted_at + s->o.handshake_s - now) * 1000) + 1;
@@ -943,6 +956,9 @@ int kc_tracker_server_run(kc_tracker_server *s, kc_error *err) {
   struct epoll_event evs[256];
   while (!s->stopping) {
     int wait_ms = expire_handshakes(s);
+    int metrics_ms = kc_metrics_poll_ms(); /* an idle loop still publishes its queues */
+    if (metrics_ms >= 0 && (wait_ms < 0 || metrics_ms < wait_ms))
+      wait_ms = metrics_ms;
     reap_dead(s);
     int n = epoll_wait(s->efd, evs, 256, wait_ms);
     if (n < 0) {
@@ -967,6 +983,9 @@ int kc_tracker_server_run(kc_tracker_server *s, kc_error *err) {
       }
     }
     reap_dead(s);
+    if (kc_metrics_snapshot_due())
+      for (struct keyq *k = s->order_head; k; k = k->order_next)
+        kc_metrics_queue(k->key, k->nfree, k->nheap);
   }
   /* STOP's own reply must still reach its sender. */
   for (struct conn *c = s->conns_head; c; c = c->next)

@@ -16,6 +16,7 @@
 #include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
+#include "metrics.h"
 #include "netio.h"
 
 #define SESSION_MAX_FRAME (1u << 20)
@@ -351,6 +352,7 @@ static void stamp_records(const struct serve_state *st, json_t *records, json_t 
   size_t i;
   json_t *r;
   json_array_foreach(records, i, r) {
+    kc_metrics_verdict(json_string_value(json_object_get(r, "status")));
     json_object_set_new(r, "device", json_string(st->o->device));
     json_object_set_new(r, "kernel", json_incref(json_array_get(ks, i)));
     if (json_object_size(clamped))

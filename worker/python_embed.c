@@ -130,5 +130,9 @@ int kc_handler_python(kc_call *c) {
     g_py.dec_ref(ret);
   /* Between calls other Python threads of the call's own (a runner's pool) may run. */
   g_py.released = g_py.save_thread();
+  /* The parent unpickles this answer and pickles the next request in Python (tens of
+   * microseconds on a loaded machine): wait for it spinning (yielding) a little longer
+   * than the default, so a tight send/recv loop rarely pays a futex wake. */
+  kc_runtime_spin_next(300000);
   return rc;
 }

@@ -1,18 +1,18 @@
 """Inside a kcage worker: the embedded interpreter's side of a call.
 
-kcage-worker's zygote runs the boot code (kcage._popen.boot_source) once, then every
+kcage-worker's zygote runs the boot code (kcage._sandbox.boot_source) once, then every
 worker forked from it passes each request's bytes to `call` and returns the bytes it
-gives back.  A request is cloudpickle((op, fn, args, kwargs)); the answer is
-cloudpickle((status, value)) exactly as TVM's popen_worker sends it, so exceptions keep
+gives back.  A request is pickle((op, fn, args, kwargs)) (kcage._pickle: the C pickler
+where it is exact, else cloudpickle); the answer is
+pickle((status, value)) as TVM's popen_worker sends it, so exceptions keep
 their type and carry the child's formatted traceback as their message.
 """
 
 import os
-import pickle
 import sys
 import traceback
 
-import cloudpickle
+from . import _pickle
 
 COMPLETE, EXCEPTION = 1, 2
 OP_CALL, OP_INIT = 0, 1
@@ -43,7 +43,7 @@ def _flush():
 def _run(data):
     global _initialized
     try:
-        op, fn, args, kwargs = cloudpickle.loads(data)
+        op, fn, args, kwargs = _pickle.loads(data)
         if op == OP_INIT:
             if _initialized:
                 return (COMPLETE, None)
@@ -59,7 +59,7 @@ def call(data):
     try:
         ret = _run(data)
         try:
-            return cloudpickle.dumps(ret, protocol=pickle.HIGHEST_PROTOCOL)
+            return _pickle.dumps(ret)
         finally:
             _flush()
     except BaseException:  # pylint: disable=broad-except

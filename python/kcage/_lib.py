@@ -10,6 +10,7 @@ blocking call releases the GIL.
 import ctypes
 import ctypes.util
 import os
+import subprocess
 
 c_size = ctypes.c_size_t
 
@@ -114,6 +115,13 @@ def _candidates():
     found = ctypes.util.find_library("kcage")
     if found:
         yield found
+    try:  # `make install` into a prefix that pkg-config knows (PKG_CONFIG_PATH)
+        libdir = subprocess.run(["pkg-config", "--variable=libdir", "kcage"],
+                                capture_output=True, text=True, timeout=10, check=False)
+        if libdir.returncode == 0 and libdir.stdout.strip():
+            yield os.path.join(libdir.stdout.strip(), "libkcage.so.0")
+    except (OSError, subprocess.SubprocessError):
+        pass
     for prefix in ("/usr/local", "/usr"):
         for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
             yield os.path.join(prefix, libdir, "libkcage.so.0")

@@ -18,21 +18,20 @@ What differs (on purpose):
     by max_payload (default 16 MiB each way);
   * workers are forks of a zygote that embeds this interpreter and already imported
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
+  * results are unpickled with an allow-list (see PopenWorker), so a compromised
+    worker cannot run code in the parent through its answer;
   * stdout=subprocess.PIPE is refused (nothing could read it).
 """
 
 import concurrent.futures
 import ctypes
 import os
-import pickle
 import signal as _signal
 import threading
 from collections import namedtuple
 from enum import IntEnum
 
-import cloudpickle
-
-from . import _lib, _sandbox
+from . import _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
 
@@ -94,12 +93,20 @@ class PopenWorker:
     Keyword-only sandbox options: policy ("python", a name or a .policy file), memory
     (bytes or "256M"), cpus (CPU bandwidth), pids, mounts (["SRC[:DST]", (SRC, DST, "rw"),
     ("tmpfs", DST, SIZE)]), preload (modules the zygote imports), max_payload.
+
+    Results are unpickled with an allow-list (kcage._pickle.safe_loads: plain data,
+    exceptions, enums, namedtuples, numpy arrays): a compromised worker must not run code
+    in this process.  result_types=["module.Class", ...] trusts more classes by name;
+    unsafe_results=True turns the check off (TVM's behaviour).
     """
 
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
                  stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
-                 mounts=(), preload=(), max_payload=16 << 20, _config=None):
+                 mounts=(), preload=(), max_payload=16 << 20, result_types=(),
+                 unsafe_results=False, _config=None):
         self._w = None
+        self._result_types = frozenset(result_types)
+        self._unsafe_results = bool(unsafe_results)
         self._live = False
         self._initializer = initializer
         self._initargs = initargs
@@ -108,6 +115,8 @@ class PopenWorker:
         self._stdout = stdout
         self._stderr = stderr
         self._failed = []
+        self._res = _lib.KcCallResult()  # reused: one call in flight per recv
+        self._err = _lib.KcError()
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
@@ -174,10 +183,9 @@ class PopenWorker:
             if exc is not None:
                 self._live = False
                 raise exc
-        res = _lib.KcCallResult()
-        lib.kc_call_result_init(ctypes.byref(res))
-        err = _lib.KcError()
-        if not self._w or lib.kc_worker_recv(self._w, ctypes.byref(res), ctypes.byref(err)) < 0:
+        res, err = self._res, self._err
+        lib.kc_call_result_init(res)
+        if not self._w or lib.kc_worker_recv(self._w, res, err) < 0:
             self._live = False
             raise ChildProcessError("Subprocess terminated: " + err.text())
         try:
@@ -196,8 +204,18 @@ class PopenWorker:
                 self._mark_replaced()
                 raise _verdict_error(res)
         finally:
-            lib.kc_call_result_clear(ctypes.byref(res))
-        status, value = cloudpickle.loads(data)
+            lib.kc_call_result_clear(res)
+        if self._unsafe_results:
+            status, value = _pickle.loads(data)
+        else:
+            try:
+                status, value = _pickle.safe_loads(data, self._result_types)
+            except Exception as e:  # pylint: disable=broad-except
+                # a worker that answers with something else is not trusted again
+                self.kill()
+                exc = ChildProcessError("Subprocess terminated: result refused: %s" % e)
+                exc.verdict = "result_refused"
+                raise exc from None
         if status == StatusKind.COMPLETE:
             return value
         raise value
@@ -224,10 +242,10 @@ class PopenWorker:
         _count("workers_started")
 
     def _send(self, op, fn, args, kwargs, timeout):
-        data = cloudpickle.dumps((op, fn, args, kwargs), protocol=pickle.HIGHEST_PROTOCOL)
+        data = _pickle.dumps((op, fn, args, kwargs))
         t = 0.0 if timeout is None else max(float(timeout), 1e-6)
-        err = _lib.KcError()
-        if lib.kc_worker_send(self._w, b"python", data, len(data), t, ctypes.byref(err)) < 0:
+        err = self._err
+        if lib.kc_worker_send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
             self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
         else:
@@ -244,7 +262,7 @@ class PopenPoolExecutor:
     def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
                  maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
                  memory=None, cpus=None, pids=None, mounts=(), preload=(),
-                 max_payload=16 << 20):
+                 max_payload=16 << 20, result_types=(), unsafe_results=False):
         if max_workers is None:
             max_workers = os.cpu_count()
         self._threadpool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
@@ -260,6 +278,7 @@ class PopenPoolExecutor:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenPoolExecutor")
         self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload)
+        self._result_opts = {"result_types": result_types, "unsafe_results": unsafe_results}
         if initializer is not None:
             self._cfg.add_module(getattr(initializer, "__module__", None))
 
@@ -282,7 +301,7 @@ class PopenPoolExecutor:
             if proc is None:
                 proc = PopenWorker(self._initializer, self._initargs,
                                    self._maximum_process_uses, self._stdout, self._stderr,
-                                   _config=self._cfg)
+                                   _config=self._cfg, **self._result_opts)
                 self._worker_map[tid] = proc
         proc.send(fn, args, kwargs, self._timeout)
         return proc.recv()

@@ -13,7 +13,8 @@ tempfile at it.  Only that directory is shared; the rest of the sandbox is read-
 
 import importlib
 import os
-
+import shutil
+import sys
 import tempfile
 
 from . import popen_pool as _kc
@@ -46,6 +47,17 @@ def _category(fn):
     if ".runner." in mod:
         return "run"
     return "other"
+
+
+def _check_artifact(path, scratch):
+    """A builder's answer is a path the tuner later reads, hands to the runner and
+    removes (shutil.rmtree of its directory): from a hostile worker it must lie inside
+    the shared scratch directory, with no symbolic link on the way."""
+    real = os.path.realpath(path)
+    if real != os.path.abspath(path) or not real.startswith(scratch.rstrip("/") + "/"):
+        raise ChildProcessError(
+            "Subprocess terminated: the builder answered with a path outside %s: %r"
+            % (scratch, path))
 
 
 def install(**sandbox):
@@ -82,17 +94,31 @@ def install(**sandbox):
         def _worker_run(self, fn, args, kwargs):
             cat = _category(fn)
             calls[cat] = calls.get(cat, 0) + 1
-            return super()._worker_run(fn, args, kwargs)
+            result = super()._worker_run(fn, args, kwargs)
+            if cat == "build" and isinstance(result, str):
+                _check_artifact(result, scratch)
+            return result
 
+    originals = {}
     for name in _MODULES:
         try:
             mod = importlib.import_module(name)
         except ImportError:
             continue
-        for attr, new in (("PopenWorker", PopenWorker), ("PopenPoolExecutor", PopenPoolExecutor)):
-            if hasattr(mod, attr):
-                _saved.append((mod, attr, getattr(mod, attr)))
-                setattr(mod, attr, new)
+        if name.endswith(".popen_pool"):
+            for attr in ("PopenWorker", "PopenPoolExecutor"):
+                if hasattr(mod, attr):
+                    originals[id(getattr(mod, attr))] = attr
+    new = {"PopenWorker": PopenWorker, "PopenPoolExecutor": PopenPoolExecutor}
+    # every tvm module that holds TVM's classes under any name (imported with `from
+    # ... import`); modules imported later find ours in popen_pool itself
+    for name, mod in list(sys.modules.items()):
+        if not name.startswith("tvm") or mod is None:
+            continue
+        for attr, value in list(vars(mod).items()):
+            if id(value) in originals:
+                _saved.append((mod, attr, value))
+                setattr(mod, attr, new[originals[id(value)]])
     _state["scratch"] = scratch
     return scratch
 
@@ -104,6 +130,9 @@ def uninstall():
         setattr(mod, attr, old)
     if _state:
         tempfile.tempdir = None
+        # rmtree opens each level without following symbolic links: what the sandboxes
+        # left there cannot point it elsewhere
+        shutil.rmtree(_state["scratch"], ignore_errors=True)
         _state.clear()
         os.environ.pop("TMPDIR", None)
 

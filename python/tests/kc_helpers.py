@@ -67,3 +67,44 @@ def square_or_fail(x):
     if x == 3:
         time.sleep(30)
     return x * x
+
+
+class Point:
+    def __init__(self, x):
+        self.x = x
+
+
+def make_point(x):
+    return Point(x)
+
+
+def forge_result(marker):
+    """A compromised worker: its next answer is a pickle that would call os.system."""
+    import kcage._child as child  # pylint: disable=import-outside-toplevel
+
+    evil = b"cos\nsystem\n(S'touch " + marker.encode() + b"'\ntR."
+    child._pickle.dumps = lambda obj: evil  # pylint: disable=protected-access
+
+
+def hold_the_gil():
+    """Catastrophic backtracking: hours inside one C call that never releases the GIL
+    (TVM's in-child Timer thread could not run until it returned)."""
+    import re  # pylint: disable=import-outside-toplevel
+
+    return bool(re.match(r"(a+)+$", "a" * 64 + "b"))
+
+
+def write_file(directory, text):
+    path = os.path.join(directory, "artifact.txt")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
+
+
+def builder_escape():
+    """Looks like a MetaSchedule builder (module name) and answers with a path the tuner
+    would rmtree: outside the scratch directory."""
+    return "/etc/passwd"
+
+
+builder_escape.__module__ = "kc_helpers.builder.escape"

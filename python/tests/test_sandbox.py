@@ -95,3 +95,42 @@ def test_restart_is_a_fork(kc):
         assert w.recv() == 1
     assert kc.stats["workers_started"] == before + 5
     assert time.monotonic() - t0 < 60
+
+
+def test_hostile_result_does_not_run_in_parent(kc, tmp_path):
+    """The parent unpickles a worker's answer with an allow-list: a forged pickle that
+    calls os.system is refused, nothing runs, the worker is replaced."""
+    marker = str(tmp_path / "pwned")
+    w = kc.PopenWorker()
+    w.send(h.forge_result, (marker,))
+    with pytest.raises(ChildProcessError) as info:
+        w.recv()
+    assert "result refused" in str(info.value)
+    assert "os.system" in str(info.value) or "posix.system" in str(info.value)
+    assert not os.path.exists(marker)
+    w.send(h.add, (1, 2))
+    assert w.recv() == 3
+
+
+def test_result_types(kc):
+    w = kc.PopenWorker()
+    w.send(h.make_point, (3,))
+    with pytest.raises(ChildProcessError):
+        w.recv()
+    w2 = kc.PopenWorker(result_types=["kc_helpers.Point"])
+    w2.send(h.make_point, (4,))
+    assert w2.recv().x == 4
+    w3 = kc.PopenWorker(unsafe_results=True)
+    w3.send(h.make_point, (5,))
+    assert w3.recv().x == 5
+
+
+def test_gil_holding_child_times_out(kc):
+    w = kc.PopenWorker()
+    w.send(h.hold_the_gil, timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):
+        w.recv()
+    assert time.monotonic() - t0 < 30  # the regex alone would run for hours
+    w.send(h.add, (2, 3))
+    assert w.recv() == 5

@@ -46,7 +46,8 @@ export XDG_CACHE_HOME="$tmp/cache"
 for p in "$tmp/prefix" "$tmp/stage$nowhere"; do
   echo "== $p: kcage run -- /bin/true"
   "$p/bin/kcage" run -- /bin/true || fail "kcage run -- /bin/true from $p: exit $?"
-  "$p/bin/kcage" policy show exec | head -1 | grep -q "$p/share/kcage/policies/exec.policy" ||
+  shown=$("$p/bin/kcage" policy show exec) || fail "kcage policy show exec from $p"
+  [[ $(printf '%s\n' "$shown" | head -1) == *"$p/share/kcage/policies/exec.policy"* ]] ||
     fail "kcage policy show exec from $p: not the installed policy"
 done
 
@@ -89,4 +90,44 @@ cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -DCMAKE_C_COMPILER="$cc" \
 cmake --build "$tmp/consumer/build" >/dev/null
 "$tmp/consumer/build/consumer" "$tmp/kernels/naive.c" "$args" || fail "find_package consumer"
 [ -f "$p/share/doc/kcage/LICENSE" ] || fail "LICENSE not installed"
+
+echo "== systemd units"
+units=$p/lib/systemd/system
+[ -f "$units/kcage-tracker.service" ] && [ -f "$units/kcage-agent@.service" ] || fail "no units"
+grep -q "^ExecStart=$p/bin/kcage tracker" "$units/kcage-tracker.service" ||
+  fail "the tracker unit does not run the installed kcage"
+grep -q "^EnvironmentFile=-$p/etc/kcage/agent.conf" "$units/kcage-agent@.service" ||
+  fail "the agent unit does not read the installed agent.conf"
+[ -f "$p/etc/kcage/tracker.conf" ] && [ -f "$p/etc/kcage/agent.conf" ] || fail "no settings files"
+if command -v systemd-analyze >/dev/null; then
+  cp "$units/kcage-tracker.service" "$units/kcage-agent@.service" "$tmp/"
+  cp "$units/kcage-agent@.service" "$tmp/kcage-agent@cpu.service"
+  for u in kcage-tracker.service kcage-agent@cpu.service; do
+    out=$(systemd-analyze verify --man=no "$tmp/$u" 2>&1) || fail "systemd-analyze verify $u: $out"
+    [ -z "$out" ] || fail "systemd-analyze verify $u: $out"
+  done
+else
+  echo "   (no systemd-analyze: units not verified)"
+fi
+echo "== man pages and bash completion"
+if command -v help2man >/dev/null; then
+  for sub in run bench policy tracker agent query; do
+    page=$p/share/man/man1/kcage-$sub.1
+    grep -q "^\.TH KCAGE-$(echo $sub | tr a-z A-Z) " "$page" || fail "no man page kcage-$sub.1"
+  done
+  grep -q 'limits\\-fallback' "$p/share/man/man1/kcage-run.1" || fail "kcage-run.1 lacks --limits-fallback"
+  grep -q 'metrics' "$p/share/man/man1/kcage-tracker.1" || fail "kcage-tracker.1 lacks --metrics"
+else
+  echo "   (no help2man: no man pages to check)"
+fi
+comp=$p/share/bash-completion/completions/kcage
+[ -f "$comp" ] || fail "no bash completion installed"
+complete_words() { # WORDS... -> the completions of the last word
+  bash -c 'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1))
+    COMP_LINE="$*"; COMP_POINT=${#COMP_LINE}; _kcage; printf "%s\n" "${COMPREPLY[@]}"' \
+    _ "$comp" "$@"
+}
+complete_words "$p/bin/kcage" "r" | grep -qx run || fail "completion: kcage r -> run"
+complete_words "$p/bin/kcage" run --mem | grep -qx -- --memory || fail "completion: --memory"
+complete_words "$p/bin/kcage" tracker --met | grep -qx -- --metrics || fail "completion: --metrics"
 echo "install test: ok"

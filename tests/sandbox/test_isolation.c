@@ -177,7 +177,8 @@ static void test_id_range_check(void **s) {
   char pw[] = "/tmp/kc-test-passwd-XXXXXX", gr[] = "/tmp/kc-test-group-XXXXXX";
   int fd = mkstemp(pw);
   assert_true(fd >= 0);
-  dprintf(fd, "root:x:0:0::/root:/bin/sh\nsvc:x:700005:700005::/:/bin/false\n");
+  dprintf(fd, "root:x:0:0::/root:/bin/sh\nsvc:x:700005:700005::/:/bin/false\n"
+              "nopw::700100:1::/:/bin/sh\n");
   close(fd);
   fd = mkstemp(gr);
   assert_true(fd >= 0);
@@ -188,8 +189,18 @@ static void test_id_range_check(void **s) {
   assert_non_null(strstr(err.msg, "svc"));
   assert_int_equal(kc_sandbox_ids_check(800000, 4, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
   assert_non_null(strstr(err.msg, "grp"));
+  assert_int_equal(kc_sandbox_ids_check(700100, 1, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  assert_non_null(strstr(err.msg, "nopw")); /* an empty password field is still a field */
   assert_int_equal(kc_sandbox_ids_check(900000, 100, pw, gr, "/nonexistent", "/nonexistent", &err), 0);
   assert_int_equal(kc_sandbox_ids_check(65530, 10, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  char sub[] = "/tmp/kc-test-subuid-XXXXXX";
+  fd = mkstemp(sub);
+  assert_true(fd >= 0);
+  dprintf(fd, "builder:600000:65536\n");
+  close(fd);
+  assert_int_equal(kc_sandbox_ids_check(650000, 10, pw, gr, sub, "/nonexistent", &err), -1);
+  assert_non_null(strstr(err.msg, "builder"));
+  unlink(sub);
   unlink(pw);
   unlink(gr);
 

@@ -496,6 +496,13 @@ static void test_agent_wire_like_rpc_server(void **state) {
 
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
+  /* The agents' scratch (and their sweep of dead agents' dirs) stays in a directory of
+   * this test's own: agents of other tests sweep /tmp, and the sweep test must see only
+   * what its own killed agent left.  0711: the sandboxes must traverse it. */
+  char scratch[] = "/tmp/kc-agent-test-XXXXXX";
+  if (!mkdtemp(scratch) || chmod(scratch, 0711) < 0)
+    return 1;
+  setenv("TMPDIR", scratch, 1);
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_session_roundtrip, setup, teardown),
       cmocka_unit_test_setup_teardown(test_query_output, setup, teardown),
@@ -509,5 +516,10 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_killed_mid_batch, setup, teardown),
   };
-  return cmocka_run_group_tests(tests, NULL, NULL);
+  int rc = cmocka_run_group_tests(tests, NULL, NULL);
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "rm -rf %s", scratch);
+  if (system(cmd) != 0)
+    rc = rc ? rc : 1;
+  return rc;
 }

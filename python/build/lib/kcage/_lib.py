@@ -1,0 +1,167 @@
+"""ctypes binding over libkcage.so.
+
+ctypes rather than cffi: it is in the standard library, so `pip install ./python`
+needs neither a compiler nor Python headers nor a build step, and the package works
+with any libkcage of the same API without being rebuilt.  The binding is a handful of
+calls per round trip; ctypes' ~1 us per call is small next to pickling, and every
+blocking call releases the GIL.
+"""
+
+import ctypes
+import ctypes.util
+import os
+
+c_size = ctypes.c_size_t
+
+
+class KcError(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * 1024)]
+
+    def text(self):
+        return self.msg.decode("utf-8", "replace")
+
+
+class KcStdio(ctypes.Structure):
+    _fields_ = [("mode", ctypes.c_int), ("fd", ctypes.c_int)]
+
+
+STDIO_INHERIT, STDIO_DISCARD, STDIO_FD = 0, 1, 2
+
+
+class KcLimits(ctypes.Structure):
+    _fields_ = [
+        ("memory_bytes", ctypes.c_uint64),
+        ("cpu_s", ctypes.c_double),
+        ("wall_s", ctypes.c_double),
+        ("pids", ctypes.c_uint32),
+        ("cpus", ctypes.c_double),
+        ("output_bytes", ctypes.c_uint64),
+    ]
+
+
+MOUNT_RO_BIND, MOUNT_BIND, MOUNT_TMPFS = 0, 1, 2
+
+
+class KcMount(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("src", ctypes.c_char_p),
+        ("dst", ctypes.c_char_p),
+        ("size", ctypes.c_uint64),
+    ]
+
+
+class KcWorkerOpts(ctypes.Structure):
+    _fields_ = [
+        ("initializer", ctypes.c_char_p),
+        ("initargs", ctypes.c_void_p),
+        ("initargs_len", c_size),
+        ("maximum_uses", ctypes.c_uint32),
+        ("stdout_", KcStdio),
+        ("stderr_", KcStdio),
+        ("policy", ctypes.c_char_p),
+        ("limits", KcLimits),
+        ("mounts", ctypes.POINTER(KcMount)),
+        ("n_mounts", c_size),
+        ("max_arg_bytes", c_size),
+        ("max_result_bytes", c_size),
+        ("isolation", ctypes.c_int),
+        ("worker_path", ctypes.c_char_p),
+        ("python_lib", ctypes.c_char_p),
+        ("python_boot", ctypes.c_char_p),
+    ]
+
+
+class KcResult(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("exit_code", ctypes.c_int),
+        ("signal", ctypes.c_int),
+        ("syscall", ctypes.c_char * 48),
+        ("limit", ctypes.c_char_p),
+        ("cpu_s", ctypes.c_double),
+        ("wall_s", ctypes.c_double),
+        ("peak_memory_bytes", ctypes.c_int64),
+        ("message", ctypes.c_char * 256),
+    ]
+
+
+CALL_COMPLETE, CALL_EXCEPTION, CALL_TIMEOUT, CALL_CHILD_ERROR = 1, 2, 3, 4
+
+
+class KcCallResult(ctypes.Structure):
+    _fields_ = [
+        ("status", ctypes.c_int),
+        ("value", ctypes.c_void_p),
+        ("value_len", c_size),
+        ("message", ctypes.c_char * 1024),
+        ("verdict", KcResult),
+        ("pid", ctypes.c_int),
+        ("generation", ctypes.c_uint32),
+        ("elapsed_s", ctypes.c_double),
+    ]
+
+
+def _candidates():
+    env = os.environ.get("KCAGE_LIB")
+    if env:
+        yield env
+    here = os.path.dirname(os.path.abspath(__file__))
+    # a copy shipped inside the package, then the source tree's build directory
+    # (the development install of `make python`), then the installed prefixes
+    yield os.path.join(here, "libkcage.so.0")
+    yield os.path.join(here, "..", "..", "build", "libkcage.so.0")
+    found = ctypes.util.find_library("kcage")
+    if found:
+        yield found
+    for prefix in ("/usr/local", "/usr"):
+        for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
+            yield os.path.join(prefix, libdir, "libkcage.so.0")
+
+
+def _load():
+    tried = []
+    for path in _candidates():
+        if os.path.sep in path and not os.path.exists(path):
+            tried.append(path)
+            continue
+        try:
+            return ctypes.CDLL(path)
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise ImportError(
+        "kcage: libkcage.so not found (run `make install`, or set KCAGE_LIB); tried: "
+        + ", ".join(tried)
+    )
+
+
+lib = _load()
+P = ctypes.POINTER
+_sigs = {
+    "kc_worker_opts_init": (None, [P(KcWorkerOpts)]),
+    "kc_worker_new": (ctypes.c_int, [P(KcWorkerOpts), P(ctypes.c_void_p), P(KcError)]),
+    "kc_worker_new_on": (
+        ctypes.c_int,
+        [P(KcWorkerOpts), ctypes.c_void_p, P(ctypes.c_void_p), P(KcError)],
+    ),
+    "kc_worker_send": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_char_p, c_size, ctypes.c_double, P(KcError)],
+    ),
+    "kc_worker_recv": (ctypes.c_int, [ctypes.c_void_p, P(KcCallResult), P(KcError)]),
+    "kc_worker_kill": (None, [ctypes.c_void_p]),
+    "kc_worker_join": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_double]),
+    "kc_worker_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
+    "kc_worker_pid": (ctypes.c_int, [ctypes.c_void_p]),
+    "kc_worker_free": (None, [ctypes.c_void_p]),
+    "kc_call_result_init": (None, [P(KcCallResult)]),
+    "kc_call_result_clear": (None, [P(KcCallResult)]),
+    "kc_status_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "kc_zygote_new": (ctypes.c_int, [P(KcWorkerOpts), P(ctypes.c_void_p), P(KcError)]),
+    "kc_zygote_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
+    "kc_zygote_free": (None, [ctypes.c_void_p]),
+}
+for _name, (_res, _args) in _sigs.items():
+    _f = getattr(lib, _name)
+    _f.restype = _res
+    _f.argtypes = _args

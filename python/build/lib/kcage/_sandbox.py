@@ -1,0 +1,285 @@
+"""The sandbox of a Python pool: policy, limits, mounts, the embedded interpreter, and
+the zygotes shared by every worker with the same configuration."""
+
+import ctypes
+import os
+import queue
+import stat
+import sys
+import sysconfig
+import threading
+
+from . import _lib
+from ._lib import lib
+
+_SUFFIX = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+
+
+def parse_size(value):
+    """Bytes from an int or a size such as "256M" (K, M, G, T: powers of 1024)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool):
+        raise TypeError("memory: a size in bytes or a string such as '256M'")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("memory: negative size %d" % value)
+        return value
+    if not isinstance(value, str):
+        raise TypeError("memory: a size in bytes or a string such as '256M'")
+    text = value.strip().upper()
+    if text.endswith("IB"):
+        text = text[:-2]
+    elif text.endswith("B"):
+        text = text[:-1]
+    unit = text[-1:] if text[-1:] in _SUFFIX else ""
+    number = text[: len(text) - len(unit)]
+    try:
+        amount = float(number)
+    except ValueError:
+        raise ValueError("memory: cannot read size %r" % value) from None
+    if amount < 0:
+        raise ValueError("memory: negative size %r" % value)
+    return int(amount * _SUFFIX[unit])
+
+
+def libpython_path():
+    """The shared libpython of this very interpreter (the zygote embeds it)."""
+    libdir = sysconfig.get_config_var("LIBDIR") or ""
+    names = [sysconfig.get_config_var(n) for n in ("INSTSONAME", "LDLIBRARY")]
+    dirs = [libdir]
+    multiarch = sysconfig.get_config_var("MULTIARCH")
+    if multiarch:
+        dirs.append(os.path.join("/usr/lib", multiarch))
+    for d in dirs:
+        for n in names:
+            if n and n.endswith((".so", ".so.1.0")) or (n and ".so." in n):
+                p = os.path.join(d, n)
+                if os.path.exists(p):
+                    return os.path.realpath(p)
+    raise RuntimeError(
+        "kcage: no shared libpython for %s (Debian: apt-get install libpython3-dev; "
+        "pyenv: build with --enable-shared)" % sys.version.split()[0]
+    )
+
+
+def _others_can_read(path):
+    """The sandbox runs as the host's nobody when kcage runs as root: every directory
+    on the way must be searchable by others."""
+    if os.geteuid() != 0:
+        return True
+    p = os.path.realpath(path)
+    while True:
+        try:
+            if not os.stat(p).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        if p == "/":
+            return True
+        p = os.path.dirname(p)
+
+
+def _under(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def interpreter_mounts():
+    """Read-only binds for this interpreter's files outside /usr (the policy has /usr):
+    its prefix, its import path (a venv, a development checkout, a test directory)."""
+    paths = [sys.base_prefix, sys.prefix, os.path.dirname(libpython_path())] + import_path()
+    out = []
+    for p in paths:
+        p = os.path.realpath(p)
+        if not os.path.isdir(p):
+            p = os.path.dirname(p)  # a zip on sys.path
+        if not os.path.isdir(p) or _under(p, "/usr"):
+            continue
+        if any(_under(p, q) for q in out):
+            continue
+        out = [q for q in out if not _under(q, p)] + [p]
+    for p in out:
+        if not _others_can_read(p):
+            raise RuntimeError(
+                "kcage: %s is not readable by the sandbox's user (nobody): use a Python "
+                "installed under /usr or in a world-readable directory" % p
+            )
+    return out
+
+
+def import_path():
+    """The parent's sys.path, with this package's own directory (an editable install
+    is found through a .pth hook that an embedded interpreter would not run)."""
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    paths = [os.path.realpath(p or os.getcwd()) for p in sys.path]
+    return paths + ([here] if here not in paths else [])
+
+
+def boot_source(paths, modules):
+    # site.addsitedir: the .pth files of a venv's site-packages, which the embedded
+    # interpreter (whose prefix is the base installation) does not read by itself
+    return (
+        "import sys, site\n"
+        "sys.path[:] = %r\n"
+        "[site.addsitedir(p) for p in list(sys.path) if p.endswith('-packages')]\n"
+        "import kcage._child\n"
+        "kcage._child.boot(list(sys.path), %r)\n" % (list(paths), list(modules))
+    )
+
+
+def _mount_list(mounts):
+    """mounts=: "SRC[:DST]" (read-only bind), (SRC, DST[, "rw"]), or
+    ("tmpfs", DST[, SIZE])."""
+    out = []
+    for m in mounts or ():
+        if isinstance(m, str):
+            src, _, dst = m.partition(":")
+            out.append((_lib.MOUNT_RO_BIND, src, dst or src, 0))
+        elif m and m[0] == "tmpfs":
+            out.append((_lib.MOUNT_TMPFS, None, m[1], parse_size(m[2]) if len(m) > 2 else 0))
+        else:
+            kind = _lib.MOUNT_BIND if len(m) > 2 and m[2] == "rw" else _lib.MOUNT_RO_BIND
+            out.append((kind, m[0], m[1] if len(m) > 1 and m[1] else m[0], 0))
+    return out
+
+
+class Config:
+    """Everything a worker's kc_worker_opts holds, with the C strings kept alive."""
+
+    def __init__(self, policy="python", memory=None, cpus=None, pids=None, mounts=(),
+                 preload=(), max_payload=16 << 20, sandbox=True):
+        self.policy = policy
+        self.memory = parse_size(memory)
+        self.cpus = float(cpus or 0)
+        self.pids = int(pids or 0)
+        if self.cpus < 0 or self.pids < 0:
+            raise ValueError("cpus and pids must not be negative")
+        self.sandbox = sandbox
+        self.max_payload = int(max_payload)
+        self.paths = import_path()
+        self.modules = ["cloudpickle", "kcage._child"] + [m for m in preload if m]
+        user = _mount_list(mounts)
+        auto = [(_lib.MOUNT_RO_BIND, p, p, 0) for p in interpreter_mounts()] if sandbox else []
+        self.mounts = auto + user
+        self.libpython = libpython_path()
+        self._keep = []
+
+    def add_module(self, name):
+        if name and name != "__main__" and name not in self.modules:
+            self.modules.append(name)
+
+    def key(self):
+        return (self.policy, tuple(self.mounts), tuple(self.paths), tuple(self.modules),
+                self.sandbox, self.max_payload)
+
+    def _b(self, s):
+        if s is None:
+            return None
+        b = s.encode() if isinstance(s, str) else bytes(s)
+        self._keep.append(b)
+        return b
+
+    def opts(self, stdout=None, stderr=None):
+        o = _lib.KcWorkerOpts()
+        lib.kc_worker_opts_init(ctypes.byref(o))
+        o.policy = self._b(self.policy)
+        o.limits.memory_bytes = self.memory
+        o.limits.cpus = self.cpus
+        o.limits.pids = self.pids
+        arr = (_lib.KcMount * max(1, len(self.mounts)))()
+        for i, (kind, src, dst, size) in enumerate(self.mounts):
+            arr[i].kind = kind
+            arr[i].src = self._b(src)
+            arr[i].dst = self._b(dst)
+            arr[i].size = size
+        self._keep.append(arr)
+        o.mounts = arr
+        o.n_mounts = len(self.mounts)
+        o.max_arg_bytes = self.max_payload
+        o.max_result_bytes = self.max_payload
+        o.isolation = 0 if self.sandbox else 1
+        o.python_lib = self._b(self.libpython)
+        o.python_boot = self._b(boot_source(self.paths, self.modules))
+        o.stdout_ = _stdio(stdout)
+        o.stderr_ = _stdio(stderr)
+        return o
+
+
+def _stdio(stream):
+    s = _lib.KcStdio()
+    s.fd = -1
+    if stream is None:
+        s.mode = _lib.STDIO_INHERIT
+    elif stream == -3:  # subprocess.DEVNULL
+        s.mode = _lib.STDIO_DISCARD
+    elif isinstance(stream, int) and stream >= 0:
+        s.mode, s.fd = _lib.STDIO_FD, stream
+    elif hasattr(stream, "fileno"):
+        s.mode, s.fd = _lib.STDIO_FD, stream.fileno()
+    else:
+        raise ValueError(
+            "stdout/stderr: None, subprocess.DEVNULL, a file descriptor or a file "
+            "(subprocess.PIPE is not supported: nothing would read it)"
+        )
+    return s
+
+
+class _Keeper:
+    """One thread that lives as long as the process and starts every shared zygote:
+    PDEATHSIG follows the thread that forks, so a pool thread that ends must not be
+    the parent of a zygote that other workers still use."""
+
+    def __init__(self):
+        self._q = queue.Queue()
+        self._t = threading.Thread(target=self._loop, name="kcage-zygotes", daemon=True)
+        self._t.start()
+
+    def _loop(self):
+        while True:
+            fn, box, done = self._q.get()
+            try:
+                box.append(fn())
+            except BaseException as e:  # pylint: disable=broad-except
+                box.append(e)
+            done.set()
+
+    def run(self, fn):
+        box, done = [], threading.Event()
+        self._q.put((fn, box, done))
+        done.wait()
+        if isinstance(box[0], BaseException):
+            raise box[0]
+        return box[0]
+
+
+_keeper = None
+_zygotes = {}
+_zlock = threading.Lock()
+
+
+class Zygote:
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.opts = cfg.opts()
+        self.ptr = ctypes.c_void_p()
+        err = _lib.KcError()
+        if lib.kc_zygote_new(ctypes.byref(self.opts), ctypes.byref(self.ptr), ctypes.byref(err)) < 0:
+            raise ChildProcessError("kcage: the sandbox could not start: " + err.text())
+
+    def alive(self):
+        return bool(lib.kc_zygote_is_alive(self.ptr))
+
+
+def zygote_for(cfg):
+    """The shared zygote of this configuration, started once (and again if it died)."""
+    global _keeper
+    key = cfg.key()
+    with _zlock:
+        z = _zygotes.get(key)
+        if z is not None and z.alive():
+            return z
+        if _keeper is None:
+            _keeper = _Keeper()
+        z = _keeper.run(lambda: Zygote(cfg))
+        _zygotes[key] = z  # a dead one stays referenced: its workers may still use it
+        return z

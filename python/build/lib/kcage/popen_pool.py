@@ -1,0 +1,306 @@
+"""kcage.PopenWorker and kcage.PopenPoolExecutor: TVM's tvm.support.popen_pool API and
+semantics, with every worker in a kcage sandbox.
+
+What TVM does and this keeps: lazy start; the initializer run at each (re)start with no
+timeout, its exception raised from send(); maximum_uses recycling at the send after N
+uses; send() then recv() with COMPLETE / EXCEPTION (the child's exception type, its
+formatted traceback as the message) / TimeoutError / ChildProcessError, the worker
+replaced after a timeout or a death; the pool's thread per worker, submit,
+map_with_error_catching in input order, shutdown.
+
+What differs (on purpose):
+  * the timeout is enforced by the parent (kcage kills the worker's cgroup at the
+    deadline): a stopped, wedged or GIL-holding child still times out;
+  * ChildProcessError("Subprocess terminated: <verdict>") names why the worker died
+    (memory limit, a forbidden syscall by name, a signal by name), also as the
+    attributes verdict, signal, syscall of the exception;
+  * requests and results travel over kcage's shared-memory ring, not pipes, bounded
+    by max_payload (default 16 MiB each way);
+  * workers are forks of a zygote that embeds this interpreter and already imported
+    cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
+  * stdout=subprocess.PIPE is refused (nothing could read it).
+"""
+
+import concurrent.futures
+import ctypes
+import os
+import signal as _signal
+import threading
+from collections import namedtuple
+from enum import IntEnum
+
+from . import _lib, _pickle, _sandbox
+from ._child import OP_CALL, OP_INIT
+from ._lib import lib
+
+
+class StatusKind(IntEnum):
+    """Running and return value status (TVM's numbering)."""
+
+    RUNNING = 0
+    COMPLETE = 1
+    EXCEPTION = 2
+    TIMEOUT = 3
+
+
+class MapResult(namedtuple("MapResult", ["status", "value"])):
+    """Result of map_with_error_catching."""
+
+    __slots__ = []
+
+
+# Process-wide counters: tests and kcage.tvm assert that calls ran sandboxed.
+stats = {"calls": 0, "workers_started": 0}
+_stats_lock = threading.Lock()
+
+
+def _count(key, n=1):
+    with _stats_lock:
+        stats[key] += n
+
+
+def _verdict_error(res):
+    v = res.verdict
+    status = (lib.kc_status_name(v.status) or b"").decode()
+    if status == "memory":
+        what = "memory limit exceeded (killed by the OOM killer)"
+    elif status == "syscall":
+        what = "forbidden system call %s" % v.syscall.decode(errors="replace")
+    elif status == "signaled" and v.signal:
+        try:
+            name = _signal.Signals(v.signal).name
+        except ValueError:
+            name = "signal %d" % v.signal
+        what = "killed by signal %d (%s)" % (v.signal, name)
+    elif status == "exited":
+        what = "exited with status %d" % v.exit_code
+    elif status == "pids":
+        what = "process limit reached"
+    else:
+        what = res.message.decode(errors="replace") or status
+    exc = ChildProcessError("Subprocess terminated: " + what)
+    exc.verdict = status
+    exc.signal = v.signal or None
+    exc.syscall = v.syscall.decode(errors="replace") or None
+    return exc
+
+
+class PopenWorker:
+    """A sandboxed subprocess worker with TVM's PopenWorker API.
+
+    Keyword-only sandbox options: policy ("python", a name or a .policy file), memory
+    (bytes or "256M"), cpus (CPU bandwidth), pids, mounts (["SRC[:DST]", (SRC, DST, "rw"),
+    ("tmpfs", DST, SIZE)]), preload (modules the zygote imports), max_payload.
+    """
+
+    def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
+                 stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
+                 mounts=(), preload=(), max_payload=16 << 20, _config=None):
+        self._w = None
+        self._live = False
+        self._initializer = initializer
+        self._initargs = initargs
+        self._maximum_uses = maximum_uses
+        self._remaining_uses = None
+        self._stdout = stdout
+        self._stderr = stderr
+        self._failed = []
+        self._res = _lib.KcCallResult()  # reused: one call in flight per recv
+        self._err = _lib.KcError()
+        if self._initializer is not None and not callable(self._initializer):
+            raise TypeError("initializer must be callable for PopenWorker")
+        cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
+                                         max_payload)
+        if initializer is not None:
+            cfg.add_module(getattr(initializer, "__module__", None))
+        self._cfg = cfg
+        self._opts = cfg.opts(stdout, stderr)
+        self._zyg = None
+
+    def __del__(self):
+        try:
+            self.kill()
+            if self._w:
+                lib.kc_worker_free(self._w)
+                self._w = None
+        except Exception:  # pylint: disable=broad-except
+            pass
+
+    # -- TVM's API --------------------------------------------------------------------
+    def kill(self):
+        """Kill the current worker (its whole cgroup); the next send starts a new one."""
+        if self._w and self._live:
+            lib.kc_worker_kill(self._w)
+        self._live = False
+        self._remaining_uses = None
+        self._failed = []
+
+    def join(self, timeout=None):
+        """Wait for the worker process to end (it is not killed)."""
+        if self._w and self._live:
+            lib.kc_worker_join(self._w, -1.0 if timeout is None else float(timeout))
+
+    @property
+    def pid(self):
+        """Host pid of the worker process (None when there is none); TVM: _proc.pid."""
+        pid = lib.kc_worker_pid(self._w) if self._w and self._live else 0
+        return pid or None
+
+    def is_alive(self):
+        """Whether the worker process exists and runs."""
+        return bool(self._w and self._live and lib.kc_worker_is_alive(self._w))
+
+    def send(self, fn, args=(), kwargs=None, timeout=None):
+        """Send fn(*args, **kwargs) to the worker; recv() returns its outcome."""
+        if self._live and self._maximum_uses and self._remaining_uses == 0:
+            self.kill()
+        if not self._live:
+            self._start()
+            if self._initializer is not None:
+                self._send(OP_INIT, self._initializer, self._initargs, {}, None)
+                self.recv()
+            self._remaining_uses = self._maximum_uses
+        kwargs = {} if not kwargs else kwargs
+        self._send(OP_CALL, fn, args, kwargs, timeout)
+        if self._remaining_uses:
+            self._remaining_uses -= 1
+
+    def recv(self):
+        """The outcome of the oldest send: its value, or TimeoutError,
+        ChildProcessError, or the exception the function raised."""
+        if self._failed:
+            exc = self._failed.pop(0)
+            if exc is not None:
+                self._live = False
+                raise exc
+        res, err = self._res, self._err
+        lib.kc_call_result_init(res)
+        if not self._w or lib.kc_worker_recv(self._w, res, err) < 0:
+            self._live = False
+            raise ChildProcessError("Subprocess terminated: " + err.text())
+        try:
+            if res.status == _lib.CALL_COMPLETE:
+                data = ctypes.string_at(res.value, res.value_len) if res.value_len else b""
+            elif res.status == _lib.CALL_TIMEOUT:
+                # kcage killed the worker at the deadline and is starting its
+                # replacement; like TVM, the next send runs the initializer
+                self._mark_replaced()
+                raise TimeoutError()
+            elif res.status == _lib.CALL_EXCEPTION:
+                self.kill()
+                raise ChildProcessError(
+                    "Subprocess terminated: " + res.message.decode(errors="replace"))
+            else:
+                self._mark_replaced()
+                raise _verdict_error(res)
+        finally:
+            lib.kc_call_result_clear(res)
+        status, value = _pickle.loads(data)
+        if status == StatusKind.COMPLETE:
+            return value
+        raise value
+
+    # -- internals -------------------------------------------------------------------
+    def _mark_replaced(self):
+        self._live = False
+        self._remaining_uses = None
+
+    def _start(self):
+        if self._w is None or self._zyg is None or not self._zyg.alive():
+            if self._w:
+                lib.kc_worker_free(self._w)
+                self._w = None
+            self._zyg = _sandbox.zygote_for(self._cfg)
+            ptr = ctypes.c_void_p()
+            err = _lib.KcError()
+            if lib.kc_worker_new_on(ctypes.byref(self._opts), self._zyg.ptr, ctypes.byref(ptr),
+                                    ctypes.byref(err)) < 0:
+                raise ChildProcessError("kcage: worker: " + err.text())
+            self._w = ptr
+        self._live = True
+        self._failed = []
+        _count("workers_started")
+
+    def _send(self, op, fn, args, kwargs, timeout):
+        data = _pickle.dumps((op, fn, args, kwargs))
+        t = 0.0 if timeout is None else max(float(timeout), 1e-6)
+        err = self._err
+        if lib.kc_worker_send(self._w, b"python", data, len(data), t, err) < 0:
+            # TVM swallows a failed write and reports at recv(); so do we
+            self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
+        else:
+            self._failed.append(None)
+            _count("calls")
+
+
+class PopenPoolExecutor:
+    """TVM's PopenPoolExecutor over sandboxed PopenWorkers (one per pool thread).
+
+    Sandbox keywords as for PopenWorker (policy, memory, cpus, pids, mounts, preload,
+    max_payload); they apply to every worker."""
+
+    def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
+                 maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
+                 memory=None, cpus=None, pids=None, mounts=(), preload=(),
+                 max_payload=16 << 20):
+        if max_workers is None:
+            max_workers = os.cpu_count()
+        self._threadpool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
+        self._timeout = timeout
+        self._worker_map = {}
+        self._lock = threading.Lock()
+        self._initializer = initializer
+        self._initargs = initargs
+        self._maximum_process_uses = maximum_process_uses
+        self._stdout = stdout
+        self._stderr = stderr
+        self._shutdown = False
+        if self._initializer is not None and not callable(self._initializer):
+            raise TypeError("initializer must be callable for PopenPoolExecutor")
+        self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload)
+        if initializer is not None:
+            self._cfg.add_module(getattr(initializer, "__module__", None))
+
+    def __del__(self):
+        if not getattr(self, "_shutdown", True):
+            self.shutdown(wait=True)
+
+    def shutdown(self, wait=True):
+        """Kill every worker and shut the thread pool down."""
+        with self._lock:
+            for worker in self._worker_map.values():
+                worker.kill()
+        self._threadpool.shutdown(wait=wait)
+        self._shutdown = True
+
+    def _worker_run(self, fn, args, kwargs):
+        with self._lock:
+            tid = threading.get_ident()
+            proc = self._worker_map.get(tid)
+            if proc is None:
+                proc = PopenWorker(self._initializer, self._initargs,
+                                   self._maximum_process_uses, self._stdout, self._stderr,
+                                   _config=self._cfg)
+                self._worker_map[tid] = proc
+        proc.send(fn, args, kwargs, self._timeout)
+        return proc.recv()
+
+    def _worker_run_with_error_catching(self, fn, args, kwargs) -> MapResult:
+        # pylint: disable=broad-except
+        try:
+            return MapResult(status=StatusKind.COMPLETE, value=self._worker_run(fn, args, kwargs))
+        except TimeoutError as exception:
+            return MapResult(status=StatusKind.TIMEOUT, value=exception)
+        except Exception as exception:
+            return MapResult(status=StatusKind.EXCEPTION, value=exception)
+
+    def submit(self, fn, *args, **kwargs) -> concurrent.futures.Future:
+        """Submit fn(*args, **kwargs); the future's result() returns or raises as TVM's."""
+        kwargs = {} if not kwargs else kwargs
+        return self._threadpool.submit(self._worker_run, fn, args, kwargs)
+
+    def map_with_error_catching(self, fn, iterator):
+        """fn over every item, in input order, each a MapResult (COMPLETE, TIMEOUT or
+        EXCEPTION, ChildProcessError included)."""
+        worker = lambda x: self._worker_run_with_error_catching(fn, (x,), None)
+        return self._threadpool.map(worker, iterator)

@@ -1,0 +1,115 @@
+"""kcage.tvm.install(): TVM's popen_pool classes replaced by kcage's wherever TVM uses
+them (MetaSchedule's LocalBuilder and LocalRunner, RPC's server, tracker and proxy
+helpers), so every build and every run happens in a kcage sandbox.
+
+    import kcage.tvm
+    kcage.tvm.install(memory="2G")     # then tune as usual
+
+TVM's builder writes each artifact to tempfile.mkdtemp() and its runner (another
+worker) and the tuner (this process) read it there, so install() makes one scratch
+directory, binds it writable at the same path into every sandbox and points TMPDIR and
+tempfile at it.  Only that directory is shared; the rest of the sandbox is read-only.
+"""
+
+import importlib
+import os
+
+import tempfile
+
+from . import popen_pool as _kc
+
+_MODULES = [
+    "tvm.support.popen_pool",
+    "tvm.contrib.popen_pool",
+    "tvm.s_tir.meta_schedule.builder.local_builder",
+    "tvm.s_tir.meta_schedule.runner.local_runner",
+    "tvm.s_tir.meta_schedule.runner.rpc_runner",
+    "tvm.meta_schedule.builder.local_builder",
+    "tvm.meta_schedule.runner.local_runner",
+    "tvm.meta_schedule.runner.rpc_runner",
+    "tvm.rpc.server",
+    "tvm.rpc.tracker",
+    "tvm.rpc.proxy",
+]
+
+# calls sent through the installed classes, by the module of the function (the
+# builder's and the runner's: tests assert every build and run went through kcage)
+calls = {}
+_saved = []
+_state = {}
+
+
+def _category(fn):
+    mod = getattr(fn, "__module__", "") or ""
+    if ".builder." in mod:
+        return "build"
+    if ".runner." in mod:
+        return "run"
+    return "other"
+
+
+def install(**sandbox):
+    """Swap TVM's PopenWorker/PopenPoolExecutor for kcage's.  Keyword arguments are
+    kcage's sandbox options (policy, memory, cpus, pids, mounts, preload); returns the
+    scratch directory shared by the tuner and its sandboxes."""
+    if _state:
+        return _state["scratch"]
+    scratch = tempfile.mkdtemp(prefix="kcage-tvm-")
+    os.chmod(scratch, 0o1777)  # the sandboxes run as another user (nobody under root)
+    os.environ["TMPDIR"] = scratch  # inherited by the zygote, read by the workers
+    tempfile.tempdir = scratch
+    opts = dict(sandbox)
+    opts["mounts"] = [(scratch, scratch, "rw")] + list(opts.get("mounts", ()))
+    opts["preload"] = ["tvm", "tvm.s_tir.meta_schedule"] + list(opts.get("preload", ()))
+
+    class PopenWorker(_kc.PopenWorker):
+        def __init__(self, *args, **kwargs):
+            for k, v in opts.items():
+                kwargs.setdefault(k, v)
+            super().__init__(*args, **kwargs)
+
+        def send(self, fn, args=(), kwargs=None, timeout=None):
+            cat = _category(fn)
+            calls[cat] = calls.get(cat, 0) + 1
+            super().send(fn, args, kwargs, timeout)
+
+    class PopenPoolExecutor(_kc.PopenPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            for k, v in opts.items():
+                kwargs.setdefault(k, v)
+            super().__init__(*args, **kwargs)
+
+        def _worker_run(self, fn, args, kwargs):
+            cat = _category(fn)
+            calls[cat] = calls.get(cat, 0) + 1
+            return super()._worker_run(fn, args, kwargs)
+
+    for name in _MODULES:
+        try:
+            mod = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, new in (("PopenWorker", PopenWorker), ("PopenPoolExecutor", PopenPoolExecutor)):
+            if hasattr(mod, attr):
+                _saved.append((mod, attr, getattr(mod, attr)))
+                setattr(mod, attr, new)
+    _state["scratch"] = scratch
+    return scratch
+
+
+def uninstall():
+    """Put TVM's own classes back."""
+    while _saved:
+        mod, attr, old = _saved.pop()
+        setattr(mod, attr, old)
+    if _state:
+        tempfile.tempdir = None
+        _state.clear()
+        os.environ.pop("TMPDIR", None)
+
+
+def installed():
+    return bool(_state)
+
+
+__all__ = ["install", "uninstall", "installed", "calls"]
