@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,9 @@ static void usage(FILE *out) {
           "problem:\n"
           "  --args SPEC          tensors, e.g. 'f32[512,512] f32[512,512] f32[512,512]:out'\n"
           "                       (dtypes f32 f64 i32 i64 i8 u8 f16 bf16; ':out' = output)\n"
-          "  --seed N             seed of the random inputs (default 0)\n"
+          "  --seed N             seed of the random inputs (default: a secret one per run;\n"
+          "                       with --seed the inputs are predictable and the records\n"
+          "                       say so)\n"
           "  --reference FILE     trusted kernel whose outputs are the truth\n"
           "  --rtol X, --atol X   tolerances against the reference (default 1e-4, 1e-5)\n"
           "  --entry SYMBOL       the kernel's entry point (default kernel)\n"
@@ -35,11 +38,20 @@ static void usage(FILE *out) {
           "  --min-repeat-ms MS   shortest round (default 20)\n"
           "  --cooldown-ms MS     sleep between rounds (default 0)\n"
           "  --flush-cache        evict the tensors from the CPU caches before each round\n"
-          "  --sets N             input/output sets the calls rotate through (default 4)\n"
-          "  --checks N           timed calls verified per round (default 2)\n"
+          "  --sets N             input sets of the untimed round (default 4)\n"
+          "  --checks N           timed calls verified per round, drawn after it (default 2)\n"
+          "  --no-isolation       run the kernels in a plain process, with no namespaces and\n"
+          "                       no cgroup: only for code you trust (records say\n"
+          "                       \"isolation\": \"none\")\n"
+          "  --max-cv X           mark a kernel unstable (record \"unstable\": true, '!' in the\n"
+          "                       table) when the CV of its rounds is above X (default 0.1)\n"
           "resources:\n"
           "  --workers N          parallel builds (default: CPUs online)\n"
-          "  --timeout SEC        per kernel measurement (default 10)\n"
+          "  --timeout SEC        limit on ONE kernel call (default 10); a call past it is\n"
+          "                       `timeout` with \"timeout\": \"call\" in the record\n"
+          "  --budget SEC         limit on one kernel's WHOLE measurement: load, checks,\n"
+          "                       warm-up and every round (default 300; 0 = none); past it:\n"
+          "                       `timeout` with \"timeout\": \"budget\"\n"
           "  --memory SIZE        per measuring worker (default 1G)\n"
           "  --cc CC              compiler (default $CC or cc)\n"
           "  --cflags FLAGS       compiler flags (default '-O2 -march=native -fPIC -shared')\n"
@@ -51,7 +63,9 @@ static void usage(FILE *out) {
           "                       without a delegated cgroup, hold memory and the builds'\n"
           "                       process limit as rlimits instead of refusing to run\n"
           "output:\n"
-          "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout)\n"
+          "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout),\n"
+          "                       each written as soon as its kernel is done; on SIGINT or\n"
+          "                       SIGTERM the finished ones stay and kcage exits 130/143\n"
           "  --quiet              no table\n"
           "remote devices:\n"
           "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
@@ -91,12 +105,16 @@ enum {
   O_CHECKS,
   O_QUIET,
   O_AUTHKEY,
+  O_BUDGET,
+  O_MAXCV,
   O_HELP,
   O_LFALLBACK,
+  O_NO_ISOLATION,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"seed", 1, 0, O_SEED},
+                                     {"no-isolation", 0, 0, O_NO_ISOLATION},
                                      {"reference", 1, 0, O_REF},
                                      {"rtol", 1, 0, O_RTOL},
                                      {"atol", 1, 0, O_ATOL},
@@ -124,6 +142,8 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"checks", 1, 0, O_CHECKS},
                                      {"quiet", 0, 0, O_QUIET},
                                      {"auth-key", 1, 0, O_AUTHKEY},
+                                     {"budget", 1, 0, O_BUDGET},
+                                     {"max-cv", 1, 0, O_MAXCV},
                                      {"help", 0, 0, O_HELP},
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
@@ -148,6 +168,29 @@ static void progress(void *ctx, const char *phase, size_t done, size_t total) {
   if (!strcmp(phase, "done"))
     fprintf(stderr, "\r%60s\r", "");
   fflush(stderr);
+}
+
+/* --json: each record written and flushed the moment its kernel is done, so an
+ * interrupted batch keeps every finished record. */
+typedef struct sink {
+  FILE *jf;
+  json_t *done; /* the records so far, for the table of an interrupted batch */
+  bool failed;
+} sink;
+
+static void on_record(void *ctx, const json_t *rec) {
+  sink *k = ctx;
+  json_array_append(k->done, (json_t *)rec);
+  if (!k->jf)
+    return;
+  char *line = kc_bench_record_dumps(rec);
+  if (!line || fprintf(k->jf, "%s\n", line) < 0 || fflush(k->jf) != 0)
+    k->failed = true;
+  free(line);
+}
+
+static void on_signal(int sig) {
+  kc_bench_interrupt(sig);
 }
 
 static void fmt_time(char *buf, size_t len, json_t *v) {
@@ -178,7 +221,7 @@ static void print_table(json_t *recs, json_t *ref) {
   }
   if (kw > 40)
     kw = 40;
-  printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, "kernel", "status", "median", "min",
+  printf("%-*s  %-12s  %11s  %11s  %7s  %8s  %s\n", (int)kw, "kernel", "status", "median", "min",
          "CV", "speed-up", "note");
   json_array_foreach(recs, i, r) {
     const char *k = json_string_value(json_object_get(r, "kernel"));
@@ -187,12 +230,17 @@ static void print_table(json_t *recs, json_t *ref) {
     fmt_time(med, sizeof med, json_object_get(r, "median_s"));
     fmt_time(mn, sizeof mn, json_object_get(r, "min_s"));
     json_t *c = json_object_get(r, "cv");
+    bool unstable = json_is_true(json_object_get(r, "unstable"));
     if (json_is_number(c))
-      snprintf(cv, sizeof cv, "%.1f%%", json_number_value(c) * 100);
-    json_t *m = json_object_get(r, "median_s");
-    if (json_is_number(m) && isfinite(ref_med) && json_number_value(m) > 0)
+      snprintf(cv, sizeof cv, "%.1f%%%s", json_number_value(c) * 100, unstable ? "!" : "");
+    json_t *m = json_object_get(r, "median_s"), *su = json_object_get(r, "speedup");
+    if (json_is_number(su))
+      snprintf(sp, sizeof sp, "%.2fx", json_number_value(su));
+    else if (json_is_number(m) && isfinite(ref_med) && json_number_value(m) > 0)
       snprintf(sp, sizeof sp, "%.2fx", ref_med / json_number_value(m));
     const char *msg = json_string_value(json_object_get(r, "message"));
+    if (unstable && !msg)
+      snprintf(note, sizeof note, "unstable: the rounds' CV is above --max-cv");
     if (msg) {
       snprintf(note, sizeof note, "%s", msg);
       note[strcspn(note, "\n")] = 0;
@@ -207,7 +255,7 @@ static void print_table(json_t *recs, json_t *ref) {
     /* The kernel's name, its status and the compiler's or kernel's message are not
      * ours: escaped, so no sequence in them can redraw the table. */
     char ek[4 * sizeof kshow], es[64], en[4 * sizeof note];
-    printf("%-*s  %-12s  %11s  %11s  %6s  %8s  %s\n", (int)kw, kc_escape(kshow, ek, sizeof ek),
+    printf("%-*s  %-12s  %11s  %11s  %7s  %8s  %s\n", (int)kw, kc_escape(kshow, ek, sizeof ek),
            kc_escape(json_string_value(json_object_get(r, "status")), es, sizeof es), med, mn, cv,
            sp, kc_escape(note, en, sizeof en));
   }
@@ -237,6 +285,12 @@ int kc_cmd_bench(int argc, char **argv) {
       if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
         goto bad;
       cfg.seed = u;
+      cfg.seed_set = true;
+      break;
+    case O_NO_ISOLATION:
+      cfg.no_isolation = true;
+      fprintf(stderr, "kcage bench: warning: --no-isolation: the kernels run as this user with no "
+                      "sandbox; use it only for code you trust\n");
       break;
     case O_REF:
       cfg.reference = a;
@@ -355,6 +409,16 @@ int kc_cmd_bench(int argc, char **argv) {
     case O_AUTHKEY:
       auth_path = a;
       break;
+    case O_BUDGET:
+      if (kc_cli_parse_seconds(a, &cfg.budget_s) < 0)
+        goto bad;
+      if (cfg.budget_s == 0)
+        cfg.budget_s = -1; /* none */
+      break;
+    case O_MAXCV:
+      if (parse_double(a, &cfg.max_cv) < 0 || cfg.max_cv <= 0)
+        goto bad;
+      break;
     case '?':
     default:
       if (optopt)
@@ -382,6 +446,10 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   if (optind >= argc) {
     kc_cli_error("bench", "no KERNEL given (see --help)");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg.tracker && cfg.no_isolation) {
+    kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
     return KC_EXIT_USAGE;
   }
   if (cfg.tracker && !cfg.key) {
@@ -429,33 +497,56 @@ int kc_cmd_bench(int argc, char **argv) {
       break;
     }
   }
+  sink k = {.jf = jf, .done = json_array()};
+  cfg.on_record = on_record;
+  cfg.record_ctx = &k;
+  /* Local runs stop cleanly on a signal; a remote run is left to the default action
+   * (the agent sees the session drop and kills its own workers). */
+  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+  sigemptyset(&sa.sa_mask);
+  if (!cfg.tracker) {
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+  }
   int rc = cfg.tracker ? kc_bench_remote_run(&cfg, &auth, kernels, nk, &recs, &err)
                        : kc_bench_run_batch_ex(&cfg, kernels, nk, &recs, &ref, &err);
+  if (!cfg.tracker) {
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+  }
+  int sig = kc_bench_interrupted();
+  if (rc < 0 && cfg.progress)
+    fprintf(stderr, "\r%60s\r", "");
+  if (rc < 0 && sig) {
+    /* What finished is on the file already; the table shows the same. */
+    if (!quiet && jf != stdout)
+      print_table(k.done, NULL);
+    kc_cli_error("bench", "interrupted by SIG%s: %zu of %d kernels done", sigabbrev_np(sig),
+                 json_array_size(k.done), argc - optind);
+    if (jf && jf != stdout)
+      fclose(jf);
+    json_decref(k.done);
+    return 128 + sig;
+  }
   if (rc < 0) {
-    if (cfg.progress)
-      fprintf(stderr, "\r%60s\r", "");
     kc_cli_error("bench", "%s", err.msg);
     if (jf && jf != stdout)
       fclose(jf);
+    json_decref(k.done);
     return KC_EXIT_USAGE;
   }
   if (!quiet && !(jf == stdout))
     print_table(recs, ref);
-  if (jf) {
+  if (jf && json_array_size(k.done) == 0) { /* not streamed (remote runs): all at once */
     size_t i;
     json_t *r;
-    json_array_foreach(recs, i, r) {
-      char *line = json_dumps(r, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENSURE_ASCII);
-      if (line) {
-        fprintf(jf, "%s\n", line);
-        free(line);
-      }
-    }
-    if (jf != stdout && fclose(jf) != 0) {
-      kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
-      rc = 1;
-    }
+    json_array_foreach(recs, i, r) on_record(&k, r);
   }
+  if (jf && (k.failed || (jf != stdout && fclose(jf) != 0))) {
+    kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
+    rc = 1;
+  }
+  json_decref(k.done);
   json_decref(recs);
   json_decref(ref);
   return rc < 0 ? 1 : 0;

@@ -30,7 +30,7 @@
 #include "kcage/sandbox.h"
 #include "measure_internal.h"
 
-#define DEFAULT_CFLAGS "-O2 -march=native -fPIC -shared"
+#define DEFAULT_CFLAGS KC_BUILD_DEFAULT_CFLAGS
 
 static double now_s(void) {
   struct timespec ts;

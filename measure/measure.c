@@ -1,6 +1,25 @@
 /* The parent's half of measuring one kernel: TVM's time evaluator (reference/tvm.md
  * §3.2) driven from outside the worker, plus the integrity checks of docs/contracts.md.
- * The clock is read here, around each request; the worker only runs `number` calls. */
+ * The clock is read here, around each request; the worker only runs `number` calls.
+ *
+ * A round, as the parent runs it (the README's threat model says which attack each step
+ * answers):
+ *   1. PREPARE (untimed): the worker sizes its output area, one region per call, and
+ *      poisons every region;
+ *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped)
+ *      and writes the round's inputs: fresh data, never seen before, from the run's
+ *      seed (secret unless --seed), with one set a near-copy of another;
+ *   3. the request (number and sets only: nothing says which calls are checked) is
+ *      published, the worker continued, and stopped again the moment its completion
+ *      is seen;
+ *   4. with the worker stopped, the parent reads every call's output from its memory
+ *      (process_vm_readv): every one must be written, calls of the same input must
+ *      agree bit for bit, and calls chosen now, after the round, are compared with the
+ *      reference, computed for this round's inputs in the reference's own worker.
+ * A kernel that ends the round early (forging a completion) is stopped with outputs
+ * unwritten; one that skips calls cannot know which are compared; a cache keyed on
+ * the content of inputs meets data it never saw, and a near-copy that a sampled key
+ * takes for the original. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,60 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kcage/cleanup.h"
+
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
 static uint64_t rng_next(uint64_t *st) {
   return kc_splitmix64(st);
-}
-
-int kc_minputs_place(kc_minputs *in, const uint32_t *perm, kc_error *err) {
-  for (uint32_t j = 0; j < in->n_sets; j++) {
-    if (in->slot_set[j] == perm[j])
-      continue;
-    const unsigned char *src = in->data + perm[j] * in->in_region;
-    size_t left = (size_t)in->in_region;
-    off_t off = (off_t)(j * in->in_region);
-    while (left) {
-      ssize_t w = pwrite(in->fd, src, left, off);
-      if (w < 0 && errno == EINTR)
-        continue;
-      if (w <= 0)
-        return kc_error_set(err, errno, "rewrite inputs");
-      src += w;
-      off += w;
-      left -= (size_t)w;
-    }
-    in->slot_set[j] = perm[j];
-  }
-  return 0;
-}
-
-/* Which set is in slot j now. */
-static uint32_t set_of(const kc_mctx *x, uint32_t slot) {
-  return x->slots ? x->slots->slot_set[slot] : slot;
-}
-
-/* A random arrangement of the sets over the slots; with derange, no set stays. */
-static int shuffle_slots(kc_mctx *x, uint64_t *st, bool derange, kc_error *err) {
-  if (!x->slots || x->slots->fd < 0 || x->n_sets < 2)
-    return 0;
-  uint32_t perm[64];
-  if (derange) { /* rotate by 1..n-1: every set moves */
-    uint32_t r = 1 + (uint32_t)(rng_next(st) % (x->n_sets - 1));
-    for (uint32_t j = 0; j < x->n_sets; j++)
-      perm[j] = x->slots->slot_set[(j + r) % x->n_sets];
-  } else {
-    for (uint32_t j = 0; j < x->n_sets; j++)
-      perm[j] = j;
-    for (uint32_t j = x->n_sets - 1; j > 0; j--) {
-      uint32_t k = (uint32_t)(rng_next(st) % (j + 1));
-      uint32_t t = perm[j];
-      perm[j] = perm[k];
-      perm[k] = t;
-    }
-  }
-  return kc_minputs_place(x->slots, perm, err);
 }
 
 static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
@@ -125,73 +97,41 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   return false;
 }
 
-/* expect_s: how long the call should take (0 = unknown); see kc_mrunner_call_expect. */
-static int do_call_expect(kc_mctx *x, const void *req, size_t len, double expect_s, kc_mcall *c,
-                          kc_error *err) {
+/* The limits of one request: `own_s` (a timed round: --timeout per call, times its
+ * calls; an untimed request: its own allowance) and what is left of the budget
+ * (--budget, the whole measurement), whichever ends first.  *limit names it, so that a
+ * timeout says which one fired. */
+static double limit_for(const kc_mctx *x, double own_s, const char **limit) {
+  *limit = "call";
+  if (x->deadline <= 0)
+    return own_s;
   double left = x->deadline - kc_now_s();
-  if (left <= 0) {
-    memset(c, 0, sizeof *c);
-    c->status = KC_MCALL_TIMEOUT;
-    return 0;
+  if (left < own_s) {
+    *limit = "budget";
+    return left;
   }
-  return kc_mrunner_call_expect(x->runner, req, len, left, expect_s, c, err);
+  return own_s;
 }
 
-static int do_call(kc_mctx *x, const void *req, size_t len, kc_mcall *c, kc_error *err) {
-  return do_call_expect(x, req, len, 0, c, err);
+/* A timeout, as the kernel's status: which limit fired. */
+static void timed_out(const kc_mctx *x, kc_kmeasure *m, const char *limit, const char *what) {
+  m->limit = limit;
+  if (!strcmp(limit, "budget"))
+    set_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)", what);
+  else
+    set_status(m, KC_BENCH_TIMEOUT, "%s: a call ran past the per-call limit of %g s (--timeout)",
+               what, x->call_s);
 }
 
-/* Check the outputs of one call (set `set`, poisoned with `word`).  false when the
- * kernel's status was set. */
-static bool check_output(kc_mctx *x, kc_kmeasure *m, const unsigned char *got, uint32_t slot,
-                         uint64_t word, const char *when) {
-  const kc_args_spec *a = x->spec;
-  uint32_t set = set_of(x, slot);
-  uint64_t region = kc_args_region_bytes(a, true);
-  for (uint32_t i = 0; i < a->n; i++) {
-    const kc_tensor_spec *t = &a->t[i];
-    if (!t->out)
-      continue;
-    uint64_t off = kc_args_offset(a, i);
-    const unsigned char *g = got + off;
-    double err = 0;
-    if (x->ref) {
-      const unsigned char *want = x->ref + set * region + off;
-      if (kc_tensor_close(t, g, want, x->rtol, x->atol, &err)) {
-        if (err > m->max_abs_err || isnan(m->max_abs_err))
-          m->max_abs_err = err;
-        continue;
-      }
-    }
-    if (kc_poison_equal(g, t->nbytes, word)) {
-      set_status(m, KC_BENCH_SUSPICIOUS,
-                 "%s: output %u is still the poison (the kernel skipped its work, or its result "
-                 "depends on the output's old contents)",
-                 when, i);
-      return false;
-    }
-    if (!x->ref)
-      continue;
-    for (uint32_t s = 0; s < x->n_sets; s++) {
-      double e2;
-      if (s != set && kc_tensor_close(t, g, x->ref + s * region + off, x->rtol, x->atol, &e2)) {
-        set_status(m, KC_BENCH_SUSPICIOUS,
-                   "%s: output %u for input set %u is the answer for set %u (a memoised or "
-                   "stale result)",
-                   when, i, set, s);
-        return false;
-      }
-    }
-    m->max_abs_err = err;
-    set_status(m, KC_BENCH_WRONG_RESULT,
-               "%s: output %u differs from the reference (max abs err %.3g)", when, i, err);
-    return false;
-  }
-  return true;
+/* Untimed requests (prepare, flush) touch whole output areas: time in proportion to
+ * the bytes, never less than the per-call limit. */
+static double untimed_limit(const kc_mctx *x, uint64_t bytes) {
+  double t = 30 + (double)bytes / 100e6;
+  return t > x->call_s ? t : x->call_s;
 }
 
 static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_sets, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_slots, 0};
   size_t n = sizeof h;
   memcpy(buf, &h, n);
   const char *strs[4] = {x->artifact, x->entry, x->inputs, x->args_text};
@@ -205,255 +145,206 @@ static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
   return n;
 }
 
-/* One RUN request.  Returns 1 completed (reply validated, *rep points at the outputs),
- * 0 kernel status set, -1 parent error. */
-static int run_req(kc_mctx *x, kc_kmeasure *m, const kc_mreq_run *req, double expect_s,
-                   kc_mcall *c, const unsigned char **outs, double *elapsed, const char *what,
-                   kc_error *err) {
-  double t0 = kc_now_s();
-  if (do_call_expect(x, req, sizeof *req, expect_s, c, err) < 0)
-    return -1;
-  double t1 = kc_now_s();
-  /* The worker's own view (published -> completion seen) leaves out the copy of the
-   * checked outputs, which grows with their size; both clocks are the parent's. */
-  if (elapsed)
-    *elapsed = c->status == KC_MCALL_OK && c->elapsed_s > 0 ? c->elapsed_s : t1 - t0;
-  if (!outcome(m, c, what))
-    return 0;
-  uint64_t region = kc_args_region_bytes(x->spec, true);
-  kc_mreply_run rep;
-  if (c->value_len != sizeof rep + req->n_checks * region) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
+/* An untimed request whose reply is `want` bytes, allowed own_s.  1 done, 0 status
+ * set, -1 error. */
+static int untimed(kc_mctx *x, kc_kmeasure *m, const void *req, size_t len, double own_s,
+                   void *reply, size_t want, const char *what, kc_error *err) {
+  const char *limit;
+  double t = limit_for(x, own_s, &limit);
+  kc_mcall c;
+  if (t <= 0) {
+    timed_out(x, m, limit, what);
     return 0;
   }
-  memcpy(&rep, c->value, sizeof rep);
-  if (rep.magic != KC_MPROTO_MAGIC || rep.n_checks != req->n_checks) {
+  if (kc_mrunner_call(x->runner, req, len, t, &c, err) < 0)
+    return -1;
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
+  if (ok && c.value_len != want) {
+    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
+    ok = false;
+  }
+  if (ok && want)
+    memcpy(reply, c.value, want);
+  kc_mcall_clear(&c);
+  return ok;
+}
+
+/* The scheduler's account of the worker's CPU time over the round must fit in the
+ * round's wall time: one thread cannot run longer than the clock did, so more means
+ * work done outside it.  The slack covers the moments between its completion and the
+ * stop.  1 fine (or no account available), 0 status set. */
+static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const char *what) {
+  int64_t cpu1 = kc_observe_cpu_ns(pid);
+  if (cpu0 < 0 || cpu1 < 0)
+    return 1;
+  double used = (double)(cpu1 - cpu0) * 1e-9;
+  if (used <= dt * 1.25 + 0.005)
+    return 1;
+  set_status(m, KC_BENCH_SUSPICIOUS,
+             "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)",
+             what, used, dt);
+  return 0;
+}
+
+/* One round (see the top of this file).  *dt: the parent's clock, request published
+ * -> completion seen.  1 passed, 0 status set, -1 parent error. */
+static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, double expect_s,
+                      uint64_t *st, double *dt, kc_error *err) {
+  uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
+                          : (uint32_t)(number < x->n_sets ? number : x->n_sets);
+  const char *what = timed ? "timed run" : "verify";
+  /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
+   * partly written output still shows (measure_verify.c). */
+  uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
+  kc_mreply_prepare rep;
+  uint64_t area = number * kc_args_region_bytes(x->spec, true);
+  int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
+  if (r <= 0)
+    return r;
+  if (rep.magic != KC_MPROTO_MAGIC || rep.region != kc_args_region_bytes(x->spec, true)) {
     set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     return 0;
   }
-  *outs = (const unsigned char *)c->value + sizeof rep;
-  return 1;
-}
-
-/* Parent-chosen, unpredictable: the kernel cannot know which calls are checked. */
-static uint32_t pick_checks(uint64_t *st, uint64_t number, uint32_t want, uint64_t *out) {
-  if (want > KC_MPROTO_MAX_CHECKS)
-    want = KC_MPROTO_MAX_CHECKS;
-  if (want >= number) {
-    for (uint64_t i = 0; i < number; i++)
-      out[i] = i;
-    return (uint32_t)number;
+  if (x->flush_cache) {
+    kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
+    if ((r = untimed(x, m, &f, 8, untimed_limit(x, area), NULL, 0, "flush", err)) <= 0)
+      return r;
   }
-  uint32_t n = 0;
-  while (n < want) {
-    uint64_t c = rng_next(st) % number;
-    bool dup = false;
-    for (uint32_t j = 0; j < n; j++)
-      dup |= out[j] == c;
-    if (!dup)
-      out[n++] = c;
-  }
-  for (uint32_t i = 1; i < n; i++) /* insertion sort */
-    for (uint32_t j = i; j > 0 && out[j - 1] > out[j]; j--) {
-      uint64_t t = out[j];
-      out[j] = out[j - 1];
-      out[j - 1] = t;
-    }
-  return n;
-}
-
-int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
-  memset(m, 0, sizeof *m);
-  m->status = KC_BENCH_OK;
-  m->max_abs_err = NAN;
-  uint64_t st;
-  if (getrandom(&st, sizeof st, 0) != sizeof st)
-    st = (uint64_t)kc_now_s() * 1000003u;
-  uint64_t region = kc_args_region_bytes(x->spec, true);
+  kc_round_view v = {.pid = kc_mrunner_pid(x->runner),
+                     .base = rep.base,
+                     .region = rep.region,
+                     .number = number,
+                     .n_sets = n_sets,
+                     .poison_seed = pr.poison_seed,
+                     .timed = timed};
+  /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
+   * that cannot be stopped is gone; the request below reports how. */
+  kc_observe_stop(v.pid);
+  v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
+                          x->data_seed, x->round++, x->flush_cache);
+  int64_t cpu0 = kc_observe_cpu_ns(v.pid);
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = number,
+                     .n_sets = n_sets,
+                     .flags = KC_MRUN_AREA};
   kc_mcall c;
-
-  /* Every kernel starts with set i in slot i (a previous kernel may have moved them). */
-  if (x->slots && x->slots->fd >= 0) {
-    uint32_t id[64];
-    for (uint32_t j = 0; j < x->n_sets; j++)
-      id[j] = j;
-    if (kc_minputs_place(x->slots, id, err) < 0)
-      return -1;
+  const char *limit;
+  double left = limit_for(x, x->call_s * (double)number, &limit);
+  if (left <= 0) {
+    kc_observe_cont(v.pid);
+    timed_out(x, m, limit, what);
+    return 0;
   }
-
-  /* 1. Load (the worker seals itself once the code is in). */
-  unsigned char lbuf[4 * 4096 + 64];
-  size_t ln = fill_load(x, lbuf, sizeof lbuf);
-  if (!ln)
-    return kc_error_set(err, ENAMETOOLONG, "load request");
-  if (do_call(x, lbuf, ln, &c, err) < 0)
+  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
     return -1;
-  bool ok = outcome(m, &c, "load");
+  *dt = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
+  if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v.pid)) {
+    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    ok = false;
+  }
   kc_mcall_clear(&c);
   if (!ok)
     return 0;
+  r = check_cpu(m, v.pid, cpu0, *dt, what);
+  if (r > 0)
+    r = kc_verify_round(x, m, &v, st, err);
+  if (r > 0 && timed)
+    m->timed_calls += number;
+  kc_observe_cont(v.pid);
+  return r;
+}
 
-  /* 2. One untimed warm-up call (TVM).  Its output is judged in the next step, where
-   * a wrong answer can be told apart from one that depends on the poison. */
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                     .op = KC_MOP_RUN,
-                     .number = 1,
-                     .first_set = 0,
-                     .n_checks = 0,
-                     .poison_seed = rng_next(&st)};
-  const unsigned char *outs;
-  int r = run_req(x, m, &req, 0, &c, &outs, NULL, "warm-up", err);
-  kc_mcall_clear(&c);
+/* TVM's growth of `number` until a round lasts min_repeat_ms: golden-ratio growth or
+ * the predicted count, at most what the output area holds. */
+static uint64_t grow(const kc_mctx *x, uint64_t number, double ms) {
+  double per = ms / (double)number;
+  double g1 = per > 0 ? x->min_repeat_ms / per + 1 : (double)number * 1.618;
+  double g2 = (double)number * 1.618;
+  uint64_t next = (uint64_t)(g1 > g2 ? g1 : g2);
+  next = next > number ? next : number + 1;
+  return next < x->max_calls ? next : x->max_calls;
+}
+
+/* A timed round that lasts min_repeat_ms: `number` grown (TVM) until it does.  Every
+ * round run, short ones included, is a whole round: stopped, read and verified.
+ * *secs: seconds per call.  1 done, 0 status set, -1 parent error. */
+static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                       double *secs, kc_error *err) {
+  for (unsigned zero = 0;;) {
+    double dt;
+    int r = round_once(x, m, *number, true, *per_call * (double)*number, st, &dt, err);
+    if (r <= 0)
+      return r;
+    double ms = dt * 1e3;
+    *per_call = dt / (double)*number;
+    if (ms >= x->min_repeat_ms || *number >= x->max_calls) {
+      *secs = dt / (double)*number;
+      return 1;
+    }
+    if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
+      *secs = 0;
+      return 1;
+    }
+    *number = grow(x, *number, ms);
+  }
+}
+
+/* A fresh worker runs its first rounds slow (cold caches, TLB, branch predictors,
+ * frequency): rounds, timed and verified like the others but never counted, until two
+ * in a row agree within 3 % and neither is more than 3 % above the fastest so far; at
+ * most 20 rounds, 2 s, and a quarter of what is left of the budget. */
+#define KC_WARMUP_MAX 20
+#define KC_WARMUP_MAX_S 2.0
+static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+                   kc_error *err) {
+  m->warmup_secs = calloc(KC_WARMUP_MAX, sizeof(double));
+  if (!m->warmup_secs)
+    return kc_error_set(err, ENOMEM, "warm-up");
+  double start = kc_now_s(), best = INFINITY;
+  double allowance = x->deadline > 0 ? (x->deadline - start) / 4 : INFINITY;
+  if (allowance > KC_WARMUP_MAX_S)
+    allowance = KC_WARMUP_MAX_S;
+  for (uint32_t i = 0; i < KC_WARMUP_MAX; i++) {
+    double s;
+    int r = sized_round(x, m, st, number, per_call, &s, err);
+    if (r <= 0)
+      return r;
+    m->warmup_secs[m->n_warmup++] = s;
+    best = s < best ? s : best;
+    if (i >= 1) {
+      double prev = m->warmup_secs[i - 1];
+      double lo = s < prev ? s : prev, hi = s < prev ? prev : s;
+      if (hi <= lo * 1.03 && hi <= best * 1.03)
+        break;
+    }
+    if (kc_now_s() - start > allowance)
+      break;
+  }
+  return 1;
+}
+
+/* Warm-up, then the timed rounds.  0 (status in m), -1 parent error. */
+static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err) {
+  uint64_t number = x->number ? x->number : 1;
+  if (number > x->max_calls)
+    number = x->max_calls;
+  double per_call = 0; /* the last round's seconds per call: predicts the next round */
+  int r = warm_up(x, m, st, &number, &per_call, err);
   if (r <= 0)
     return r;
-
-  /* 3. Every set twice, under different poison (seeds differ in the low bit) and, the
-   * second time, in another slot (another address): the outputs must match the
-   * reference and each other bit for bit. */
-  uint32_t nv = x->n_sets < KC_MPROTO_MAX_CHECKS ? x->n_sets : KC_MPROTO_MAX_CHECKS;
-  unsigned char *first = malloc((size_t)x->n_sets * region);
-  bool seen[64] = {false};
-  if (!first)
-    return kc_error_set(err, ENOMEM, "verify");
-  uint64_t vseed = rng_next(&st) & ~1ull;
-  for (int pass = 0; pass < 2; pass++) {
-    if (pass == 1 && shuffle_slots(x, &st, true, err) < 0) {
-      free(first);
-      return -1;
-    }
-    memset(&req, 0, sizeof req);
-    req.magic = KC_MPROTO_MAGIC;
-    req.op = KC_MOP_RUN;
-    req.number = nv;
-    req.first_set = 0;
-    req.n_checks = nv;
-    req.poison_seed = vseed | (uint64_t)pass;
-    for (uint32_t i = 0; i < nv; i++)
-      req.checks[i] = i;
-    r = run_req(x, m, &req, 0, &c, &outs, NULL, "verify", err);
-    if (r <= 0) {
-      kc_mcall_clear(&c);
-      free(first);
-      return r;
-    }
-    for (uint32_t i = 0; i < nv && m->status == KC_BENCH_OK; i++) {
-      const unsigned char *g = outs + i * region;
-      uint64_t word = kc_poison_word(req.poison_seed, i);
-      uint32_t set = set_of(x, i);
-      /* Left as poison first: that is the clearest explanation. */
-      for (uint32_t t = 0; t < x->spec->n; t++)
-        if (x->spec->t[t].out &&
-            kc_poison_equal(g + kc_args_offset(x->spec, t), x->spec->t[t].nbytes, word))
-          set_status(m, KC_BENCH_SUSPICIOUS,
-                     "verify: output %u is still the poison (the kernel skipped its work, or its "
-                     "result depends on the output's old contents)",
-                     t);
-      if (m->status != KC_BENCH_OK)
-        break;
-      if (pass == 0) {
-        memcpy(first + set * region, g, region);
-        seen[set] = true;
-        continue;
-      }
-      /* The reference first: an answer that belongs to another set (the one this slot
-       * held before) is a cache keyed by address, the clearer explanation. */
-      if (!check_output(x, m, g, i, word, "verify"))
-        break;
-      for (uint32_t t = 0; t < x->spec->n && seen[set]; t++) {
-        uint64_t off = kc_args_offset(x->spec, t);
-        if (x->spec->t[t].out &&
-            memcmp(first + set * region + off, g + off, x->spec->t[t].nbytes)) {
-          set_status(m, KC_BENCH_SUSPICIOUS,
-                     "verify: output %u for input set %u changed between two runs (it depends "
-                     "on the poison or is not deterministic)",
-                     t, set);
-          break;
-        }
-      }
-    }
-    kc_mcall_clear(&c);
-    if (m->status != KC_BENCH_OK) {
-      free(first);
-      return 0;
-    }
-  }
-  free(first);
-
-  /* 4. Timing: `number` grown until a round lasts min_repeat_ms (golden-ratio growth or
-   * the predicted count), `repeat` rounds, rotating sets, random calls checked. */
-  uint64_t number = x->number ? x->number : 1;
-  double per_call = 0; /* the last round's seconds per call: predicts the next round */
   m->run_secs = calloc(x->repeat, sizeof(double));
   if (!m->run_secs)
     return kc_error_set(err, ENOMEM, "run_secs");
   for (uint32_t rep = 0; rep < x->repeat; rep++) {
-    for (unsigned zero = 0;;) {
-      if (shuffle_slots(x, &st, false, err) < 0) /* untimed: before the clock starts */
-        return -1;
-      memset(&req, 0, sizeof req);
-      req.magic = KC_MPROTO_MAGIC;
-      req.op = KC_MOP_RUN;
-      req.number = number;
-      req.first_set = (uint32_t)(rng_next(&st) % x->n_sets);
-      req.poison_seed = rng_next(&st);
-      req.n_checks = pick_checks(&st, number, x->checks, req.checks);
-      if (x->flush_cache) {
-        kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
-        if (do_call(x, &f, 8, &c, err) < 0)
-          return -1;
-        ok = outcome(m, &c, "flush");
-        kc_mcall_clear(&c);
-        if (!ok)
-          return 0;
-      }
-      /* Untimed wake-up, the parent polling for its answer: the timed request then
-       * finds the worker spinning on its ring and this thread awake, instead of paying
-       * two idle-vCPU wake-ups (tens to hundreds of us here) inside the round. */
-      kc_mreq_load wk = {KC_MPROTO_MAGIC, KC_MOP_WAKE, 0, 0};
-      if (do_call_expect(x, &wk, 8, 1e-6, &c, err) < 0)
-        return -1;
-      ok = outcome(m, &c, "wake");
-      kc_mcall_clear(&c);
-      if (!ok)
-        return 0;
-      double dt;
-      r = run_req(x, m, &req, per_call * (double)number, &c, &outs, &dt, "timed run", err);
-      if (r <= 0) {
-        kc_mcall_clear(&c);
-        return r;
-      }
-      for (uint32_t k = 0; k < req.n_checks; k++) {
-        uint32_t slot = (uint32_t)((req.first_set + req.checks[k]) % x->n_sets);
-        if (!check_output(x, m, outs + k * region, slot,
-                          kc_poison_word(req.poison_seed, req.checks[k]), "timed run")) {
-          /* It passed the untimed checks and failed a timed one: it behaves differently
-           * when it is being timed. */
-          if (m->status == KC_BENCH_WRONG_RESULT) {
-            char msg[sizeof m->message];
-            snprintf(msg, sizeof msg, "%s", m->message);
-            set_status(m, KC_BENCH_SUSPICIOUS, "%s, after passing the untimed checks", msg);
-          }
-          kc_mcall_clear(&c);
-          return 0;
-        }
-      }
-      kc_mcall_clear(&c);
-      double ms = dt * 1e3;
-      per_call = dt / (double)number;
-      if (ms >= x->min_repeat_ms || number >= (1ull << 32)) {
-        m->run_secs[rep] = dt / (double)number;
-        break;
-      }
-      if (ms <= 0 && ++zero >= 100) { /* TVM's limit_zero_time_iterations */
-        m->run_secs[rep] = 0;
-        break;
-      }
-      double per = ms / (double)number;
-      double grow = per > 0 ? x->min_repeat_ms / per + 1 : (double)number * 1.618;
-      double g2 = (double)number * 1.618;
-      uint64_t next = (uint64_t)(grow > g2 ? grow : g2);
-      number = next > number ? next : number + 1;
-    }
+    if ((r = sized_round(x, m, st, &number, &per_call, &m->run_secs[rep], err)) <= 0)
+      return r;
     m->repeat = rep + 1;
     if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
       struct timespec ts = {(time_t)(x->cooldown_ms / 1000),
@@ -463,4 +354,66 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   }
   m->number = number;
   return 0;
+}
+
+void kc_kmeasure_clear(kc_kmeasure *m) {
+  free(m->run_secs);
+  free(m->warmup_secs);
+  m->run_secs = m->warmup_secs = NULL;
+}
+
+/* Load (the worker maps and faults in the inputs, then seals itself), allowed time in
+ * proportion to the inputs file: its limit is neither --timeout nor, unless the budget
+ * is what is left, --budget.  1 loaded, 0 status set, -1 parent error. */
+static int load(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
+  unsigned char lbuf[4 * 4096 + 64];
+  size_t ln = fill_load(x, lbuf, sizeof lbuf);
+  if (!ln)
+    return kc_error_set(err, ENAMETOOLONG, "load request");
+  double load_s = 30 + (double)(kc_args_region_bytes(x->spec, false) * x->n_slots) / 100e6;
+  int r = untimed(x, m, lbuf, ln, load_s, NULL, 0, "load", err);
+  if (r == 0 && m->status == KC_BENCH_TIMEOUT && !strcmp(m->limit, "call")) {
+    m->limit = NULL; /* not a kernel call */
+    set_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
+  }
+  return r;
+}
+
+int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
+  memset(m, 0, sizeof *m);
+  m->status = KC_BENCH_OK;
+  m->max_abs_err = NAN;
+  uint64_t st;
+  if (getrandom(&st, sizeof st, 0) != sizeof st)
+    return kc_error_set(err, errno, "getrandom");
+  if (x->max_calls < 1)
+    x->max_calls = 1;
+  if (x->call_s <= 0)
+    x->call_s = 10;
+
+  /* 1. Refuse what cannot be sealed, load, then audit what is mapped executable. */
+  if (kc_audit_elf(x->artifact, m->message, sizeof m->message) < 0) {
+    m->status = KC_BENCH_SUSPICIOUS;
+    return 0;
+  }
+  int r = load(x, m, err);
+  if (r <= 0)
+    return r;
+  int a = kc_audit_maps(kc_mrunner_pid(x->runner), x->artifact, m->message, sizeof m->message);
+  if (a < 0) {
+    m->status = a == -1 ? KC_BENCH_SUSPICIOUS : KC_BENCH_ERROR;
+    return 0;
+  }
+
+  /* 2. The untimed round: every set twice, under different poison, every output
+   *    compared with the reference. */
+  uint64_t sets = x->n_sets < x->max_calls ? x->n_sets : x->max_calls;
+  uint64_t number = 2 * sets < x->max_calls ? 2 * sets : x->max_calls;
+  double dt;
+  r = round_once(x, m, number, false, 0, &st, &dt, err);
+  if (r <= 0)
+    return r;
+
+  /* 3. Warm-up until steady, then timing. */
+  return timed_rounds(x, m, &st, err);
 }

@@ -7,9 +7,11 @@
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -63,6 +65,8 @@ typedef struct item {
   bool measured;
   kc_bench_status status;
   char message[2048];
+  struct timespec started, ended; /* wall clock, for the record */
+  json_t *rec;                    /* once final */
 } item;
 
 /* Builds run in helper processes, one per --workers slot, forked (glibc fork) while
@@ -126,6 +130,10 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
     pid_t pid = fork();
     if (pid == 0) {
       close(sv[0]);
+      /* A Ctrl-C reaches the whole process group: the helper dies of it (and its
+       * compiler's sandbox with it, by its death signal) instead of running on. */
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
       build_helper(sv[1], items, total, &cfg->build);
       _exit(0);
     }
@@ -168,13 +176,16 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
           alive--;
         }
       }
-    if (done == nj || !alive)
+    if (done == nj || !alive || kc_bench_interrupted())
       break;
     struct pollfd pfd[64];
     for (size_t k = 0; k < nh; k++)
       pfd[k] = (struct pollfd){h[k].fd >= 0 && h[k].job >= 0 ? h[k].fd : -1, POLLIN, 0};
-    if (poll(pfd, (nfds_t)nh, -1) < 0 && errno != EINTR)
+    int pr = poll(pfd, (nfds_t)nh, 100); /* sliced: see kc_bench_interrupted */
+    if (pr < 0 && errno != EINTR)
       break;
+    if (pr <= 0)
+      continue;
     for (size_t k = 0; k < nh; k++) {
       if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
         continue;
@@ -199,6 +210,8 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
   for (size_t k = 0; k < nh; k++) {
     if (h[k].fd >= 0)
       close(h[k].fd);
+    if (h[k].pid > 0 && kc_bench_interrupted())
+      kill(h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
     if (h[k].pid > 0)
       waitpid(h[k].pid, NULL, 0);
   }
@@ -245,28 +258,6 @@ static void device_name(char *buf, size_t len) {
   snprintf(buf, len, "local:%s%s%s", host, model[0] ? " " : "", model);
 }
 
-static double stat_median(const double *v, size_t n) {
-  double *t = malloc(n * sizeof *t);
-  if (!t || !n) {
-    free(t);
-    return NAN;
-  }
-  memcpy(t, v, n * sizeof *t);
-  for (size_t i = 1; i < n; i++)
-    for (size_t j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1];
-      t[j - 1] = x;
-    }
-  double m = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-  free(t);
-  return m;
-}
-
-static json_t *num_or_null(double v) {
-  return isfinite(v) ? json_real(v) : json_null();
-}
-
 /* How this host holds the measuring workers' memory limit and the builds' process
  * limit: "cgroup", or "rlimit" where the caller allowed that fallback. */
 static json_t *limits_record(void) {
@@ -277,46 +268,33 @@ static json_t *limits_record(void) {
   return o;
 }
 
-static json_t *record(const item *it, const char *device) {
-  json_t *o = json_object();
-  json_object_set_new(o, "kernel", json_string(it->path));
-  json_object_set_new(o, "status", json_string(kc_bench_status_name(it->status)));
-  json_object_set_new(o, "message", it->message[0] ? json_string(it->message) : json_null());
-  bool timed = it->status == KC_BENCH_OK && it->m.repeat > 0;
-  if (timed) {
-    json_t *rs = json_array();
-    double mn = INFINITY, sum = 0, sq = 0;
-    for (uint32_t i = 0; i < it->m.repeat; i++) {
-      double v = it->m.run_secs[i];
-      json_array_append_new(rs, json_real(v));
-      mn = v < mn ? v : mn;
-      sum += v;
-    }
-    double mean = sum / it->m.repeat;
-    for (uint32_t i = 0; i < it->m.repeat; i++)
-      sq += (it->m.run_secs[i] - mean) * (it->m.run_secs[i] - mean);
-    double sd = it->m.repeat > 1 ? sqrt(sq / (it->m.repeat - 1)) : 0;
-    json_object_set_new(o, "run_secs", rs);
-    json_object_set_new(o, "median_s", num_or_null(stat_median(it->m.run_secs, it->m.repeat)));
-    json_object_set_new(o, "min_s", num_or_null(mn));
-    json_object_set_new(o, "cv", num_or_null(mean > 0 ? sd / mean : NAN));
-    json_object_set_new(o, "number", json_integer((json_int_t)it->m.number));
-    json_object_set_new(o, "repeat", json_integer(it->m.repeat));
-  } else {
-    json_object_set_new(o, "run_secs", json_null());
-    json_object_set_new(o, "median_s", json_null());
-    json_object_set_new(o, "min_s", json_null());
-    json_object_set_new(o, "cv", json_null());
-    json_object_set_new(o, "number", json_null());
-    json_object_set_new(o, "repeat", json_null());
-  }
-  json_object_set_new(o, "max_abs_err",
-                      it->measured ? num_or_null(it->m.max_abs_err) : json_null());
-  json_object_set_new(o, "build_s",
-                      it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
-                          ? json_real(it->build.build_s)
-                          : json_null());
-  json_object_set_new(o, "device", json_string(device));
+static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
+                      const char *isolation, double ref_median) {
+  kc_build_opts bo = cfg->build;
+  if (!bo.cc)
+    bo.cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  if (!bo.cflags)
+    bo.cflags = KC_BUILD_DEFAULT_CFLAGS;
+  kc_mrecord_in in = {
+      .kernel = it->path,
+      .status = it->status,
+      .message = it->message,
+      .m = it->measured ? &it->m : NULL,
+      .build_s = it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
+                     ? it->build.build_s
+                     : NAN,
+      .device = device,
+      .reference_median_s = ref_median,
+      .max_cv = cfg->max_cv,
+      .seed = cfg->seed,
+      .seed_set = cfg->seed_set,
+      .isolation = isolation,
+      .cc = it->is_source ? bo.cc : NULL,
+      .cflags = it->is_source ? bo.cflags : NULL,
+      .started = it->started,
+      .ended = it->ended,
+  };
+  json_t *o = kc_mrecord(&in);
   json_object_set_new(o, "limits", limits_record());
   return o;
 }
@@ -343,55 +321,125 @@ static bool build_verdict(item *it) {
   }
 }
 
+/* The session directory holds every staged .so; a worker sees only view/, which holds
+ * the inputs file and the one kernel being loaded (kernel.so), nothing else: not the
+ * other candidates, not the reference (removed once it is loaded), not its outputs
+ * (those never leave the parent's memory). */
 typedef struct session {
-  kc_minputs slots;
-  unsigned char *in_data;
   char dir[PATH_MAX];
-  char inputs[PATH_MAX + 16];
+  char view[PATH_MAX + 8];
+  char inputs[PATH_MAX + 32];
+  char kernel[PATH_MAX + 32];
+  int in_fd;
+  unsigned char *in_map; /* the parent's read-write mapping of the inputs file */
+  size_t in_len;
   kc_args_spec spec;
   uint32_t n_sets;
+  uint32_t n_slots;
   uint64_t out_region;
+  uint64_t max_calls;
+  uint64_t data_seed;
 } session;
+
+/* Inputs of a round: up to 8 MiB of distinct sets (about a last-level cache; never
+ * fewer than --sets), so that short calls each get their own input; outputs: up to
+ * 128 MiB of regions (and a quarter of the worker's memory), one per call of a round,
+ * never fewer than two. */
+#define KC_ROUND_INPUT_BYTES (8ull << 20)
+#define KC_ROUND_OUTPUT_BYTES (128ull << 20)
+
+/* What the worker holds besides the tensors: its code, libraries, ring and stack. */
+#define KC_WORKER_OVERHEAD (48ull << 20)
+
+/* The output area of the largest round: at most a quarter of the worker's memory (the
+ * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
+ * calls. */
+static uint64_t area_calls(const kc_bench_config *cfg, uint64_t out_region) {
+  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
+  uint64_t calls = out_region ? budget / out_region : 1ull << 32;
+  return calls > 2 ? calls : 2;
+}
+
+/* The sets of inputs the file holds: a round uses up to this many. */
+static uint32_t input_slots(const session *s) {
+  uint64_t in_region = kc_args_region_bytes(&s->spec, false);
+  uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
+  slots = slots > 4096 ? 4096 : slots;
+  return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
+}
+
+/* The measuring worker holds the inputs of a round and the outputs of its calls at
+ * once: refuse, naming the largest tensor, a problem whose smallest round (the --sets
+ * inputs, two calls' outputs) cannot fit its memory limit, rather than let the kernel
+ * die of it.  Beyond that the round adapts: more input sets only up to 8 MiB, more
+ * calls' outputs only up to a quarter of the limit. */
+static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
+  uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t in = kc_args_region_bytes(&s->spec, false) * s->n_sets;
+  uint64_t need = in + 2 * s->out_region + KC_WORKER_OVERHEAD;
+  if (need <= limit)
+    return 0;
+  uint32_t big = 0;
+  for (uint32_t i = 1; i < s->spec.n; i++)
+    if (s->spec.t[i].nbytes > s->spec.t[big].nbytes)
+      big = i;
+  const kc_tensor_spec *t = &s->spec.t[big];
+  kc_args_spec one = {.n = 1};
+  one.t[0] = *t;
+  char name[256];
+  kc_args_format(&one, name, sizeof name);
+  return kc_error_set(err, 0,
+                      "--args: tensor %u (%s, %.1f MiB) does not fit: the inputs of %u sets and "
+                      "the outputs of two calls need %.1f MiB in the measuring worker, over its "
+                      "memory limit of %.1f MiB (raise --memory or lower --sets)",
+                      big, name, (double)t->nbytes / (1 << 20), s->n_sets, (double)need / (1 << 20),
+                      (double)limit / (1 << 20));
+}
 
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   const char *tmp = getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(s->dir))
     return kc_error_set(err, errno, "mkdtemp %s", s->dir);
-  chmod(s->dir, 0755);
-  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->dir);
+  snprintf(s->view, sizeof s->view, "%s/view", s->dir);
+  if (mkdir(s->view, 0755) < 0)
+    return kc_error_set(err, errno, "mkdir %s", s->view);
+  chmod(s->dir, 0711); /* the workers' ids reach view/ but cannot list the session */
+  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->view);
+  snprintf(s->kernel, sizeof s->kernel, "%s/kernel.so", s->view);
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
-  size_t len = (size_t)(in_region * s->n_sets);
-  unsigned char *buf = calloc(1, len);
-  if (!buf)
-    return kc_error_set(err, ENOMEM, "inputs (%zu bytes)", len);
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    for (uint32_t i = 0; i < s->spec.n; i++)
-      if (!s->spec.t[i].out)
-        kc_data_fill(&s->spec.t[i], buf + k * in_region + kc_args_offset(&s->spec, i), cfg->seed, k,
-                     i);
-  /* Read-only for everyone else (the worker's ro bind); the parent keeps its own
-   * read-write descriptor to move the sets between slots. */
-  int fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
-  if (fd < 0) {
-    free(buf);
+  s->n_slots = input_slots(s);
+  s->max_calls = area_calls(cfg, s->out_region);
+  if (cfg->seed_set)
+    s->data_seed = cfg->seed;
+  else if (getrandom(&s->data_seed, sizeof s->data_seed, 0) != sizeof s->data_seed)
+    return kc_error_set(err, errno, "getrandom");
+  s->in_len = (size_t)(in_region * s->n_slots);
+  /* Read-only for the workers (mode, and the read-only bind); the parent writes each
+   * round's data through its own mapping while the worker is stopped. */
+  s->in_fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  if (s->in_fd < 0)
     return kc_error_set(err, errno, "create %s", s->inputs);
+  if (ftruncate(s->in_fd, (off_t)(s->in_len ? s->in_len : 1)) < 0)
+    return kc_error_set(err, errno, "size %s", s->inputs);
+  s->in_map =
+      mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, s->in_fd, 0);
+  if (s->in_map == MAP_FAILED) {
+    s->in_map = NULL;
+    return kc_error_set(err, errno, "map %s", s->inputs);
   }
-  s->slots.fd = fd;
-  s->slots.data = buf;
-  s->in_data = buf;
-  s->slots.in_region = in_region;
-  s->slots.n_sets = s->n_sets;
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    s->slots.slot_set[k] = UINT32_MAX; /* nothing written yet */
-  uint32_t id[64];
-  for (uint32_t k = 0; k < s->n_sets; k++)
-    id[k] = k;
-  return kc_minputs_place(&s->slots, id, err);
+  return 0;
+}
+
+/* Put one kernel alone into the view (replacing the previous one). */
+static int show_kernel(const session *s, const char *staged, kc_error *err) {
+  unlink(s->kernel);
+  return copy_file(staged, s->kernel, err);
 }
 
 static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
-                     const char *artifact, const unsigned char *ref) {
+                     const char *artifact, kc_mrunner *ref) {
   memset(x, 0, sizeof *x);
   x->runner = r;
   x->spec = &s->spec;
@@ -400,6 +448,10 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->entry = cfg->entry ? cfg->entry : "kernel";
   x->inputs = s->inputs;
   x->n_sets = s->n_sets;
+  x->n_slots = s->n_slots;
+  x->max_calls = s->max_calls;
+  x->in_map = s->in_map;
+  x->data_seed = s->data_seed;
   x->ref = ref;
   x->rtol = cfg->rtol < 0 ? 1e-4 : cfg->rtol;
   x->atol = cfg->atol < 0 ? 1e-5 : cfg->atol;
@@ -409,22 +461,25 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
   x->checks = cfg->checks ? cfg->checks : 2;
-  x->deadline = kc_now_s() + (cfg->timeout_s > 0 ? cfg->timeout_s : 10);
-  x->slots = (kc_minputs *)&s->slots;
+  x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
+  x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
 }
 
-/* The truth: the reference's outputs for every set, computed twice in its own worker
- * (under different poison) and required to agree bit for bit. */
-static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
-                             const char *artifact, unsigned char **out, kc_error *err) {
+/* The truth: the reference, loaded and sealed in its own worker, which stays up for
+ * the whole batch and computes the outputs of whatever sets the parent picks after
+ * each round.  A first evaluation (of all-zero inputs) finds a reference that does not
+ * work with --args before any kernel is measured. */
+static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+                          const char *staged, kc_error *err) {
+  if (show_kernel(s, staged, err) < 0)
+    return -1;
   kc_mctx x;
-  fill_ctx(&x, cfg, s, r, artifact, NULL);
-  kc_mcall c;
+  fill_ctx(&x, cfg, s, r, s->kernel, NULL);
   unsigned char lbuf[4 * 4096 + 64];
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_sets, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_slots, 0};
   size_t n = sizeof h;
   memcpy(lbuf, &h, n);
-  const char *strs[4] = {artifact, x.entry, s->inputs, cfg->args};
+  const char *strs[4] = {s->kernel, x.entry, s->inputs, cfg->args};
   for (int i = 0; i < 4; i++) {
     size_t l = strlen(strs[i]) + 1;
     if (n + l > sizeof lbuf)
@@ -432,81 +487,98 @@ static int reference_outputs(const kc_bench_config *cfg, const session *s, kc_mr
     memcpy(lbuf + n, strs[i], l);
     n += l;
   }
-  if (kc_mrunner_call(r, lbuf, n, 30, &c, err) < 0)
+  kc_mcall c;
+  /* Loading faults in the inputs file: time in proportion to its size. */
+  int rc = kc_mrunner_call(r, lbuf, n, 30 + (double)s->in_len / 100e6, &c, err);
+  unlink(s->kernel);
+  if (rc < 0)
     return -1;
-  kc_kmeasure m = {0};
   if (c.status != KC_MCALL_OK) {
-    kc_error_set(err, 0, "%s", c.status == KC_MCALL_EXCEPTION ? c.message : "the worker failed");
     if (c.status == KC_MCALL_DIED)
       kc_error_set(err, 0, "%s", c.verdict.message);
     else if (c.status == KC_MCALL_TIMEOUT)
       kc_error_set(err, 0, "timed out while loading");
+    else
+      kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
     kc_mcall_clear(&c);
     return -1;
   }
   kc_mcall_clear(&c);
-  (void)m;
-  unsigned char *res = malloc(s->n_sets * s->out_region);
-  if (!res)
-    return kc_error_set(err, ENOMEM, "reference outputs");
-  uint64_t seed;
-  if (getrandom(&seed, sizeof seed, 0) != sizeof seed)
-    seed = 42;
-  seed &= ~1ull;
-  for (int pass = 0; pass < 2; pass++) {
-    uint32_t done = 0;
-    while (done < s->n_sets) {
-      uint32_t k =
-          s->n_sets - done < KC_MPROTO_MAX_CHECKS ? s->n_sets - done : KC_MPROTO_MAX_CHECKS;
-      kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                         .op = KC_MOP_RUN,
-                         .number = k,
-                         .first_set = done,
-                         .n_checks = k,
-                         .poison_seed = seed | (uint64_t)pass};
-      for (uint32_t i = 0; i < k; i++)
-        req.checks[i] = i;
-      if (kc_mrunner_call(r, &req, sizeof req, cfg->timeout_s > 0 ? cfg->timeout_s : 10, &c, err) <
-          0) {
-        free(res);
-        return -1;
-      }
-      if (c.status != KC_MCALL_OK || c.value_len != sizeof(kc_mreply_run) + k * s->out_region) {
-        if (c.status == KC_MCALL_EXCEPTION)
-          kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
-        else if (c.status == KC_MCALL_TIMEOUT)
-          kc_error_set(err, 0, "ran past the time limit");
-        else if (c.status == KC_MCALL_DIED)
-          kc_error_set(err, 0, "%s", c.verdict.message);
-        else
-          kc_error_set(err, 0, "malformed reply");
-        kc_mcall_clear(&c);
-        free(res);
-        return -1;
-      }
-      const unsigned char *o = (const unsigned char *)c.value + sizeof(kc_mreply_run);
-      for (uint32_t i = 0; i < k; i++) {
-        unsigned char *dst = res + (done + i) * s->out_region;
-        if (pass == 0) {
-          memcpy(dst, o + i * s->out_region, s->out_region);
-          continue;
-        }
-        for (uint32_t t = 0; t < s->spec.n; t++) {
-          uint64_t off = kc_args_offset(&s->spec, t);
-          if (s->spec.t[t].out &&
-              memcmp(dst + off, o + i * s->out_region + off, s->spec.t[t].nbytes)) {
-            kc_mcall_clear(&c);
-            free(res);
-            return kc_error_set(err, 0,
-                                "its output %u depends on the poison or is not deterministic", t);
-          }
-        }
-      }
-      kc_mcall_clear(&c);
-      done += k;
-    }
+  kc_cleanup_free unsigned char *probe = malloc(s->out_region + 1);
+  uint32_t set0 = 0;
+  if (!probe)
+    return kc_error_set(err, ENOMEM, "reference");
+  double limit = (cfg->timeout_s > 10 ? cfg->timeout_s : 10) + (double)s->out_region / 100e6;
+  if (kc_reference_eval(r, &set0, 1, s->out_region, limit, probe, err) < 0) {
+    const char *m = err->msg, *p = strstr(m, "error: ");
+    kc_error_set(err, 0, "%s", p ? p + 7 : m);
+    return -1;
   }
-  *out = res;
+  return 0;
+}
+
+/* One kernel, alone in the workers' view, in a fresh worker (a sealed worker cannot
+ * load another). */
+static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+                        kc_mrunner *ref, item *it, int *rc, kc_error *err) {
+  clock_gettime(CLOCK_REALTIME, &it->started);
+  *rc = 0;
+  if (it->staged[0]) {
+    kc_mctx x;
+    fill_ctx(&x, cfg, s, runner, s->kernel, ref);
+    *rc = show_kernel(s, it->staged, err);
+    if (*rc == 0)
+      *rc = kc_measure_kernel(&x, &it->m, err);
+    kc_mrunner_reset(runner);
+    unlink(s->kernel);
+    if (*rc < 0)
+      kc_error_prefix(err, "%s", it->path);
+    it->measured = true;
+    it->status = it->m.status;
+    snprintf(it->message, sizeof it->message, "%s", it->m.message);
+  }
+  clock_gettime(CLOCK_REALTIME, &it->ended);
+}
+
+static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+                       kc_mrunner *ref, item *items, size_t n, size_t ref_index, const char *device,
+                       const char *isolation, kc_error *err) {
+  size_t total = n + (cfg->reference ? 1 : 0), to_measure = 0, measured = 0;
+  for (size_t i = 0; i < total; i++)
+    to_measure += items[i].staged[0] != 0;
+  double ref_median = NAN;
+  kc_cleanup_free size_t *order = calloc(total, sizeof *order);
+  size_t no = 0;
+  if (!order)
+    return kc_error_set(err, ENOMEM, "batch");
+  if (cfg->reference)
+    order[no++] = ref_index;
+  for (size_t i = 0; i < n; i++)
+    if (!cfg->reference || i != ref_index)
+      order[no++] = i;
+  for (size_t k = 0; k < no; k++) {
+    size_t i = order[k];
+    if (kc_bench_interrupted())
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    item *it = &items[i];
+    if (cfg->progress && it->staged[0])
+      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
+    int rc;
+    measure_one(cfg, s, runner, ref, it, &rc, err);
+    if (rc < 0)
+      return -1;
+    measured += it->staged[0] != 0;
+    if (cfg->reference && i == ref_index && it->status == KC_BENCH_OK && it->m.repeat) {
+      kc_mstats st;
+      kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
+      ref_median = st.median;
+    }
+    it->rec = record(cfg, it, device, isolation, ref_median);
+    if (i < n && cfg->on_record)
+      cfg->on_record(cfg->record_ctx, it->rec);
+  }
+  if (cfg->progress)
+    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
   return 0;
 }
 
@@ -529,8 +601,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   if (s.n_sets > 64)
     return kc_error_set(err, 0, "too many input sets (at most 64)");
   s.out_region = kc_args_region_bytes(&s.spec, true);
-  if ((kc_args_region_bytes(&s.spec, false) + s.out_region) * s.n_sets > (4ull << 30))
-    return kc_error_set(err, 0, "--args: %u sets of these tensors exceed 4 GiB", s.n_sets);
+  if (!cfg->tracker && check_fits(cfg, &s, err) < 0)
+    return -1;
   if (n == 0)
     return kc_error_set(err, 0, "no kernels given");
   for (size_t i = 0; i < n; i++)
@@ -546,8 +618,8 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   if (!items)
     return kc_error_set(err, ENOMEM, "batch");
   int rc = -1;
-  unsigned char *ref_out = NULL;
-  kc_mrunner *runner = NULL;
+  kc_mrunner *runner = NULL, *ref_runner = NULL;
+  s.in_fd = -1;
   bool have_session = false;
   char device[512];
   device_name(device, sizeof device);
@@ -598,6 +670,10 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       }
   }
 
+  if (kc_bench_interrupted()) {
+    kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    goto out;
+  }
   if (make_session(cfg, &s, err) < 0)
     goto out;
   have_session = true;
@@ -614,13 +690,17 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       goto out;
   }
 
-  kc_mrunner_opts ro = {.bind_dir = s.dir,
+  kc_mrunner_opts ro = {.bind_dir = s.view,
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
-                        .max_result_bytes =
-                            sizeof(kc_mreply_run) + KC_MPROTO_MAX_CHECKS * s.out_region + 4096};
+                        .max_result_bytes = 4096,
+                        .plain = cfg->no_isolation};
   if (kc_mrunner_new(&ro, &runner, err) < 0)
     goto out;
+  /* the reference's outputs are read from its memory too: nothing large on the ring */
+  if (cfg->reference && kc_mrunner_new(&ro, &ref_runner, err) < 0)
+    goto out;
+  const char *isolation = strcmp(kc_mrunner_kind(runner), "sandbox") ? "none" : "sandbox";
   {
     /* Say how the kernels were isolated: the pool's sandboxed workers, or the plain
      * fallback (no namespaces, no cgroup). */
@@ -635,8 +715,7 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
       kc_error_set(err, 0, "--reference %s: %s", cfg->reference, ri->message);
       goto out;
     }
-    int r = reference_outputs(cfg, &s, runner, ri->staged, &ref_out, err);
-    kc_mrunner_reset(runner);
+    int r = reference_load(cfg, &s, ref_runner, ri->staged, err);
     if (r < 0) {
       kc_error_prefix(err, "--reference %s (with --args '%s', %u tensors)", cfg->reference,
                       cfg->args, s.spec.n);
@@ -644,36 +723,17 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     }
   }
 
-  /* Measure, one kernel per fresh worker (a sealed worker cannot load another). */
-  size_t to_measure = 0, measured = 0;
-  for (size_t i = 0; i < total; i++)
-    to_measure += items[i].staged[0] != 0 && !(i == n && ref_index != n);
-  for (size_t i = 0; i < total; i++) {
-    item *it = &items[i];
-    if (!it->staged[0] || (i == n && ref_index != n))
-      continue;
-    if (cfg->progress)
-      cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
-    kc_mctx x;
-    fill_ctx(&x, cfg, &s, runner, it->staged, ref_out);
-    if (kc_measure_kernel(&x, &it->m, err) < 0) {
-      kc_error_prefix(err, "%s", it->path);
-      goto out;
-    }
-    kc_mrunner_reset(runner);
-    it->measured = true;
-    it->status = it->m.status;
-    snprintf(it->message, sizeof it->message, "%s", it->m.message);
-    measured++;
-  }
-  if (cfg->progress)
-    cfg->progress(cfg->progress_ctx, "done", to_measure, to_measure);
+  /* Measure, one kernel per fresh worker (a sealed worker cannot load another): the
+   * reference first (its median is every record's speed-up), then the kernels in input
+   * order, each record handed out as soon as it is final. */
+  if (measure_all(cfg, &s, runner, ref_runner, items, n, ref_index, device, isolation, err) < 0)
+    goto out;
 
   json_t *arr = json_array();
   for (size_t i = 0; i < n; i++)
-    json_array_append_new(arr, record(&items[i], device));
+    json_array_append(arr, items[i].rec);
   if (cfg->reference && reference_record) { /* for the speed-up column */
-    json_t *r = record(&items[ref_index], device);
+    json_t *r = json_deep_copy(items[ref_index].rec);
     json_object_set_new(r, "kernel", json_string(cfg->reference));
     *reference_record = r;
   }
@@ -681,16 +741,18 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
   rc = 0;
 out:
   kc_mrunner_free(runner);
-  free(ref_out);
+  kc_mrunner_free(ref_runner);
   for (size_t i = 0; i < total; i++) {
     free(items[i].src);
-    free(items[i].m.run_secs);
+    kc_kmeasure_clear(&items[i].m);
+    json_decref(items[i].rec);
   }
   free(items);
   if (have_session)
     kc_rm_rf(s.dir);
-  if (s.slots.fd > 0)
-    close(s.slots.fd);
-  free(s.in_data);
+  if (s.in_map)
+    munmap(s.in_map, s.in_len ? s.in_len : 1);
+  if (s.in_fd >= 0)
+    close(s.in_fd);
   return rc;
 }

@@ -21,6 +21,7 @@
 /* Defined by the worker runtime when it is linked; the plain runner seals itself. */
 #pragma weak kc_runtime_seal_exec
 #include "measure_internal.h"
+#include "measure_kernel.h"
 
 typedef int (*kc_kernel_fn)(DLTensor *args, int32_t num_args);
 
@@ -30,11 +31,19 @@ struct kc_mstate {
   uint64_t in_region, out_region;
   unsigned char *in; /* n_sets * in_region, PROT_READ, shared file mapping */
   size_t in_len;
-  unsigned char *out; /* n_sets * out_region, private */
+  /* The same file mapped n_views times back to back: a call that repeats an input set
+   * within a round reads it at another address (a cache keyed by address misses). */
+  uint32_t n_views;
+  size_t in_stride;   /* in_len rounded up to pages: where view v starts */
+  unsigned char *out; /* n_sets * out_region, private: runs without the area only,
+                         mapped by the first of them */
   size_t out_len;
-  DLTensor *pristine; /* n_sets * n */
-  DLTensor *live;     /* what the kernel gets; restored before each call */
-  int64_t *shapes;    /* n_sets * n * KC_ARGS_MAX_NDIM */
+  DLTensor *pristine;  /* n_sets * n */
+  DLTensor *live;      /* what the kernel gets; restored before each call */
+  int64_t *shapes;     /* n_sets * n * KC_ARGS_MAX_NDIM */
+  unsigned char *area; /* PREPARE: one output region per call of a round */
+  size_t area_len;
+  uint64_t area_calls;
   void *dl;
   kc_kernel_fn fn;
 };
@@ -183,19 +192,52 @@ static int seal_plain(bool after_load) {
   return rc ? -1 : 0;
 }
 
+/* Views only while they are small (the budget that makes sets repeat within a round);
+ * pages populated now, in every view, so that no input faults inside a round.  Shared + read-only
+ * descriptor: mprotect can never make any of them writable. */
+static int map_views(kc_mstate *s, int fd) {
+  s->n_views = s->in_len && s->in_len <= (8u << 20) ? 16 : 1;
+  s->in_stride = (s->in_len + 4095) / 4096 * 4096;
+  size_t all = s->in_stride * s->n_views;
+  unsigned char *base = mmap(NULL, all ? all : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED)
+    return -1;
+  for (uint32_t v = 0; v < s->n_views && s->in_len; v++) {
+    if (mmap(base + v * s->in_stride, s->in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+             fd, 0) == MAP_FAILED) {
+      munmap(base, all);
+      return -1;
+    }
+  }
+  s->in = base;
+  return 0;
+}
+
 void kc_mstate_free(kc_mstate *s) {
   if (!s)
     return;
   fault_armed = 0;
   /* The kernel's library stays loaded: its destructors are untrusted code too. */
   if (s->in)
-    munmap(s->in, s->in_len);
+    munmap(s->in, s->in_stride * s->n_views);
   if (s->out)
     munmap(s->out, s->out_len);
+  if (s->area)
+    munmap(s->area, s->area_len);
   free(s->pristine);
   free(s->live);
   free(s->shapes);
   free(s);
+}
+
+/* Every page of the inputs present before the first call: a page fault inside a timed
+ * call would be timed.  (The parent rewrites the inputs through its own mapping of the
+ * same file, so these pages stay mapped; the output area is faulted in by PREPARE.) */
+static void prefault_inputs(kc_mstate *s) {
+  volatile unsigned char sink = 0;
+  for (size_t i = 0; i < s->in_len; i += 4096)
+    sink ^= s->in[i];
+  (void)sink;
 }
 
 int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
@@ -211,7 +253,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     errf(errbuf, errcap, "error: --args: %s", err.msg);
     goto fail;
   }
-  if (n_sets == 0 || n_sets > 64) {
+  if (n_sets == 0 || n_sets > KC_MPROTO_MAX_SETS) {
     errf(errbuf, errcap, "error: bad number of input sets %u", n_sets);
     goto fail;
   }
@@ -231,20 +273,12 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     goto fail;
   }
   /* Shared + read-only descriptor: mprotect can never make it writable. */
-  s->in = mmap(NULL, s->in_len, PROT_READ, MAP_SHARED, fd, 0);
-  close(fd);
-  if (s->in == MAP_FAILED) {
-    s->in = NULL;
+  if (map_views(s, fd) < 0) {
+    close(fd);
     errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
     goto fail;
   }
-  s->out_len = (size_t)(s->out_region * n_sets);
-  s->out = mmap(NULL, s->out_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (s->out == MAP_FAILED) {
-    s->out = NULL;
-    errf(errbuf, errcap, "error: map outputs: %s", strerror(errno));
-    goto fail;
-  }
+  close(fd);
   uint32_t n = s->spec.n;
   s->pristine = calloc((size_t)n_sets * n, sizeof(DLTensor));
   s->live = calloc((size_t)n_sets * n, sizeof(DLTensor));
@@ -259,8 +293,8 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
       DLTensor *d = &s->pristine[k * n + i];
       int64_t *shape = &s->shapes[((size_t)k * n + i) * KC_ARGS_MAX_NDIM];
       memcpy(shape, t->shape, sizeof t->shape);
-      unsigned char *base = t->out ? s->out + k * s->out_region : s->in + k * s->in_region;
-      d->data = base + kc_args_offset(&s->spec, i);
+      /* an output's data is set per call: its region in the area, or in out */
+      d->data = t->out ? NULL : s->in + k * s->in_region + kc_args_offset(&s->spec, i);
       d->device = (DLDevice){kDLCPU, 0};
       d->ndim = t->ndim;
       d->dtype = t->dtype;
@@ -268,6 +302,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
       d->strides = NULL;
       d->byte_offset = 0;
     }
+  prefault_inputs(s);
   install_fault_handlers();
   if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
     errf(errbuf, errcap, "error: cannot install the seccomp filter");
@@ -302,10 +337,39 @@ fail:
   return -1;
 }
 
+/* The read-only-input fault, as the kernel's status.  Called after siglongjmp. */
+static void input_fault_message(kc_mstate *s, char *errbuf, size_t errcap) {
+  uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_stride % s->in_region;
+  int which = -1;
+  for (uint32_t i = 0; i < s->spec.n; i++)
+    if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
+        off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
+      which = (int)i;
+  errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+}
+
+/* The per-set output regions of runs without the area (the timed rounds never use
+ * them: a problem whose outputs fill the memory limit is not mapped twice). */
+static int map_out(kc_mstate *s, char *errbuf, size_t errcap) {
+  s->out_len = (size_t)(s->out_region * s->n_sets);
+  s->out = mmap(NULL, s->out_len ? s->out_len : 1, PROT_READ | PROT_WRITE,
+                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (s->out == MAP_FAILED) {
+    s->out = NULL;
+    s->out_len = 0;
+    errf(errbuf, errcap, "error: map outputs: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap) {
   *out_len = 0;
-  if (req->number == 0 || req->first_set >= s->n_sets || req->n_checks > KC_MPROTO_MAX_CHECKS) {
+  uint32_t n_sets = req->n_sets ? req->n_sets : s->n_sets;
+  bool area = req->flags & KC_MRUN_AREA;
+  if (req->number == 0 || n_sets > s->n_sets || req->first_set >= n_sets ||
+      req->n_checks > KC_MPROTO_MAX_CHECKS || (area && req->number > s->area_calls)) {
     errf(errbuf, errcap, "error: bad run request");
     return -1;
   }
@@ -319,28 +383,36 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     errf(errbuf, errcap, "error: result buffer too small");
     return -1;
   }
+  if (!area && !s->out && map_out(s, errbuf, errcap) < 0)
+    return -1;
   uint32_t n = s->spec.n;
   unsigned char *dst = (unsigned char *)out + sizeof(kc_mreply_run);
   uint32_t ci = 0;
   fault_lo = s->in;
-  fault_hi = s->in + s->in_len;
+  fault_hi = s->in + s->in_stride * s->n_views;
   if (sigsetjmp(fault_env, 1)) {
-    uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
-    int which = -1;
-    for (uint32_t i = 0; i < n; i++)
-      if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
-          off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
-        which = (int)i;
-    errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+    input_fault_message(s, errbuf, errcap);
     return -1;
   }
   fault_armed = 1;
   uint32_t set = req->first_set;
+  size_t view = 0; /* byte offset of this pass's view of the inputs */
   for (uint64_t i = 0; i < req->number; i++) {
-    unsigned char *o = s->out + set * s->out_region;
-    kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
+    unsigned char *o;
     DLTensor *args = &s->live[set * n];
     memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
+    if (area) { /* already poisoned, outside the clock */
+      o = s->area + i * s->out_region;
+      for (uint32_t t = 0; t < n; t++)
+        if (!s->spec.t[t].out)
+          args[t].data = (unsigned char *)args[t].data + view;
+    } else {
+      o = s->out + set * s->out_region;
+      kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
+    }
+    for (uint32_t t = 0; t < n; t++)
+      if (s->spec.t[t].out)
+        args[t].data = o + kc_args_offset(&s->spec, t);
     int rc = s->fn(args, (int32_t)n);
     if (rc != 0) {
       fault_armed = 0;
@@ -351,13 +423,50 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
       memcpy(dst + (size_t)ci * s->out_region, o, s->out_region);
       ci++;
     }
-    if (++set == s->n_sets)
+    if (++set == n_sets) {
       set = 0;
+      view += s->in_stride;
+      if (view == s->in_stride * s->n_views)
+        view = 0;
+    }
   }
   fault_armed = 0;
   kc_mreply_run rep = {KC_MPROTO_MAGIC, req->n_checks};
   memcpy(out, &rep, sizeof rep);
   *out_len = need;
+  return 0;
+}
+
+int kc_mstate_prepare(kc_mstate *s, const kc_mreq_prepare *req, kc_mreply_prepare *rep,
+                      char *errbuf, size_t errcap) {
+  if (req->number == 0 || req->number > (1ull << 32) ||
+      req->number > (uint64_t)SIZE_MAX / (s->out_region ? s->out_region : 1)) {
+    errf(errbuf, errcap, "error: bad prepare request");
+    return -1;
+  }
+  size_t need = (size_t)(req->number * s->out_region);
+  if (need > s->area_len) {
+    /* Kept between rounds so that its pages stay mapped: growing happens here, never
+     * inside a timed request. */
+    if (s->area)
+      munmap(s->area, s->area_len);
+    s->area_len = 0;
+    s->area_calls = 0;
+    s->area = mmap(NULL, need, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (s->area == MAP_FAILED) {
+      s->area = NULL;
+      errf(errbuf, errcap, "error: the outputs of %llu calls (%zu bytes) do not fit",
+           (unsigned long long)req->number, need);
+      return -1;
+    }
+    s->area_len = need;
+  }
+  s->area_calls = s->out_region ? s->area_len / s->out_region : 0;
+  for (uint64_t i = 0; i < req->number; i++)
+    kc_poison_fill(s->area + i * s->out_region, (size_t)s->out_region,
+                   kc_poison_word(req->poison_seed, i));
+  *rep = (kc_mreply_prepare){
+      .magic = KC_MPROTO_MAGIC, .base = (uint64_t)(uintptr_t)s->area, .region = s->out_region};
   return 0;
 }
 
@@ -367,6 +476,8 @@ void kc_mstate_flush(kc_mstate *s) {
     __builtin_ia32_clflush(s->in + i);
   for (size_t i = 0; i < s->out_len; i += 64)
     __builtin_ia32_clflush(s->out + i);
+  for (size_t i = 0; i < s->area_len; i += 64)
+    __builtin_ia32_clflush(s->area + i);
   __builtin_ia32_mfence();
 #else
   /* Elsewhere: push the tensors out by streaming through a buffer larger than the LLC. */
@@ -436,6 +547,22 @@ int kc_handler_measure(kc_call *call) {
         0)
       return 1;
     call->out_len = len;
+    return 0;
+  }
+  case KC_MOP_PREPARE: {
+    kc_mreq_prepare req;
+    kc_mreply_prepare rep;
+    if (!g_state || call->arg_len != sizeof req || call->out_cap < sizeof rep) {
+      errf(call->error, call->error_cap, "error: prepare before load");
+      return 1;
+    }
+    memcpy(&req, call->arg, sizeof req);
+    if (kc_mstate_prepare(g_state, &req, &rep, call->error, call->error_cap) < 0)
+      return 1;
+    memcpy(call->out, &rep, sizeof rep);
+    call->out_len = sizeof rep;
+    /* the parent stops this process now, then starts the timed request */
+    kc_runtime_spin_next(2000000);
     return 0;
   }
   case KC_MOP_WAKE:

@@ -36,13 +36,16 @@ static inline const char *kc_status_name_local(const kc_result *r) {
 
 #define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */
 #define KC_MPROTO_MAX_CHECKS 16
+#define KC_MPROTO_MAX_SETS 4096 /* input sets one inputs file holds */
 
 enum kc_mop {
-  KC_MOP_LOAD = 1,  /* load the artifact, map the inputs, then seal */
-  KC_MOP_RUN = 2,   /* `number` calls back to back (the parent times the request) */
-  KC_MOP_FLUSH = 3, /* evict all tensors from the CPU caches (untimed) */
-  KC_MOP_WAKE = 4,  /* answer at once (untimed): wakes the worker and the parent's CPUs
-                       right before a timed round, so neither wake-up is timed */
+  KC_MOP_LOAD = 1,    /* load the artifact, map the inputs, then seal */
+  KC_MOP_RUN = 2,     /* `number` calls back to back (the parent times the request) */
+  KC_MOP_FLUSH = 3,   /* evict all tensors from the CPU caches (untimed) */
+  KC_MOP_WAKE = 4,    /* answer at once (untimed): wakes the worker and the parent's CPUs
+                         right before a timed round, so neither wake-up is timed */
+  KC_MOP_PREPARE = 5, /* (untimed) size the output area for `number` calls and poison
+                         every call's own region; reply: kc_mreply_prepare */
 };
 
 typedef struct kc_mreq_load {
@@ -60,7 +63,27 @@ typedef struct kc_mreq_run {
   uint32_t n_checks;  /* calls whose outputs come back */
   uint64_t poison_seed;
   uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
+  uint32_t n_sets; /* sets the calls rotate through; 0 = all the inputs file holds */
+  uint32_t flags;  /* KC_MRUN_AREA */
 } kc_mreq_run;
+
+/* Call i writes region i of the output area that the last PREPARE poisoned, and the
+ * calls themselves touch nothing else: the parent reads every call's output from
+ * outside once the round is over.  Without it (the reference, tests) each set has one
+ * output region, poisoned before every call, and only `checks` come back. */
+#define KC_MRUN_AREA 1u
+
+typedef struct kc_mreq_prepare {
+  uint32_t magic, op;
+  uint64_t number;
+  uint64_t poison_seed; /* call i's region holds kc_poison_word(poison_seed, i) */
+} kc_mreq_prepare;
+
+typedef struct kc_mreply_prepare {
+  uint32_t magic, pad;
+  uint64_t base;   /* the area's address in the worker (the parent reads it from outside) */
+  uint64_t region; /* bytes per call */
+} kc_mreply_prepare;
 
 /* RUN reply: this header, then n_checks copies of the whole output region
  * (kc_args_region_bytes(out)), in the order of checks. */
@@ -82,6 +105,9 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap);
 void kc_mstate_flush(kc_mstate *s);
+/* PREPARE: the area for `number` calls, every region poisoned (pages touched). */
+int kc_mstate_prepare(kc_mstate *s, const kc_mreq_prepare *req, kc_mreply_prepare *rep,
+                      char *errbuf, size_t errcap);
 void kc_mstate_free(kc_mstate *s);
 
 /* A measuring process as the parent sees it: the worker pool's kc_worker when it is
@@ -132,6 +158,27 @@ void kc_mrunner_reset(kc_mrunner *r);
 void kc_mrunner_free(kc_mrunner *r);
 const char *kc_mrunner_kind(const kc_mrunner *r);
 void kc_mcall_clear(kc_mcall *c);
+
+/* The measuring process seen from outside, by host pid (measure_observe.c). */
+int kc_observe_stop(pid_t pid); /* SIGSTOP, then wait until stopped; -1 when gone */
+void kc_observe_cont(pid_t pid);
+/* SIGCONT, then wait (at most 5 ms) until the scheduler has given the process a CPU;
+ * returns the seconds it waited for one (its wake-up: it ran nothing meanwhile), 0 when
+ * unknown. */
+double kc_observe_cont_arrived(pid_t pid);
+int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
+int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
+
+/* The process that answers the next call (0 when none is running yet). */
+pid_t kc_mrunner_pid(kc_mrunner *r);
+/* A timed round: the request is published while the process is stopped, then it is
+ * continued, and it is stopped again as soon as its completion is seen - before
+ * anything else.  elapsed_s leaves out the wake-up after SIGCONT (the scheduler's
+ * account of the time the process waited for a CPU before it first ran).  So it sees the round's
+ * inputs only inside the clock, and whatever it does after it claims to be done does not happen
+ * until the parent has checked the round. */
+int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
+                          double expect_s, kc_mcall *res, kc_error *err);
 
 double kc_now_s(void);
 const char *kc_signal_name(int sig);

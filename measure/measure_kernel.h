@@ -4,22 +4,9 @@
 #define KCAGE_MEASURE_KERNEL_H
 
 #include <stdarg.h>
+#include <time.h>
 
 #include "measure_internal.h"
-
-/* The inputs file as the parent keeps it: which input set's data sits in each slot (the
- * kernel sees slots, at fixed addresses).  Between rounds the parent moves the sets to
- * other slots, so a cache keyed by the input's address replays the wrong answer. */
-typedef struct kc_minputs {
-  int fd;                    /* read-write, the parent's own; -1 = never permute */
-  const unsigned char *data; /* n_sets input regions, set order */
-  uint64_t in_region;
-  uint32_t n_sets;
-  uint32_t slot_set[64];
-} kc_minputs;
-
-/* Put set perm[j] into slot j, for every slot.  -1 on a write failure. */
-int kc_minputs_place(kc_minputs *in, const uint32_t *perm, kc_error *err);
 
 typedef struct kc_mctx {
   kc_mrunner *runner;
@@ -27,17 +14,22 @@ typedef struct kc_mctx {
   const char *args_text;
   const char *artifact; /* path readable inside the worker */
   const char *entry;
-  const char *inputs; /* inputs file */
-  uint32_t n_sets;
-  const unsigned char *ref; /* n_sets output regions from the reference, or NULL */
+  const char *inputs;    /* inputs file */
+  uint32_t n_sets;       /* sets of the first (untimed) round, each called twice */
+  uint32_t n_slots;      /* sets the inputs file holds: a timed round uses up to this many */
+  uint64_t max_calls;    /* calls whose outputs fit the worker's output area */
+  unsigned char *in_map; /* the parent's writable mapping of the inputs file */
+  uint64_t data_seed;    /* the inputs of round r derive from it (secret unless --seed) */
+  kc_mrunner *ref;       /* the reference, loaded and sealed, or NULL */
   double rtol, atol;
   uint64_t number;
   uint32_t repeat;
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
   uint32_t checks;
-  double deadline;   /* kc_now_s() clock */
-  kc_minputs *slots; /* NULL: slot i always holds set i */
+  double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
+  double call_s;   /* one kernel call, --timeout (0 = 10 s); a round of N calls gets N times it */
+  uint64_t round;  /* rounds so far (each has its own inputs) */
 } kc_mctx;
 
 typedef struct kc_kmeasure {
@@ -46,8 +38,76 @@ typedef struct kc_kmeasure {
   double *run_secs; /* repeat entries (malloc'd) */
   uint32_t repeat;  /* rounds completed */
   uint64_t number;
-  double max_abs_err; /* NAN when nothing was compared */
+  double max_abs_err;     /* NAN when nothing was compared */
+  uint64_t checked_calls; /* timed calls whose output was verified against the reference */
+  uint64_t timed_calls;
+  double *warmup_secs; /* warm-up rounds (verified like the others, never counted), seconds
+                          per call (malloc'd) */
+  uint32_t n_warmup;
+  const char *limit; /* status timeout: "call" or "budget" */
 } kc_kmeasure;
+
+/* Frees what kc_measure_kernel allocated in m. */
+void kc_kmeasure_clear(kc_kmeasure *m);
+
+/* Statistics of a sample, as hyperfine reports them (NAN when empty). */
+typedef struct kc_mstats {
+  double median, min, max, mean, stddev, cv;
+} kc_mstats;
+void kc_mstats_of(const double *v, uint32_t n, kc_mstats *s);
+
+/* One kernel's record (measure_record.c). */
+typedef struct kc_mrecord_in {
+  const char *kernel;
+  kc_bench_status status;
+  const char *message;
+  const kc_kmeasure *m; /* NULL when it was never measured */
+  double build_s;       /* NAN when not built here */
+  const char *device;
+  double reference_median_s; /* NAN without a reference */
+  double max_cv;             /* unstable above it; 0 = 0.1, negative = never */
+  uint64_t seed;
+  bool seed_set;                  /* false: the record says "secret" */
+  const char *isolation;          /* "sandbox" or "none" */
+  const char *cc, *cflags;        /* NULL for a .so */
+  struct timespec started, ended; /* CLOCK_REALTIME */
+} kc_mrecord_in;
+json_t *kc_mrecord(const kc_mrecord_in *in);
+void kc_rfc3339(const struct timespec *ts, char *buf, size_t len);
+
+/* The reference's outputs for `n` sets of the current round's inputs (0), or -1 with
+ * err (the reference failed: a setup error, not the kernel's). */
+int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_t region,
+                      double timeout_s, unsigned char *out, kc_error *err);
+
+/* Write round `round`'s inputs for sets [0, n_sets) into map (measure_inputs.c).
+ * Returns the set that is a near-copy of set 0, or UINT32_MAX when there is none. */
+uint32_t kc_round_inputs(const kc_args_spec *a, unsigned char *map, uint64_t in_region,
+                         uint32_t n_sets, uint64_t seed, uint64_t round, bool flush);
+
+/* A finished round as the parent sees it, the worker stopped. */
+typedef struct kc_round_view {
+  pid_t pid;
+  uint64_t base, region; /* call i's outputs: region bytes at base + i * region */
+  uint64_t number;
+  uint32_t n_sets; /* call i used set i % n_sets */
+  uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
+  uint64_t poison_seed;
+  bool timed;
+} kc_round_view;
+
+/* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent
+ * failure (err). */
+int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+                    kc_error *err);
+
+/* measure_audit.c.  0 fine; -1 refused (msg says why: status `suspicious`); -2 the
+ * audit could not be made (msg: status `error`). */
+int kc_audit_elf_image(const unsigned char *img, size_t len, char *msg, size_t cap);
+int kc_audit_elf(const char *path, char *msg, size_t cap);
+int kc_audit_maps_line(const char *line, const char *artifact, const char *exe, char *msg,
+                       size_t cap);
+int kc_audit_maps(pid_t pid, const char *artifact, char *msg, size_t cap);
 
 /* Returns 0 with m->status set (whatever the kernel did), -1 on a parent failure. */
 int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err);

@@ -1,7 +1,8 @@
 /* The measuring process as the parent sees it.  With the worker pool linked
- * (KC_HAVE_WORKER) this is a kc_worker under the `measure` policy; without it, or with
- * KCAGE_BENCH_PLAIN=1, a plain forked process that runs the same handler behind a
- * socketpair, locked with its own seccomp filter.  Either way the parent bounds every
+ * (KC_HAVE_WORKER) this is a kc_worker under the `measure` policy; without it, or when
+ * the caller asks for no isolation (opts.plain, only ever from an explicit command-line
+ * flag), a plain forked process that runs the same handler behind a socketpair, locked
+ * with its own seccomp filter.  Either way the parent bounds every
  * call by a deadline and treats every reply as hostile input. */
 #include <errno.h>
 #include <fcntl.h>
@@ -44,6 +45,16 @@ const char *kc_signal_name(int sig) {
   return buf;
 }
 
+static volatile sig_atomic_t interrupted;
+
+void kc_bench_interrupt(int sig) {
+  interrupted = sig > 0 ? sig : SIGINT;
+}
+
+int kc_bench_interrupted(void) {
+  return interrupted;
+}
+
 struct kc_mrunner {
   kc_mrunner_opts o;
   /* plain */
@@ -75,9 +86,6 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
     return kc_error_set(err, ENOMEM, "runner");
   r->o = *o;
   r->sock = -1;
-  const char *plain = getenv("KCAGE_BENCH_PLAIN");
-  if (plain && *plain && strcmp(plain, "0"))
-    r->o.plain = true;
 #ifdef KC_HAVE_WORKER
   if (!r->o.plain) {
     kc_worker_opts wo;
@@ -231,8 +239,10 @@ static int read_deadline(int fd, void *buf, size_t len, double deadline) {
     double left = deadline - kc_now_s();
     if (left <= 0)
       return 0;
+    if (interrupted)
+      return -2;
     struct pollfd pfd = {fd, POLLIN, 0};
-    int ms = left > 1e6 ? 1000000000 : (int)(left * 1000) + 1;
+    int ms = left > 0.1 ? 100 : (int)(left * 1000) + 1; /* sliced: see interrupted */
     int pr = poll(&pfd, 1, ms);
     if (pr < 0 && errno == EINTR)
       continue;
@@ -283,8 +293,8 @@ static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
   }
 }
 
-static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
-                      kc_error *err) {
+static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, bool timed,
+                      kc_mcall *res, kc_error *err) {
   if (r->pid <= 0 && plain_start(r, err) < 0)
     return -1;
   if (len > r->o.max_arg_bytes)
@@ -295,9 +305,14 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     plain_died(r, res, -1);
     return 0;
   }
+  double wake = timed ? kc_observe_cont_arrived(r->pid) : 0;
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
+  if (rr == -2) {
+    plain_kill(r);
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+  }
   if (rr == 0) {
     plain_kill(r);
     res->status = KC_MCALL_TIMEOUT;
@@ -336,6 +351,10 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   rr = read_deadline(r->sock, buf, body, deadline);
   if (rr <= 0) {
     free(buf);
+    if (rr == -2) {
+      plain_kill(r);
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+    }
     if (rr == 0) {
       plain_kill(r);
       res->status = KC_MCALL_TIMEOUT;
@@ -344,11 +363,13 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     }
     return 0;
   }
+  if (timed) /* only now: the body comes in a second write */
+    kc_observe_stop(r->pid);
   if (hdr[1] == 0) {
     res->status = KC_MCALL_OK;
     res->value = buf;
     res->value_len = body;
-    res->elapsed_s = seen - sent;
+    res->elapsed_s = seen - sent - wake;
     res->pid = r->pid;
   } else {
     res->status = KC_MCALL_EXCEPTION;
@@ -388,13 +409,16 @@ static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_res
 }
 #endif
 
-int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
-                    kc_error *err) {
-  return kc_mrunner_call_expect(r, arg, len, timeout_s, 0, res, err);
+pid_t kc_mrunner_pid(kc_mrunner *r) {
+#ifdef KC_HAVE_WORKER
+  if (r->w)
+    return kc_worker_pid(r->w);
+#endif
+  return r->pid;
 }
 
-int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
-                           double expect_s, kc_mcall *res, kc_error *err) {
+static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s, double expect_s,
+                    bool timed, kc_mcall *res, kc_error *err) {
   memset(res, 0, sizeof *res);
   kc_result_init_local(&res->verdict);
 #ifdef KC_HAVE_WORKER
@@ -402,17 +426,32 @@ int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double ti
     double sent = kc_now_s();
     if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
       return -1;
+    pid_t pid = kc_worker_pid(r->w);
+    double wake = timed ? kc_observe_cont_arrived(pid) : 0;
     kc_call_result cr;
     kc_call_result_init(&cr);
     int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
-    if (got < 0 || (got == 0 && kc_worker_recv(r->w, &cr, err) < 0))
+    /* In slices, so that an interrupted batch kills its worker at once. */
+    while (got == 0 && !interrupted)
+      got = kc_worker_recv_timed(r->w, &cr, 0.1, err);
+    if (got == 0) {
+      kc_worker_kill(r->w);
+      kc_call_result_clear(&cr);
+      kc_call_result_init(&cr);
+      if (kc_worker_recv(r->w, &cr, err) == 0)
+        kc_call_result_clear(&cr);
+      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+    }
+    if (got < 0)
       return -1;
+    if (timed && cr.status == KC_CALL_COMPLETE)
+      kc_observe_stop(pid);
     switch (cr.status) {
     case KC_CALL_COMPLETE:
       res->status = KC_MCALL_OK;
       res->value = cr.value;
       res->value_len = cr.value_len;
-      res->elapsed_s = cr.elapsed_s;
+      res->elapsed_s = cr.elapsed_s - wake;
       res->pid = cr.pid;
       cr.value = NULL;
       break;
@@ -433,5 +472,20 @@ int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double ti
   }
 #endif
   (void)expect_s; /* the plain runner blocks in poll() on its socket */
-  return plain_call(r, arg, len, timeout_s, res, err);
+  return plain_call(r, arg, len, timeout_s, timed, res, err);
+}
+
+int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
+                    kc_error *err) {
+  return call_any(r, arg, len, timeout_s, 0, false, res, err);
+}
+
+int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
+                           double expect_s, kc_mcall *res, kc_error *err) {
+  return call_any(r, arg, len, timeout_s, expect_s, false, res, err);
+}
+
+int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
+                          double expect_s, kc_mcall *res, kc_error *err) {
+  return call_any(r, arg, len, timeout_s, expect_s, true, res, err);
 }

@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "kcage/measure.h"
 #include "kcage/escape.h"
+#include "kcage/measure.h"
 #include "kcage/tracker.h"
 #include "netio.h"
 
@@ -65,7 +65,7 @@ static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_erro
   json_t *m = json_pack("{s:s, s:o, s:o}", "op", "run", "kernels", names, "config",
                         kc_run_config_encode(cfg));
   json_object_set_new(m, "reference", cfg->reference ? json_string(refname) : json_null());
-  double per = (cfg->timeout_s > 0 ? cfg->timeout_s : 10) + 70; /* build + measure */
+  double per = (cfg->budget_s > 0 ? cfg->budget_s : 300) + 70; /* build + measure */
   double wait = cfg->session_timeout_s > 0 ? cfg->session_timeout_s + 5 : 60 + per * (double)x->n;
   json_t *r = NULL;
   int rc = kc_session_call(s, m, wait, &r, err);

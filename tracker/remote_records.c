@@ -57,9 +57,20 @@ static const struct field {
   const char *name;
   bool (*ok)(const json_t *);
 } fields[] = {
-    {"run_secs", run_secs_ok},   {"median_s", seconds_ok}, {"min_s", seconds_ok},
-    {"cv", seconds_ok},          {"number", count_ok},     {"repeat", count_ok},
-    {"max_abs_err", seconds_ok}, {"build_s", seconds_ok},
+    {"run_secs", run_secs_ok},
+    {"median_s", seconds_ok},
+    {"min_s", seconds_ok},
+    {"cv", seconds_ok},
+    {"number", count_ok},
+    {"repeat", count_ok},
+    {"max_abs_err", seconds_ok},
+    {"build_s", seconds_ok},
+    {"mean_s", seconds_ok},
+    {"stddev_s", seconds_ok},
+    {"max_s", seconds_ok},
+    {"warmup_secs", run_secs_ok},
+    {"reference_median_s", seconds_ok},
+    {"speedup", seconds_ok},
 };
 
 static const struct field *known(const char *k) {

@@ -22,6 +22,8 @@ json_t *kc_run_config_encode(const kc_bench_config *cfg) {
                         (json_int_t)cfg->sets, "checks", (json_int_t)cfg->checks);
   if (!c)
     return NULL;
+  if (!cfg->seed_set) /* the agent draws its own secret seed */
+    json_object_del(c, "seed");
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
   if (cfg->build.cc)
@@ -31,6 +33,9 @@ json_t *kc_run_config_encode(const kc_bench_config *cfg) {
   json_object_set_new(c, "build_timeout_s", json_real(cfg->build.timeout_s));
   json_object_set_new(c, "build_memory_bytes", json_integer((json_int_t)cfg->build.memory_bytes));
   json_object_set_new(c, "no_cache", json_boolean(cfg->build.no_cache));
+  /* The agent's records then carry the same fields as local ones. */
+  json_object_set_new(c, "budget_s", json_real(cfg->budget_s));
+  json_object_set_new(c, "max_cv", json_real(cfg->max_cv));
   return c;
 }
 
@@ -84,6 +89,9 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   kc_bench_config_init(cfg);
   if (!json_is_object(c))
     return kc_error_set(err, EPROTO, "run: config must be an object");
+  if (json_object_get(c, "no_isolation") || json_object_get(c, "isolation"))
+    /* a tenant never chooses how it is isolated: every agent's kernels run sandboxed */
+    return kc_error_set(err, EPERM, "run: this agent runs every kernel in its sandbox");
   const char *bad = NULL;
   cfg->args = str(c, "args", &bad);
   if (!cfg->args)
@@ -92,6 +100,7 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   if (seed && !json_is_integer(seed))
     bad = "seed";
   cfg->seed = (uint64_t)json_integer_value(seed);
+  cfg->seed_set = json_is_integer(seed);
   cfg->entry = str(c, "entry", &bad);
   cfg->rtol = num(c, "rtol", cfg->rtol, -1, 1e6, &bad);
   cfg->atol = num(c, "atol", cfg->atol, -1, 1e6, &bad);
@@ -104,6 +113,8 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   cfg->memory_bytes = (uint64_t)num(c, "memory_bytes", (double)cfg->memory_bytes, 0, 1e15, &bad);
   cfg->sets = (uint32_t)num(c, "sets", cfg->sets, 0, 1024, &bad);
   cfg->checks = (uint32_t)num(c, "checks", cfg->checks, 0, 1e6, &bad);
+  cfg->budget_s = num(c, "budget_s", cfg->budget_s, -1, 86400, &bad);
+  cfg->max_cv = num(c, "max_cv", cfg->max_cv, -1, 1e6, &bad);
   decode_build(c, &cfg->build, &bad);
   if (bad)
     return kc_error_set(err, EINVAL, "run: config value %s is out of range", bad);

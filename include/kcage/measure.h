@@ -92,6 +92,8 @@ bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want,
  * Build: `cc` inside a `build` sandbox, content-addressed cache.
  * ------------------------------------------------------------------------------- */
 
+#define KC_BUILD_DEFAULT_CFLAGS "-O2 -march=native -fPIC -shared"
+
 typedef struct kc_build_opts {
   const char *cc;        /* NULL = "cc" */
   const char *cflags;    /* NULL = "-O2 -march=native -fPIC -shared"; split on spaces */
@@ -144,7 +146,8 @@ int kc_bench_status_parse(const char *name, kc_bench_status *out);
 
 typedef struct kc_bench_config {
   const char *args;      /* the --args text (required) */
-  uint64_t seed;         /* default 0 */
+  uint64_t seed;         /* used only with seed_set */
+  bool seed_set;         /* false: inputs from a secret seed (getrandom), per run */
   const char *reference; /* trusted kernel (.c or .so) or NULL */
   double rtol, atol;     /* negative (as init leaves them) = 1e-4, 1e-5 */
   const char *entry;     /* NULL = "kernel" */
@@ -154,10 +157,12 @@ typedef struct kc_bench_config {
   double cooldown_ms;    /* sleep between rounds */
   bool flush_cache;      /* evict the tensors from the CPU caches before each round */
   uint32_t workers;      /* parallel builds (helper processes); 0 = online CPUs */
-  double timeout_s;      /* per kernel measurement; 0 = 10 */
+  double timeout_s;      /* one kernel call (a round of N calls gets N times it); 0 = 10 */
   uint64_t memory_bytes; /* per measuring worker; 0 = 1 GiB */
   uint32_t sets;         /* distinct input/output sets the timed calls rotate through; 0 = 4 */
-  uint32_t checks;       /* timed calls verified per round; 0 = 2 */
+  uint32_t checks;       /* timed calls verified per round (drawn after it); 0 = 2 */
+  bool no_isolation;     /* run kernels in a plain process: no namespaces, no cgroup
+                            (--no-isolation only; records say "isolation": "none") */
   kc_build_opts build;
   /* Remote runs: the caller sends the batch to kc_bench_remote_run (kcage/tracker.h)
    * when tracker is set; kc_bench_run_batch refuses a config with tracker set. */
@@ -168,13 +173,22 @@ typedef struct kc_bench_config {
   /* Progress after each step, from the calling thread. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;
+  double budget_s; /* one kernel's whole measurement; 0 = 300, negative = none */
+  double max_cv;   /* a record is "unstable" above this CV; 0 = 0.1, negative = never */
+  /* Each kernel's record as soon as it is final (the reference's first, then the
+   * kernels in input order), from the calling thread; the record stays the batch's. */
+  void (*on_record)(void *ctx, const json_t *record);
+  void *record_ctx;
 } kc_bench_config;
 
 void kc_bench_config_init(kc_bench_config *c);
 
 /* Run the batch.  *records: a JSON array with one object per kernel, in input order,
- * with exactly the fields of docs/contracts.md (kernel, status, message, run_secs,
- * median_s, min_s, cv, number, repeat, max_abs_err, build_s, device).  Returns 0 when
+ * with the fields of docs/contracts.md (kernel, status, message, run_secs, median_s,
+ * min_s, cv, number, repeat, max_abs_err, build_s, device, limits), then mean_s,
+ * stddev_s, max_s, warmup_secs, unstable, timeout ("call"/"budget"), reference_median_s,
+ * speedup, seed (or "secret"), checked_calls, isolation, cc, cflags, kcage_version,
+ * started_at, ended_at (README.md).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */
 int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
@@ -184,6 +198,19 @@ int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, s
  * --reference) in *reference_record when that is not NULL. */
 int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
                           json_t **records, json_t **reference_record, kc_error *err);
+
+/* One record as one JSON Lines line (no newline; free() it): every number in its
+ * shortest round-trip form, times rounded to 12 significant digits first. */
+char *kc_bench_record_dumps(const json_t *record);
+/* Set reference_median_s and speedup (reference / median_s; null when either is
+ * missing) on a record. */
+void kc_bench_record_set_reference(json_t *record, double reference_median_s);
+
+/* Stop the running batch (async-signal-safe: for SIGINT/SIGTERM handlers): the
+ * measuring worker and every build are killed, kc_bench_run_batch returns -1 soon
+ * (kc_bench_interrupted() then says so); records already delivered stay valid. */
+void kc_bench_interrupt(int sig);
+int kc_bench_interrupted(void); /* the signal number given, or 0 */
 
 /* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
  * kcage-worker program (measure/worker_main.c). */

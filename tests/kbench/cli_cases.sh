@@ -80,11 +80,22 @@ json_lines)
   cat "$tmp/out"
   [[ $(wc -l <"$tmp/r.jsonl") == 2 ]] || exit 1
   head -1 "$tmp/r.jsonl" | grep -q '"kernel": *"[^"]*naive.c"' || exit 1
-  for f in kernel status message run_secs median_s min_s cv number repeat max_abs_err build_s device; do
+  for f in kernel status message run_secs median_s min_s cv number repeat max_abs_err build_s device \
+    mean_s stddev_s max_s warmup_secs unstable timeout reference_median_s speedup seed cc cflags \
+    kcage_version started_at ended_at; do
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"cv":"device":"kernel":"limits":"max_abs_err":"median_s":"memory":"message":"min_s":"number":"pids":"repeat":"run_secs":"status":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"build_s":"cc":"cflags":"checked_calls":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
+  # in their shortest form (never 17 digits).
+  head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1
+  head -1 "$tmp/r.jsonl" | grep -Eq '"reference_median_s":[0-9.e-]+,"speedup":[0-9.e-]+' || exit 1
+  # (at most 12 significant digits in any number: mantissa digits without leading zeros)
+  long=$(jq -c '.. | numbers' "$tmp/r.jsonl" | sed 's/e.*//; s/[-.]//g; s/^0*//' | awk 'length($0) > 12')
+  [[ -z $long ]] || { echo "long floats: $long"; exit 1; }
+  # (the inputs came from a secret seed: no --seed)
+  grep -q '"seed":"secret","cc":"[^"]*","cflags":"' "$tmp/r.jsonl" || exit 1
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
   ;;
 timing_options)
@@ -103,6 +114,29 @@ shared_object)
   cat "$tmp/out" "$tmp/r.jsonl"
   grep -q '"status": *"ok"' "$tmp/r.jsonl" && grep -q '"build_s": *null' "$tmp/r.jsonl" &&
     grep -q '1.00x\|[0-9]x' "$tmp/out"
+  ;;
+no_isolation)
+  # Only an explicit flag runs kernels unsandboxed: a warning, and the records say so;
+  # never with --tracker.  The environment variable of old changes nothing.
+  "$kcage" bench --args "$small" --no-isolation --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" \
+    >"$tmp/out" 2>"$tmp/err" || exit 1
+  cat "$tmp/err" "$tmp/r.jsonl"
+  grep -q 'warning: --no-isolation' "$tmp/err" && grep -q '"isolation": *"none"' "$tmp/r.jsonl" || exit 1
+  KCAGE_BENCH_PLAIN=1 "$kcage" bench --args "$small" --repeat 2 --json "$tmp/r2.jsonl" \
+    "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  if grep -q '\[sandbox\]' "$tmp/r2.jsonl"; then
+    grep -q '"isolation": *"sandbox"' "$tmp/r2.jsonl" || exit 1
+  fi
+  "$kcage" bench --args "$small" --no-isolation --tracker 127.0.0.1:1 --key k "$ex/tiled.c" \
+    >"$tmp/out" 2>"$tmp/err"
+  [[ $? == 2 ]] && grep -q 'no-isolation' "$tmp/err"
+  ;;
+seed_record)
+  # A secret seed by default; --seed N is recorded (the inputs were predictable).
+  "$kcage" bench --args "$small" --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  grep -q '"seed": *"secret"' "$tmp/r.jsonl" || exit 1
+  "$kcage" bench --args "$small" --seed 5 --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
+  grep -q '"seed": *5[,}]' "$tmp/r.jsonl"
   ;;
 *) echo "unknown case $case"; exit 1 ;;
 esac

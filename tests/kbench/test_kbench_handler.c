@@ -111,6 +111,56 @@ static void test_state_runs_and_checks(void **state) {
   kc_mstate_free(s);
 }
 
+/* The timed round's form: PREPARE poisons one region per call, RUN writes call i's
+ * outputs into region i (set i % n_sets), nothing comes back in the reply. */
+static void test_state_prepare_area(void **state) {
+  (void)state;
+  kc_mstate *s;
+  char e[512];
+  assert_int_equal(
+      kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
+  uint64_t region = kc_args_region_bytes(&spec, true);
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, 5, 7};
+  kc_mreply_prepare rep;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), 0);
+  assert_int_equal(rep.region, region);
+  const unsigned char *area = (const unsigned char *)(uintptr_t)rep.base;
+  for (uint64_t i = 0; i < 5; i++)
+    assert_true(kc_poison_equal(area + i * region, region, kc_poison_word(7, i)));
+  kc_mreq_run req = {
+      .magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 5, .n_sets = 2, .flags = KC_MRUN_AREA};
+  unsigned char out[64];
+  size_t len;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), 0);
+  assert_int_equal(len, sizeof(kc_mreply_run));
+  for (uint32_t i = 0; i < 5; i++)
+    expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), i % 2);
+  /* A run starting at another set (call i: set (first_set + i) % n_sets) over the same
+   * area, re-poisoned. */
+  pr.poison_seed = 8;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), 0);
+  assert_true(kc_poison_equal(area + 2 * region, region, kc_poison_word(8, 2)));
+  req.first_set = 1;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), 0);
+  for (uint32_t i = 0; i < 5; i++)
+    expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), (1 + i) % 2);
+  /* more calls than the area holds, more sets than the file, a first set out of range,
+   * an empty or oversized PREPARE: refused */
+  req.first_set = 2;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  req.first_set = 0;
+  req.number = 6;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  req.number = 5;
+  req.n_sets = 3;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  pr.number = 0;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), -1);
+  pr.number = (1ull << 32) + 1;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), -1);
+  kc_mstate_free(s);
+}
+
 static void test_state_input_mutation(void **state) {
   (void)state;
   kc_mstate *s;
@@ -280,9 +330,13 @@ static void test_runner_verdicts(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_state_runs_and_checks), cmocka_unit_test(test_state_input_mutation),
-      cmocka_unit_test(test_state_load_errors),     cmocka_unit_test(test_runner_ok),
-      cmocka_unit_test(test_runner_wake_and_expect), cmocka_unit_test(test_runner_verdicts),
+      cmocka_unit_test(test_state_runs_and_checks),
+      cmocka_unit_test(test_state_prepare_area),
+      cmocka_unit_test(test_state_input_mutation),
+      cmocka_unit_test(test_state_load_errors),
+      cmocka_unit_test(test_runner_ok),
+      cmocka_unit_test(test_runner_wake_and_expect),
+      cmocka_unit_test(test_runner_verdicts),
   };
   return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -96,6 +96,18 @@ static void test_session_roundtrip(void **state) {
   assert_non_null(strstr(err.msg, "out of range"));
   json_decref(m);
   kc_session_close(s);
+  /* A tenant never chooses to run without the sandbox (a session of its own: an error
+   * ends the session). */
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 3), 1);
+  lease_session(f, 0, &s, NULL);
+  assert_int_equal(kc_session_upload(s, "k0-a.c", "int x;\n", 7, &err), 0);
+  m = json_pack("{s:s, s:[s], s:{s:s, s:s}}", "op", "run", "kernels", "k0-a.c", "config", "args",
+                "f32[4]", "isolation", "none");
+  assert_int_equal(kc_session_call(s, m, 5, &r, &err), -1);
+  if (!strstr(err.msg, "sandbox"))
+    fail_msg("isolation refused with: %s", err.msg);
+  json_decref(m);
+  kc_session_close(s);
   /* The agent re-registers with a fresh matchkey when the session ends. */
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
 }
@@ -301,6 +313,9 @@ static void test_remote_bench_same_records(void **state) {
     json_object_foreach(a, k, v) assert_non_null(json_object_get(b, k)); /* same fields */
   }
   assert_string_equal(json_string_value(json_object_get(json_array_get(r, 0), "status")), "ok");
+  /* The remote record has the speed-up against the reference, like the local one. */
+  assert_true(json_is_number(json_object_get(json_array_get(r, 0), "speedup")));
+  assert_true(json_is_number(json_object_get(json_array_get(r, 0), "reference_median_s")));
   json_decref(l);
   json_decref(r);
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);

@@ -25,6 +25,7 @@ static void test_run_config_roundtrip(void **state) {
   kc_bench_config_init(&a);
   a.args = "f32[4] f32[4]:out";
   a.seed = UINT64_MAX - 7;
+  a.seed_set = true;
   a.rtol = 0.25;
   a.atol = 0.5;
   a.entry = "go";
@@ -37,6 +38,8 @@ static void test_run_config_roundtrip(void **state) {
   a.memory_bytes = 300u << 20;
   a.sets = 5;
   a.checks = 3;
+  a.budget_s = 42.5;
+  a.max_cv = 0.25;
   a.build.cc = "/usr/bin/gcc";
   a.build.cflags = "-O1 -fPIC -shared -DX=1";
   a.build.timeout_s = 33;
@@ -52,7 +55,8 @@ static void test_run_config_roundtrip(void **state) {
   kc_error err = {0};
   assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
   assert_string_equal(b.args, a.args);
-  assert_true(b.seed == a.seed);
+  assert_true(b.seed == a.seed && b.seed_set);
+  assert_true(b.budget_s == a.budget_s && b.max_cv == a.max_cv);
   assert_true(b.rtol == a.rtol && b.atol == a.atol);
   assert_string_equal(b.entry, a.entry);
   assert_int_equal(b.number, a.number);
@@ -72,6 +76,17 @@ static void test_run_config_roundtrip(void **state) {
   assert_null(b.build.cache_dir);
   assert_int_equal(b.workers, 0);
   assert_null(b.tracker);
+  json_decref(c);
+  /* No --seed: none is sent, and the agent draws a secret one. */
+  a.seed_set = false;
+  c = kc_run_config_encode(&a);
+  assert_null(json_object_get(c, "seed"));
+  assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
+  assert_false(b.seed_set);
+  /* A tenant never chooses its isolation. */
+  json_object_set_new(c, "isolation", json_string("none"));
+  assert_int_equal(kc_run_config_decode(c, &b, &err), -1);
+  assert_non_null(strstr(err.msg, "sandbox"));
   json_decref(c);
   /* Defaults survive the trip too. */
   kc_bench_config_init(&a);

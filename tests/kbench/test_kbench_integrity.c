@@ -1,0 +1,276 @@
+/* Measurement nobody can fool, from the parent's side: the mapping audit and the ELF
+ * check on crafted input, the parent's outside view of a process (stop, CPU account,
+ * memory), what a worker can see, the integrity fields of the records, and no false
+ * alarms: honest kernels of many shapes, dtypes and speeds stay `ok`, every time. */
+#include <elf.h>
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "kcage/measure.h"
+#include "measure_kernel.h"
+
+static char cache[512];
+
+static void test_maps_lines(void **state) {
+  (void)state;
+  char msg[512];
+  const char *so = "/tmp/kcage-bench.x/view/kernel.so";
+  /* writable and executable: refused, whatever it maps */
+  assert_int_equal(kc_audit_maps_line("7f00-7f01 rwxp 00000000 08:01 12 /usr/lib/libc.so.6\n", so,
+                                      NULL, msg, sizeof msg),
+                   -1);
+  assert_non_null(strstr(msg, "writable and executable"));
+  assert_int_equal(
+      kc_audit_maps_line("7f00-7f01 rwxp 00000000 00:00 0 \n", so, NULL, msg, sizeof msg), -1);
+  /* executable from elsewhere: a memfd, an anonymous mapping, a file in /tmp */
+  assert_int_equal(kc_audit_maps_line("7f00-7f01 r-xs 00000000 00:01 9 /memfd:kcage-ring "
+                                      "(deleted)\n",
+                                      so, NULL, msg, sizeof msg),
+                   -1);
+  assert_non_null(strstr(msg, "neither the kernel's .so nor a system library"));
+  assert_int_equal(
+      kc_audit_maps_line("7f00-7f01 r-xp 00000000 00:00 0\n", so, NULL, msg, sizeof msg), -1);
+  assert_int_equal(
+      kc_audit_maps_line("7f00-7f01 r-xp 00000000 00:10 3 /tmp/x.so\n", so, NULL, msg, sizeof msg),
+      -1);
+  /* a name that only starts like the kernel's */
+  char longer[256];
+  snprintf(longer, sizeof longer, "7f00-7f01 r-xp 00000000 00:10 3 %s.evil\n", so);
+  assert_int_equal(kc_audit_maps_line(longer, so, NULL, msg, sizeof msg), -1);
+  /* allowed: the kernel, system libraries, the worker program, the vdso, data */
+  char own[256];
+  snprintf(own, sizeof own, "7f00-7f01 r-xp 00001000 00:10 3 %s\n", so);
+  assert_int_equal(kc_audit_maps_line(own, so, NULL, msg, sizeof msg), 0);
+  assert_int_equal(kc_audit_maps_line("7f00-7f01 r-xp 00000000 08:01 12 "
+                                      "/usr/lib/x86_64-linux-gnu/libc.so.6\n",
+                                      so, NULL, msg, sizeof msg),
+                   0);
+  assert_int_equal(kc_audit_maps_line("5600-5601 r-xp 00000000 08:01 12 /opt/kcage-worker\n", so,
+                                      "/opt/kcage-worker", msg, sizeof msg),
+                   0);
+  assert_int_equal(
+      kc_audit_maps_line("7ffd-7ffe r-xp 00000000 00:00 0 [vdso]\n", so, NULL, msg, sizeof msg), 0);
+  assert_int_equal(
+      kc_audit_maps_line("7f00-7f01 rw-p 00000000 00:00 0 /memfd:x\n", so, NULL, msg, sizeof msg),
+      0);
+  assert_int_equal(kc_audit_maps_line("garbage\n", so, NULL, msg, sizeof msg), 0);
+}
+
+/* A minimal ELF64 image with the given segment flags. */
+static size_t elf_image(unsigned char *buf, size_t cap, uint32_t type, uint32_t flags) {
+  memset(buf, 0, cap);
+  Elf64_Ehdr eh = {0};
+  memcpy(eh.e_ident, ELFMAG, SELFMAG);
+  eh.e_ident[EI_CLASS] = ELFCLASS64;
+  eh.e_phoff = sizeof eh;
+  eh.e_phentsize = sizeof(Elf64_Phdr);
+  eh.e_phnum = 2;
+  Elf64_Phdr ph[2] = {{.p_type = PT_LOAD, .p_flags = PF_R | PF_X},
+                      {.p_type = type, .p_flags = flags}};
+  memcpy(buf, &eh, sizeof eh);
+  memcpy(buf + sizeof eh, ph, sizeof ph);
+  return sizeof eh + sizeof ph;
+}
+
+static void test_elf_segments(void **state) {
+  (void)state;
+  unsigned char img[512];
+  char msg[512];
+  size_t n = elf_image(img, sizeof img, PT_LOAD, PF_R | PF_W | PF_X);
+  assert_int_equal(kc_audit_elf_image(img, n, msg, sizeof msg), -1);
+  assert_non_null(strstr(msg, "writable and executable"));
+  n = elf_image(img, sizeof img, PT_GNU_STACK, PF_R | PF_W | PF_X);
+  assert_int_equal(kc_audit_elf_image(img, n, msg, sizeof msg), -1);
+  n = elf_image(img, sizeof img, PT_LOAD, PF_R | PF_W);
+  assert_int_equal(kc_audit_elf_image(img, n, msg, sizeof msg), 0);
+  /* headers that point past the image, and non-ELF data: left to the loader */
+  assert_int_equal(kc_audit_elf_image(img, n - 8, msg, sizeof msg), 0);
+  assert_int_equal(kc_audit_elf_image((const unsigned char *)"not an elf", 10, msg, sizeof msg), 0);
+}
+
+static const char *build(const char *src) {
+  static char art[4][4096];
+  static int k;
+  kc_build_opts o = {.cache_dir = cache};
+  kc_build_result r;
+  kc_error err = {0};
+  if (kc_build_kernel(&o, src, &r, &err) < 0 ||
+      (r.status != KC_BUILD_OK && r.status != KC_BUILD_CACHED))
+    fail_msg("build %s: %s %s", src, err.msg, r.message);
+  k = (k + 1) % 4;
+  snprintf(art[k], sizeof art[k], "%s", r.artifact);
+  return art[k];
+}
+
+/* The compiler's own output: a section flagged "awx" becomes an RWX segment. */
+static void test_elf_real(void **state) {
+  (void)state;
+  char msg[512];
+  assert_int_equal(kc_audit_elf(build(KC_EXAMPLES_DIR "/rwx_segment.c"), msg, sizeof msg), -1);
+  assert_int_equal(kc_audit_elf(build(KC_EXAMPLES_DIR "/tiled.c"), msg, sizeof msg), 0);
+}
+
+static volatile uint64_t counter;
+
+/* Stopped means stopped: no CPU, memory that holds still, read from outside. */
+static void test_observe(void **state) {
+  (void)state;
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    for (;;)
+      counter++;
+  }
+  struct timespec ts = {0, 20 * 1000 * 1000};
+  nanosleep(&ts, NULL);
+  assert_int_equal(kc_observe_stop(pid), 0);
+  int64_t c0 = kc_observe_cpu_ns(pid);
+  uint64_t v0, v1;
+  kc_error err = {0};
+  assert_int_equal(kc_observe_read(pid, (uint64_t)(uintptr_t)&counter, &v0, sizeof v0, &err), 0);
+  nanosleep(&ts, NULL);
+  assert_int_equal(kc_observe_read(pid, (uint64_t)(uintptr_t)&counter, &v1, sizeof v1, &err), 0);
+  int64_t c1 = kc_observe_cpu_ns(pid);
+  assert_true(v0 > 0);
+  assert_true(v0 == v1);
+  assert_true(c0 >= 0 && c1 == c0);
+  /* continued, it runs again */
+  kc_observe_cont(pid);
+  for (int i = 0; i < 200 && v1 == v0; i++) {
+    nanosleep(&ts, NULL);
+    assert_int_equal(kc_observe_read(pid, (uint64_t)(uintptr_t)&counter, &v1, sizeof v1, &err), 0);
+  }
+  assert_true(v1 > v0);
+  /* an address that is not mapped there is the process's doing: EFAULT */
+  assert_int_equal(kc_observe_read(pid, 8, &v1, sizeof v1, &err), -1);
+  assert_int_equal(err.code, EFAULT);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  assert_int_equal(kc_observe_stop(pid), -1);
+}
+
+static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
+  json_t *recs = NULL;
+  kc_error err = {0};
+  if (kc_bench_run_batch(cfg, k, n, &recs, &err) < 0)
+    fail_msg("batch: %s", err.msg);
+  return recs;
+}
+
+static void init_cfg(kc_bench_config *cfg, const char *args) {
+  kc_bench_config_init(cfg);
+  cfg->args = args;
+  cfg->timeout_s = 60; /* generous: 2 loaded vCPUs */
+  cfg->memory_bytes = 512u << 20;
+  cfg->repeat = 3;
+  cfg->min_repeat_ms = 5;
+  cfg->build.cache_dir = cache;
+}
+
+/* A worker sees its own kernel and the inputs, nothing else: the probe returns
+ * non-zero (status `error`) when it sees more, next to two other candidates. */
+static void test_view(void **state) {
+  (void)state;
+  kc_bench_config cfg;
+  init_cfg(&cfg, "f32[32,32] f32[32,32] f32[32,32]:out");
+  cfg.reference = KC_EXAMPLES_DIR "/reference.c";
+  const char *k[] = {KC_EXAMPLES_DIR "/tiled.c", KC_PROBES_DIR "/view_probe.c",
+                     KC_EXAMPLES_DIR "/naive.c"};
+  json_t *recs = run(&cfg, k, 3);
+  json_t *r = json_array_get(recs, 1);
+  const char *msg = json_string_value(json_object_get(r, "message"));
+  assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+  (void)msg;
+  json_decref(recs);
+}
+
+/* seed ("secret" unless given), isolation, and the verified calls out of the timed ones. */
+static void test_record_fields(void **state) {
+  (void)state;
+  kc_bench_config cfg;
+  init_cfg(&cfg, "f32[16,16] f32[16,16] f32[16,16]:out");
+  cfg.reference = KC_EXAMPLES_DIR "/reference.c";
+  const char *k[] = {KC_EXAMPLES_DIR "/tiled.c"};
+  json_t *recs = run(&cfg, k, 1);
+  json_t *r = json_array_get(recs, 0);
+  assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+  assert_string_equal(json_string_value(json_object_get(r, "seed")), "secret");
+  const char *dev = json_string_value(json_object_get(r, "device"));
+  const char *iso = json_string_value(json_object_get(r, "isolation"));
+  assert_string_equal(iso, strstr(dev, "[sandbox]") ? "sandbox" : "none");
+  json_t *cc = json_object_get(r, "checked_calls");
+  json_int_t verified = json_integer_value(json_object_get(cc, "verified"));
+  json_int_t timed = json_integer_value(json_object_get(cc, "timed"));
+  assert_true(verified >= 3 && verified <= timed); /* at least one per round */
+  assert_true(timed >= json_integer_value(json_object_get(r, "number")));
+  json_decref(recs);
+
+  cfg.seed = 7;
+  cfg.seed_set = true;
+  cfg.no_isolation = true;
+  recs = run(&cfg, k, 1);
+  r = json_array_get(recs, 0);
+  assert_string_equal(json_string_value(json_object_get(r, "status")), "ok");
+  assert_int_equal(json_integer_value(json_object_get(r, "seed")), 7);
+  assert_string_equal(json_string_value(json_object_get(r, "isolation")), "none");
+  assert_non_null(strstr(json_string_value(json_object_get(r, "device")), "[plain]"));
+  json_decref(recs);
+}
+
+/* No false alarms: every honest kernel of tests/kbench/honest/MANIFEST, its own
+ * reference (a separate worker), `ok` in each of three batches. */
+static void test_honest(void **state) {
+  (void)state;
+  FILE *f = fopen(KC_HONEST_DIR "/MANIFEST", "r");
+  assert_non_null(f);
+  char line[512];
+  int bad = 0, runs = 0;
+  while (fgets(line, sizeof line, f)) {
+    char name[128], args[384];
+    if (line[0] == '#' || sscanf(line, "%127s %383[^\n]", name, args) != 2)
+      continue;
+    char path[700];
+    snprintf(path, sizeof path, "%s/%s", KC_HONEST_DIR, name);
+    for (int rep = 0; rep < 3; rep++) {
+      kc_bench_config cfg;
+      init_cfg(&cfg, args);
+      cfg.reference = path;
+      const char *k[] = {path};
+      json_t *recs = run(&cfg, k, 1);
+      json_t *r = json_array_get(recs, 0);
+      const char *st = json_string_value(json_object_get(r, "status"));
+      const char *msg = json_string_value(json_object_get(r, "message"));
+      printf("%-14s %-44s %-10s median %.3g s  %s\n", name, args, st,
+             json_number_value(json_object_get(r, "median_s")), msg ? msg : "");
+      bad += strcmp(st, "ok") != 0;
+      runs++;
+      json_decref(recs);
+    }
+  }
+  fclose(f);
+  assert_true(runs >= 30);
+  assert_int_equal(bad, 0);
+}
+
+int main(void) {
+  snprintf(cache, sizeof cache, "%s/integrity", KC_TEST_CACHE_DIR);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_maps_lines), cmocka_unit_test(test_elf_segments),
+      cmocka_unit_test(test_elf_real),   cmocka_unit_test(test_observe),
+      cmocka_unit_test(test_view),       cmocka_unit_test(test_record_fields),
+      cmocka_unit_test(test_honest),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
