@@ -74,6 +74,7 @@ struct kc_worker {
   bool cg_tried;
   int64_t oom_base, pids_base;
   long maxrss_kb; /* the reaped worker's peak RSS (the kernel's rusage), -1 unknown */
+  long hwm_at_send_kb; /* its peak RSS when the last call was sent (rlimit fallback) */
   /* the live process (pid 0 when none) */
   pid_t pid;
   int pidfd, evfd, listener;
@@ -329,16 +330,37 @@ static void kill_and_reap(kc_worker *w, siginfo_t *si) {
 
 /* Under the rlimit fallback the kernel kills nobody at the memory limit: an
  * allocation fails, and a program that does not check it dies of a fault.  A fault
- * death after the worker's peak RSS (the kernel's count, from waitid) reached half
- * its RLIMIT_AS is taken for the limit.  A worker can at most trade one failure
- * verdict (crash) for another (memory) this way. */
+ * death is taken for the limit when the worker's peak RSS (the kernel's count, from
+ * waitid) grew during the call by at least a quarter of what was left under its
+ * RLIMIT_AS when the call was sent, and by 8 MiB or more: a worker that faults with
+ * what it held before the call (its inputs and output buffers) is a crash.  A worker
+ * can at most trade one failure verdict (crash) for another (memory) this way. */
 static bool rlimit_memory_death(const kc_worker *w, const siginfo_t *si) {
   uint64_t as = kc_cgroup_rlimit_memory(w->cg);
   if (!as || w->maxrss_kb < 0 || (si->si_code != CLD_KILLED && si->si_code != CLD_DUMPED))
     return false;
   int sig = si->si_status;
-  return (sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT) &&
-         (uint64_t)w->maxrss_kb * 1024 >= as / 2;
+  if (sig != SIGSEGV && sig != SIGBUS && sig != SIGABRT)
+    return false;
+  uint64_t base = w->hwm_at_send_kb > 0 ? (uint64_t)w->hwm_at_send_kb * 1024 : 0;
+  uint64_t peak = (uint64_t)w->maxrss_kb * 1024;
+  uint64_t left = as > base ? as - base : 0;
+  return peak > base && peak - base >= left / 4 && peak - base >= (8u << 20);
+}
+
+/* The worker's peak RSS so far (VmHWM), read from outside: the baseline of the call
+ * about to be sent.  Only under the rlimit fallback (one read of /proc per send). */
+static long worker_hwm_kb(pid_t pid) {
+  char path[64], line[128];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "re");
+  long kb = -1;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+      break;
+  if (f)
+    fclose(f);
+  return kb;
 }
 
 static int collect_pid(kc_worker *w, kc_error *err);
@@ -952,6 +974,8 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
     return -1;
   if (kc_ring_outstanding(&w->ring) >= KC_DEFAULT_DEPTH)
     return kc_error_set(err, EAGAIN, "send: %d calls already outstanding", KC_DEFAULT_DEPTH);
+  if (kc_cgroup_rlimit_memory(w->cg) && !kc_ring_outstanding(&w->ring))
+    w->hwm_at_send_kb = worker_hwm_kb(w->pid);
   uint64_t now = kc_ring_now_ns();
   if (!kc_ring_outstanding(&w->ring))
     w->head_start_ns = now;
