@@ -210,63 +210,6 @@ static int split_flags(char *s, char **argv, int max) {
   return n;
 }
 
-/* Without the sandbox layer (not linked yet, or a host without namespaces): a plain
- * process group with rlimits and a wall clock, so a runaway compiler still ends. */
-static int run_plain(char *const *argv, char *const *envp, const char *cwd, int out_fd,
-                     const kc_build_opts *o, kc_result *res, kc_error *err) {
-  kc_result_init_local(res);
-  pid_t pid = fork();
-  if (pid < 0)
-    return kc_error_set(err, errno, "fork");
-  if (pid == 0) {
-    setpgid(0, 0);
-    struct rlimit rl = {o->memory_bytes, o->memory_bytes};
-    setrlimit(RLIMIT_AS, &rl);
-    rl.rlim_cur = rl.rlim_max = (rlim_t)(o->timeout_s + 1);
-    setrlimit(RLIMIT_CPU, &rl);
-    int nul = open("/dev/null", O_RDONLY);
-    if (nul >= 0)
-      dup2(nul, 0);
-    dup2(out_fd, 1);
-    dup2(out_fd, 2);
-    if (chdir(cwd) < 0)
-      _exit(127);
-    execvpe(argv[0], argv, envp);
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  double deadline = now_s() + o->timeout_s, start = now_s();
-  int st = 0;
-  for (;;) {
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid)
-      break;
-    if (r < 0 && errno != EINTR)
-      return kc_error_set(err, errno, "waitpid");
-    if (now_s() > deadline) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &st, 0);
-      res->status = KC_STATUS_TIMEOUT;
-      res->limit = "wall";
-      res->wall_s = now_s() - start;
-      return 0;
-    }
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
-  kill(-pid, SIGKILL); /* leftovers of the compiler driver */
-  res->wall_s = now_s() - start;
-  if (WIFEXITED(st)) {
-    res->exit_code = WEXITSTATUS(st);
-    res->status = res->exit_code ? KC_STATUS_EXITED : KC_STATUS_OK;
-  } else {
-    res->signal = WTERMSIG(st);
-    res->status = res->signal == SIGXCPU ? KC_STATUS_TIMEOUT : KC_STATUS_SIGNALED;
-  }
-  return 0;
-}
-
-#ifdef KC_HAVE_SANDBOX
 #include "kcage/policy.h"
 static int run_sandboxed(char *const *argv, char *const *envp, const char *scratch,
                          const kc_sandbox_ids *ids, int out_fd, const kc_build_opts *o,
@@ -293,7 +236,6 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
   kc_policy_free(pol);
   return rc;
 }
-#endif
 
 static void trim_message(char *msg, const char *scratch) {
   /* The scratch path means nothing to the user: drop it from the diagnostics. */
@@ -404,7 +346,7 @@ static void verdict_message(const kc_result *vr, const kc_build_opts *o, kc_buil
     break;
   default:
     res->status = KC_BUILD_FAILED;
-    snprintf(res->message, sizeof res->message, "compiler %s: %s", kc_status_name_local(vr),
+    snprintf(res->message, sizeof res->message, "compiler %s: %s", kc_status_name(vr->status),
              vr->message[0] ? vr->message : "no details");
   }
 }
@@ -428,21 +370,15 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
       openat(sc.fd, "cc.log", O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (log_fd < 0)
     return kc_error_set(err, errno, "create cc.log");
-  bool sandboxed = false;
-  uid_t builder = geteuid();
+  /* Always in the build sandbox (no switch turns it off), as host ids of its own
+   * (never host root, never shared with another sandbox): it owns work/ and nothing
+   * else. */
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
-#ifdef KC_HAVE_SANDBOX
-  sandboxed = !getenv("KCAGE_BENCH_NO_SANDBOX");
-  /* The sandboxed compiler runs as host ids of its own (never host root, never shared
-   * with another sandbox): it owns work/ and nothing else. */
-  if (sandboxed) {
-    if (kc_sandbox_ids_acquire(&ids, err) < 0)
-      return kc_error_prefix(err, "build sandbox");
-    builder = ids.uid;
-    if (fchown(sc.fd, ids.uid, ids.gid) < 0 && geteuid() == 0)
-      return kc_error_set(err, errno, "chown %s", sc.path);
-  }
-#endif
+  if (kc_sandbox_ids_acquire(&ids, err) < 0)
+    return kc_error_prefix(err, "build sandbox");
+  uid_t builder = ids.uid;
+  if (fchown(sc.fd, ids.uid, ids.gid) < 0 && geteuid() == 0)
+    return kc_error_set(err, errno, "chown %s", sc.path);
   char spath[PATH_MAX + NAME_MAX + 2], opath[PATH_MAX + 16];
   snprintf(spath, sizeof spath, "%s/%s", sc.path, srcname);
   snprintf(opath, sizeof opath, "%s/kernel.so", sc.path);
@@ -466,13 +402,7 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
   kc_result vr;
   double t0 = now_s();
   int r;
-#ifdef KC_HAVE_SANDBOX
-  if (sandboxed)
-    r = run_sandboxed(argv, envp, sc.path, &ids, log_fd, o, &vr, err);
-  else
-#endif
-    r = run_plain(argv, envp, sc.path, log_fd, o, &vr, err);
-  (void)sandboxed;
+  r = run_sandboxed(argv, envp, sc.path, &ids, log_fd, o, &vr, err);
   res->build_s = now_s() - t0;
   if (r < 0) {
     res->status = KC_BUILD_FAILED;

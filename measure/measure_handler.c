@@ -18,8 +18,6 @@
 
 #include "kcage/worker.h"
 
-/* Defined by the worker runtime when it is linked; the plain runner seals itself. */
-#pragma weak kc_runtime_seal_exec
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
@@ -324,7 +322,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
   if (as_base > kc_mhandler_as_limit)
     as_base = kc_mhandler_as_limit;
   if (seal) {
-    int rc = kc_mhandler_plain || !kc_runtime_seal_exec ? seal_plain(true) : kc_runtime_seal_exec();
+    int rc = kc_mhandler_plain ? seal_plain(true) : kc_runtime_seal_exec();
     if (rc < 0) {
       errf(errbuf, errcap, "error: cannot seal the worker: %s", strerror(errno));
       goto fail;

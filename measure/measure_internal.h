@@ -21,19 +21,6 @@ void kc_rm_rf(const char *path);
 /* read (wr=false) or write exactly len bytes; -1 on error or EOF. */
 int kc_io_all(int fd, void *buf, size_t len, bool wr);
 
-/* kc_result helpers that do not need the sandbox library to be linked. */
-static inline void kc_result_init_local(kc_result *r) {
-  memset(r, 0, sizeof *r);
-  r->exit_code = -1;
-  r->cpu_s = r->wall_s = -1;
-  r->peak_memory_bytes = -1;
-}
-static inline const char *kc_status_name_local(const kc_result *r) {
-  static const char *const names[] = {"ok",      "exited", "signaled", "timeout",    "memory",
-                                      "syscall", "pids",   "output",   "setup_error"};
-  return (unsigned)r->status < sizeof names / sizeof names[0] ? names[r->status] : "?";
-}
-
 #define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */
 #define KC_MPROTO_MAX_CHECKS 16
 #define KC_MPROTO_MAX_SETS 4096 /* input sets one inputs file holds */

@@ -1,6 +1,5 @@
-/* The measuring process as the parent sees it.  With the worker pool linked
- * (KC_HAVE_WORKER) this is a kc_worker under the `measure` policy; without it, or when
- * the caller asks for no isolation (opts.plain, only ever from an explicit command-line
+/* The measuring process as the parent sees it: a kc_worker under the `measure` policy,
+ * or, when the caller asks for no isolation (opts.plain, only ever from an explicit command-line
  * flag), a plain forked process that runs the same handler behind a socketpair, locked
  * with its own seccomp filter.  Either way the parent bounds every
  * call by a deadline and treats every reply as hostile input. */
@@ -60,18 +59,11 @@ struct kc_mrunner {
   /* plain */
   pid_t pid;
   int sock;
-#ifdef KC_HAVE_WORKER
   kc_worker *w;
-#endif
 };
 
 const char *kc_mrunner_kind(const kc_mrunner *r) {
-#ifdef KC_HAVE_WORKER
-  if (!r->o.plain)
-    return "sandbox";
-#endif
-  (void)r;
-  return "plain";
+  return r->o.plain ? "plain" : "sandbox";
 }
 
 void kc_mcall_clear(kc_mcall *c) {
@@ -86,7 +78,6 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
     return kc_error_set(err, ENOMEM, "runner");
   r->o = *o;
   r->sock = -1;
-#ifdef KC_HAVE_WORKER
   if (!r->o.plain) {
     kc_worker_opts wo;
     kc_worker_opts_init(&wo);
@@ -105,9 +96,6 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
       return kc_error_prefix(err, "measure worker");
     }
   }
-#else
-  r->o.plain = true;
-#endif
   *out = r;
   return 0;
 }
@@ -124,21 +112,17 @@ static void plain_kill(kc_mrunner *r) {
 }
 
 void kc_mrunner_reset(kc_mrunner *r) {
-#ifdef KC_HAVE_WORKER
   if (r->w) {
     kc_worker_kill(r->w);
     return;
   }
-#endif
   plain_kill(r);
 }
 
 void kc_mrunner_free(kc_mrunner *r) {
   if (!r)
     return;
-#ifdef KC_HAVE_WORKER
   kc_worker_free(r->w);
-#endif
   plain_kill(r);
   free(r);
 }
@@ -269,7 +253,7 @@ static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
   close(r->sock);
   r->sock = -1;
   res->status = KC_MCALL_DIED;
-  kc_result_init_local(&res->verdict);
+  kc_result_init(&res->verdict);
   if (syscall_nr >= 0) {
     res->verdict.status = KC_STATUS_SYSCALL;
     char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
@@ -339,7 +323,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   if (hdr[0] < 4 || hdr[0] - 4 > r->o.max_result_bytes || hdr[1] > 1) {
     plain_kill(r);
     res->status = KC_MCALL_DIED;
-    kc_result_init_local(&res->verdict);
+    kc_result_init(&res->verdict);
     res->verdict.status = KC_STATUS_SETUP_ERROR;
     snprintf(res->verdict.message, sizeof res->verdict.message, "the worker broke the protocol");
     return 0;
@@ -380,7 +364,6 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   return 0;
 }
 
-#ifdef KC_HAVE_WORKER
 /* Wait on the ring (an early end wakes us at once, as kc_worker_recv would) until
  * shortly before the expected end, then poll it, yielding, until the completion lands
  * (1, *cr filled) or a while after the expected end (0: the caller waits the ordinary
@@ -407,21 +390,17 @@ static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_res
     sched_yield();
   }
 }
-#endif
 
 pid_t kc_mrunner_pid(kc_mrunner *r) {
-#ifdef KC_HAVE_WORKER
   if (r->w)
     return kc_worker_pid(r->w);
-#endif
   return r->pid;
 }
 
 static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s, double expect_s,
                     bool timed, kc_mcall *res, kc_error *err) {
   memset(res, 0, sizeof *res);
-  kc_result_init_local(&res->verdict);
-#ifdef KC_HAVE_WORKER
+  kc_result_init(&res->verdict);
   if (r->w) {
     double sent = kc_now_s();
     if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
@@ -470,7 +449,6 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     kc_call_result_clear(&cr);
     return 0;
   }
-#endif
   (void)expect_s; /* the plain runner blocks in poll() on its socket */
   return plain_call(r, arg, len, timeout_s, timed, res, err);
 }
