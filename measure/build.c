@@ -18,6 +18,8 @@
 
 #include <nettle/sha2.h>
 
+#include "clock.h"
+#include "fdio.h"
 #include "build_fs.h"
 #include "kcage/cleanup.h"
 
@@ -31,12 +33,6 @@
 #include "measure_internal.h"
 
 #define DEFAULT_CFLAGS KC_BUILD_DEFAULT_CFLAGS
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 /* The cache of this user: --cache-dir, else $XDG_CACHE_HOME/kcage, else
  * $HOME/.cache/kcage, else the passwd home's.  Never a shared directory such as /tmp:
@@ -140,21 +136,6 @@ int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, k
       return kc_error_set(err, errno, "write %s", path);
     p += w;
     len -= (size_t)w;
-  }
-  return 0;
-}
-
-/* Whole transfers over a pipe or socket between kcage's own processes (EINTR retried). */
-int kc_io_all(int fd, void *buf, size_t len, bool wr) {
-  char *p = buf;
-  while (len) {
-    ssize_t n = wr ? write(fd, p, len) : read(fd, p, len);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return -1;
-    p += n;
-    len -= (size_t)n;
   }
   return 0;
 }
@@ -400,10 +381,10 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
   char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LC_ALL=C", tmpenv, NULL};
 
   kc_result vr;
-  double t0 = now_s();
+  double t0 = kc_now_s();
   int r;
   r = run_sandboxed(argv, envp, sc.path, &ids, log_fd, o, &vr, err);
-  res->build_s = now_s() - t0;
+  res->build_s = kc_now_s() - t0;
   if (r < 0) {
     res->status = KC_BUILD_FAILED;
     snprintf(res->message, sizeof res->message, "could not run the compiler: %s", err->msg);

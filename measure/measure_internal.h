@@ -10,6 +10,8 @@
 #include <string.h>
 #include <sys/types.h>
 
+#include "clock.h"
+#include "fdio.h"
 #include "kcage/error.h"
 #include "kcage/measure.h"
 #include "kcage/sandbox.h"
@@ -19,7 +21,6 @@ int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_erro
 int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
 void kc_rm_rf(const char *path);
 /* read (wr=false) or write exactly len bytes; -1 on error or EOF. */
-int kc_io_all(int fd, void *buf, size_t len, bool wr);
 
 #define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */
 #define KC_MPROTO_MAX_CHECKS 16
@@ -167,7 +168,6 @@ pid_t kc_mrunner_pid(kc_mrunner *r);
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                           double expect_s, kc_mcall *res, kc_error *err);
 
-double kc_now_s(void);
 const char *kc_signal_name(int sig);
 
 #endif

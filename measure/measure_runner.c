@@ -27,12 +27,6 @@ extern bool kc_mhandler_plain;
 extern int kc_mhandler_report_fd;
 extern uint64_t kc_mhandler_as_limit;
 
-double kc_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 const char *kc_signal_name(int sig) {
   static char buf[16];
   const char *n = sigabbrev_np(sig);

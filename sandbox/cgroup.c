@@ -1,6 +1,7 @@
 /* A kcage cgroup: one leaf directory per hierarchy, placement, whole-tree kill and
  * removal.  The leaf name records the owner (<pidns>.<pid>.<starttime>.<seq>.<name>) so a later
  * kcage can reap what a SIGKILLed one left behind (cgroup_reap.c). */
+#include "clock.h"
 #include "cgroup_internal.h"
 
 #include <dirent.h>
@@ -20,12 +21,6 @@
 #define KC_KILL_TIMEOUT_NS (3LL * 1000000000LL)
 
 static atomic_uint seq;
-
-static long long now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
 
 static void sleep_us(long us) {
   struct timespec ts = {us / 1000000, (us % 1000000) * 1000};
@@ -205,7 +200,7 @@ static bool pid_gone(pid_t pid) {
 }
 
 static int kill_none(kc_cgroup *cg, kc_error *err) {
-  long long deadline = now_ns() + KC_KILL_TIMEOUT_NS;
+  long long deadline = (long long)kc_now_ns() + KC_KILL_TIMEOUT_NS;
   for (int i = 0; i < cg->npids; i++) {
     kill(-cg->pids[i], SIGKILL); /* its process group, when it leads one */
     kill(cg->pids[i], SIGKILL);
@@ -217,7 +212,7 @@ static int kill_none(kc_cgroup *cg, kc_error *err) {
         gone = false;
     if (gone)
       return 0;
-    if (now_ns() > deadline)
+    if ((long long)kc_now_ns() > deadline)
       return kc_error_set(err, ETIMEDOUT, "kill: processes of %s still alive", cg->name);
     sleep_us(us);
   }
@@ -244,7 +239,7 @@ static bool v1_empty(const kc_cgroup *cg) {
 int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
   if (cg->mode == KC_CGROUP_NONE)
     return kill_none(cg, err);
-  long long deadline = now_ns() + KC_KILL_TIMEOUT_NS;
+  long long deadline = (long long)kc_now_ns() + KC_KILL_TIMEOUT_NS;
   int fz = kc_cg_dirfd(cg, KC_CG_FREEZER);
   /* Waiting for "populated 0": short sleeps, not poll(POLLPRI) on cgroup.events - the
    * kernel rate-limits that notification to one per ~10 ms, so a cgroup populated a
@@ -261,7 +256,7 @@ int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
     bool v2_done = pop == 0 || (pop < 0 && (cg->v2_fd < 0 || kc_cg_empty(cg->v2_fd, true)));
     if (v2_done && v1_empty(cg))
       return 0;
-    long long left = deadline - now_ns();
+    long long left = deadline - (long long)kc_now_ns();
     if (left <= 0)
       return kc_error_set(err, ETIMEDOUT, "kill: cgroup %s not empty after %lld ms", cg->name,
                           KC_KILL_TIMEOUT_NS / 1000000);

@@ -87,7 +87,6 @@ struct kc_sandbox {
   double t0;
 };
 
-double kc__now(void);
 
 /* caps.c: allocate what the child's capability drop needs, before clone3. */
 void kc__caps_prepare(void);

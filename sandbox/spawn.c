@@ -1,5 +1,7 @@
 /* Parent side of the start: the plan, the cgroup, clone3 into every namespace (and
  * straight into the v2 cgroup), id maps, then "go". */
+#include "clock.h"
+#include "fdio.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
 #include "sandbox_internal.h"
@@ -34,21 +36,9 @@ const kc_policy_namespaces kc__all_namespaces = {.user = true,
 static char *const default_env[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                     "LANG=C.UTF-8", NULL};
 
-double kc__now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 void kc_sandbox_config_init(kc_sandbox_config *c) {
   memset(c, 0, sizeof *c);
   c->stdin_fd = c->stdout_fd = c->stderr_fd = c->netns_fd = c->cancel_fd = -1;
-}
-
-static void close_fd(int *fd) {
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
 }
 
 static int write_file(const char *path, const char *s, kc_error *err) {
@@ -144,15 +134,15 @@ void kc_sandbox_free(kc_sandbox *sb) {
   }
   if (sb->cg)
     kc_cgroup_destroy(sb->cg);
-  close_fd(&sb->pidfd);
-  close_fd(&sb->sync_wr);
-  close_fd(&sb->report_rd);
-  close_fd(&sb->status_rd);
-  close_fd(&sb->sock_rd);
-  close_fd(&sb->listener);
-  close_fd(&sb->out_rd);
-  close_fd(&sb->err_rd);
-  close_fd(&sb->in_wr);
+  kc_close_fd(&sb->pidfd);
+  kc_close_fd(&sb->sync_wr);
+  kc_close_fd(&sb->report_rd);
+  kc_close_fd(&sb->status_rd);
+  kc_close_fd(&sb->sock_rd);
+  kc_close_fd(&sb->listener);
+  kc_close_fd(&sb->out_rd);
+  kc_close_fd(&sb->err_rd);
+  kc_close_fd(&sb->in_wr);
   /* Only now, with every process of the sandbox gone, may another take its ids. */
   kc_sandbox_ids_release(&sb->ids);
   free(sb);
@@ -258,7 +248,7 @@ static void spawn_fds_close(spawn_fds *f) {
                 &f->sock[0], &f->sock[1], &f->out[0],  &f->out[1],  &f->err[0], &f->err[1],
                 &f->in[0],   &f->in[1],   &f->devnull, &f->self_net};
   for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-    close_fd(all[i]);
+    kc_close_fd(all[i]);
 }
 
 /* A terminal stays on this side: the program reads it through a pipe, so it can
@@ -273,7 +263,7 @@ static int pipe_terminal(kc_sandbox *sb, int tty, spawn_fds *f, kc_plan *plan, k
   if (fg < 0 || fg == getpgrp())
     sb->in_src = tty;
   else
-    close_fd(&f->in[1]);
+    kc_close_fd(&f->in[1]);
   return 0;
 }
 
@@ -447,10 +437,10 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   plan.prog = prog;
   if (clone_child(sb, c, &plan, &f, err) < 0)
     return -1;
-  close_fd(&f.sync[0]);
+  kc_close_fd(&f.sync[0]);
   if (start_child(sb, &plan, f.sync[1], err) < 0)
     return -1;
-  sb->t0 = kc__now();
+  sb->t0 = kc_now_s();
   keep_fds(sb, &f);
   *out = kc_steal_ptr(sb);
   return 0;

@@ -11,6 +11,8 @@
  * (a seccomp notification),
  * timeout cpu, timeout wall, output, signaled, exited/ok.  The tree is killed and the
  * cgroup read before it is removed. */
+#include "clock.h"
+#include "fdio.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
 #include "sandbox_internal.h"
@@ -61,12 +63,6 @@ static void copy_str(char *dst, size_t size, const char *src) {
   dst[l] = '\0';
 }
 
-static void close_fd(int *fd) {
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
-}
-
 static void do_kill(kc_sandbox *sb, wait_state *ws, kill_reason why) {
   if (ws->reason == KILL_NONE)
     ws->reason = why;
@@ -104,7 +100,7 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
     if (n < 0)
       return errno == EAGAIN;
     if (n == 0) {
-      close_fd(fd);
+      kc_close_fd(fd);
       return false;
     }
     size_t take = (size_t)n;
@@ -114,14 +110,14 @@ static bool pump(kc_sandbox *sb, wait_state *ws, int *fd, int fwd) {
       write_all(fwd, buf, take);
       ws->out_total += take;
       do_kill(sb, ws, KILL_OUTPUT);
-      close_fd(fd);
+      kc_close_fd(fd);
       return false;
     }
     ws->out_total += take;
     if (!write_all(fwd, buf, take)) {
       /* Whoever reads our output left (`kcage run ... | head`): the program sees the
        * same as without kcage, a pipe without reader. */
-      close_fd(fd);
+      kc_close_fd(fd);
       return false;
     }
   }
@@ -137,7 +133,7 @@ static void feed_stdin(kc_sandbox *sb, wait_state *ws) {
     if (r < 0 && (errno == EINTR || errno == EAGAIN))
       return;
     if (r <= 0) {
-      close_fd(&sb->in_wr);
+      kc_close_fd(&sb->in_wr);
       return;
     }
     ws->in_len = (size_t)r;
@@ -147,7 +143,7 @@ static void feed_stdin(kc_sandbox *sb, wait_state *ws) {
   if (w > 0)
     ws->in_off += (size_t)w;
   else if (w < 0 && errno != EAGAIN && errno != EINTR)
-    close_fd(&sb->in_wr);
+    kc_close_fd(&sb->in_wr);
   if (ws->in_off == ws->in_len)
     ws->in_off = ws->in_len = 0;
 }
@@ -165,7 +161,7 @@ static void read_report(kc_sandbox *sb, wait_state *ws) {
     ws->report = r;
     ws->have_report = true;
   }
-  close_fd(&sb->report_rd);
+  kc_close_fd(&sb->report_rd);
 }
 
 static void on_notification(kc_sandbox *sb, wait_state *ws) {
@@ -173,7 +169,7 @@ static void on_notification(kc_sandbox *sb, wait_state *ws) {
   kc_error e;
   if (kc_seccomp_notify_receive(sb->listener, &ev, &e) < 0) {
     if (e.code != ENOENT && e.code != EINTR && e.code != EAGAIN)
-      close_fd(&sb->listener); /* broken listener: the tree dies at its end anyway */
+      kc_close_fd(&sb->listener); /* broken listener: the tree dies at its end anyway */
     return;
   }
   if (sb->policy && kc_policy_notify_kind(sb->policy, &ev) == KC_NOTIFY_ASK && !ws->exec_allowed) {
@@ -255,13 +251,13 @@ static void handle_events(kc_sandbox *sb, wait_state *ws, const poll_set *ps) {
     kc_error e;
     if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
       sb->listener = fd;
-    close_fd(&sb->sock_rd);
+    kc_close_fd(&sb->sock_rd);
   }
   if (ready(ps, ps->lis)) {
     if (ps->pf[ps->lis].revents & POLLIN)
       on_notification(sb, ws);
     else if (ps->pf[ps->lis].revents & (POLLHUP | POLLERR | POLLNVAL))
-      close_fd(&sb->listener); /* no task left behind the filter */
+      kc_close_fd(&sb->listener); /* no task left behind the filter */
   }
   if (ready(ps, ps->out))
     pump(sb, ws, &sb->out_rd, sb->fwd_out);
@@ -297,7 +293,7 @@ static int watch(kc_sandbox *sb, wait_state *ws, kc_error *err) {
   while (!ws->init_exited) {
     poll_set ps;
     build_poll_set(sb, ws, &ps);
-    double now = kc__now();
+    double now = kc_now_s();
     double next = dmin(wall_deadline, kill_deadline);
     if (cpu_poll && ws->reason == KILL_NONE)
       next = dmin(next, now + 0.01);
@@ -307,7 +303,7 @@ static int watch(kc_sandbox *sb, wait_state *ws, kc_error *err) {
     int pr = poll(ps.pf, (nfds_t)ps.n, timeout);
     if (pr < 0 && errno != EINTR)
       return kc_error_set(err, errno, "poll");
-    now = kc__now();
+    now = kc_now_s();
     if (pr > 0)
       handle_events(sb, ws, &ps);
     if (ws->init_exited)
@@ -330,8 +326,8 @@ static void after_end(kc_sandbox *sb, wait_state *ws) {
     kc_error e;
     kc_cgroup_kill(sb->cg, &e);
   }
-  double drain_until = kc__now() + 1.0;
-  while ((sb->out_rd >= 0 || sb->err_rd >= 0) && kc__now() < drain_until) {
+  double drain_until = kc_now_s() + 1.0;
+  while ((sb->out_rd >= 0 || sb->err_rd >= 0) && kc_now_s() < drain_until) {
     struct pollfd pf[2];
     int n = 0;
     if (sb->out_rd >= 0)
@@ -424,7 +420,7 @@ static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err) {
   memset(&ws, 0, sizeof ws);
   if (watch(sb, &ws, err) < 0)
     return -1;
-  res->wall_s = kc__now() - sb->t0;
+  res->wall_s = kc_now_s() - sb->t0;
   siginfo_t si;
   struct rusage ru;
   memset(&si, 0, sizeof si);

@@ -95,7 +95,7 @@ static void drop_peer(const char *why) {
 static void new_matchkey(kc_agent *a) {
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, 0) != sizeof r)
-    r = (uint64_t)getpid() ^ (uint64_t)(kc_now() * 1e9);
+    r = (uint64_t)getpid() ^ (uint64_t)(kc_now_s() * 1e9);
   /* Python's key + ":" + str(random.random()) */
   snprintf(a->matchkey, sizeof a->matchkey, "%s:0.%016llu", a->o.key,
            (unsigned long long)(r % 10000000000000000ull));
@@ -246,7 +246,7 @@ static void drop_tracker(kc_agent *a, const char *why) {
     logf_(a, "lost the tracker: %s", why);
   kc_tracker_close(a->trk);
   a->trk = NULL;
-  a->next_connect = kc_now() + a->backoff;
+  a->next_connect = kc_now_s() + a->backoff;
   a->backoff = fmin(a->backoff * 2, a->o.max_backoff_s);
 }
 
@@ -275,7 +275,7 @@ static int do_put(kc_agent *a, kc_error *err) {
     return -1;
   a->put_pending = false;
   a->missing_since = -1;
-  a->next_check = kc_now() + a->o.check_s;
+  a->next_check = kc_now_s() + a->o.check_s;
   logf_(a, "registered %s with the tracker", a->matchkey);
   return 0;
 }
@@ -311,7 +311,7 @@ static void check_pending(kc_agent *a) {
   json_t *msg = json_pack("[i]", KC_TRK_GET_PENDING_MATCHKEYS), *r = NULL;
   int rc = kc_tracker_call(a->trk, msg, 5, &r, &err);
   json_decref(msg);
-  a->next_check = kc_now() + a->o.check_s;
+  a->next_check = kc_now_s() + a->o.check_s;
   if (rc < 0 || !json_is_array(r)) {
     json_decref(r);
     drop_tracker(a, rc < 0 ? err.msg : "bad GET_PENDING_MATCHKEYS reply");
@@ -328,7 +328,7 @@ static void check_pending(kc_agent *a) {
     return;
   }
   /* Handed to a client that never came (TVM: ~8 s): take the device back. */
-  double now = kc_now();
+  double now = kc_now_s();
   if (a->missing_since < 0)
     a->missing_since = now;
   else if (now - a->missing_since >= a->o.reput_s) {
@@ -395,7 +395,7 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
     return;
   }
   chmod(a->child_dir, 0711);
-  double deadline = timeout_s > 0 ? kc_now() + timeout_s : -1;
+  double deadline = timeout_s > 0 ? kc_now_s() + timeout_s : -1;
   fflush(NULL);
   pid_t pid = fork();
   if (pid < 0) {
@@ -470,7 +470,7 @@ static void on_connection(kc_agent *a) {
   }
   struct handshake *h = &a->hs[a->nhs++];
   h->fd = fd;
-  h->deadline = kc_now() + HANDSHAKE_S;
+  h->deadline = kc_now_s() + HANDSHAKE_S;
   h->got = 0;
 }
 
@@ -539,7 +539,7 @@ static bool hs_step(kc_agent *a, size_t i) {
 }
 
 static void expire_handshakes(kc_agent *a) {
-  double now = kc_now();
+  double now = kc_now_s();
   for (size_t i = a->nhs; i-- > 0;)
     if (now >= a->hs[i].deadline) {
       drop_peer("handshake_timeout");
@@ -572,7 +572,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
   sigaction(SIGCHLD, &sa, NULL);
   bool stop = false;
   while (!stop) {
-    double now = kc_now();
+    double now = kc_now_s();
     if (!a->trk && now >= a->next_connect)
       connect_tracker(a);
     if (a->trk && a->child <= 0 && a->put_pending) {
@@ -580,14 +580,14 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       if (do_put(a, &e) < 0)
         drop_tracker(a, e.msg);
     }
-    if (a->trk && a->child <= 0 && kc_now() >= a->next_check)
+    if (a->trk && a->child <= 0 && kc_now_s() >= a->next_check)
       check_pending(a);
-    if (a->child > 0 && a->child_deadline >= 0 && kc_now() > a->child_deadline + 2) {
+    if (a->child > 0 && a->child_deadline >= 0 && kc_now_s() > a->child_deadline + 2) {
       logf_(a, "session past its deadline; killing it");
       end_session(a);
     }
 
-    now = kc_now();
+    now = kc_now_s();
     double wake = now + 3600;
     if (!a->trk)
       wake = fmin(wake, a->next_connect);

@@ -97,7 +97,7 @@ int kc_tcp_connect(const char *host, uint16_t port, double timeout_s, kc_error *
       for (;;) {
         int ms = -1;
         if (deadline >= 0) {
-          double left = deadline - kc_now();
+          double left = deadline - kc_now_s();
           ms = left > 0 ? (int)(left * 1000) + 1 : 0;
         }
         struct pollfd p = {.fd = fd, .events = POLLOUT};
@@ -529,7 +529,7 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
   snprintf(last.msg, sizeof last.msg, "no attempt made");
   unsigned i;
   for (i = 0; i < tries; i++) {
-    double left = deadline < 0 ? -1 : deadline - kc_now();
+    double left = deadline < 0 ? -1 : deadline - kc_now_s();
     if (deadline >= 0 && left <= 0) {
       kc_error_set(&last, ETIMEDOUT, "no %s device was free within %.3g s", key, wait);
       break;
@@ -537,10 +537,10 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
     if (i > 0) { /* back off between attempts (0.1 s doubling), within the deadline */
       double pause = fmin(0.1 * (double)(1u << (i < 6 ? i - 1 : 5)), 2.0);
       if (deadline >= 0)
-        pause = fmin(pause, fmax(0, deadline - kc_now()));
+        pause = fmin(pause, fmax(0, deadline - kc_now_s()));
       struct timespec ts = {(time_t)pause, (long)((pause - floor(pause)) * 1e9)};
       nanosleep(&ts, NULL);
-      left = deadline < 0 ? -1 : deadline - kc_now();
+      left = deadline < 0 ? -1 : deadline - kc_now_s();
       if (deadline >= 0 && left <= 0) {
         kc_error_set(&last, ETIMEDOUT, "no %s device was free within %.3g s", key, wait);
         break;
@@ -594,13 +594,13 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
     int fd;
     if (kc_tracker_request(th, tp, key, o, &lease, &fd, &last) < 0)
       continue; /* TVM raises UnboundLocalError here (tvm.md §3.1); we retry */
-    double t0 = kc_now();
+    double t0 = kc_now_s();
     int rc = fn(fd, &lease, ctx, &last);
     close(fd);
     if (rc == 0)
       return 0;
     run_err = last;
-    double took = kc_now() - t0;
+    double took = kc_now_s() - t0;
     if (last.code == ETIMEDOUT ||
         (o->session_timeout_s > 0 && took >= o->session_timeout_s * 0.95)) {
       kc_error_set(err, 0, "Session timeout when running on %s: %s", key, last.msg);

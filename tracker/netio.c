@@ -9,21 +9,15 @@
 #include <time.h>
 #include <unistd.h>
 
-double kc_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 double kc_deadline(double timeout_s) {
-  return timeout_s < 0 ? -1 : kc_now() + timeout_s;
+  return timeout_s < 0 ? -1 : kc_now_s() + timeout_s;
 }
 
 static int wait_fd(int fd, short ev, double deadline, kc_error *err) {
   for (;;) {
     int ms = -1;
     if (deadline >= 0) {
-      double left = deadline - kc_now();
+      double left = deadline - kc_now_s();
       if (left <= 0)
         return kc_error_set(err, ETIMEDOUT, "deadline passed");
       ms = (int)(left * 1000) + 1;

@@ -6,10 +6,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "kcage/error.h"
 
-double kc_now(void); /* CLOCK_MONOTONIC seconds */
-/* deadline = kc_now() + timeout, or a negative value for "no deadline". */
+/* deadline = kc_now_s() + timeout, or a negative value for "no deadline". */
 double kc_deadline(double timeout_s);
 int kc_write_all(int fd, const void *buf, size_t len, double deadline, kc_error *err);
 /* -1 with err (ETIMEDOUT on deadline, ECONNRESET on EOF). */

@@ -96,7 +96,7 @@ struct conn {
   size_t nreq;
   struct conn *prev, *next; /* all live connections, in accept order */
   struct conn *dead_next;
-  double accepted_at;             /* kc_now() */
+  double accepted_at;             /* kc_now_s() */
   struct conn *hs_prev, *hs_next; /* before the magic: s->hs_head.., in accept order */
   const char *drop_why; /* why we dropped it (logs, metrics); NULL: the peer closed */
 };
@@ -816,7 +816,7 @@ static void on_accept(kc_tracker_server *s) {
       continue;
     }
     c->fd = fd;
-    c->accepted_at = kc_now();
+    c->accepted_at = kc_now_s();
     kc_frame_reader_init(&c->rd, s->max_frame);
     peer_string(&ss, c->peer, sizeof c->peer);
     set_keepalive(fd, s->o.keepalive_s);
@@ -944,7 +944,7 @@ void kc_tracker_server_stop(kc_tracker_server *s) {
 /* Drop the connections whose magic is overdue; returns the ms until the next is due
  * (-1: none waits). */
 static int expire_handshakes(kc_tracker_server *s) {
-  double now = kc_now();
+  double now = kc_now_s();
   while (s->hs_head && now - s->hs_head->accepted_at >= s->o.handshake_s)
     conn_drop(s, s->hs_head, "handshake_timeout");
   if (!s->hs_head)

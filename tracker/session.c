@@ -414,7 +414,7 @@ static void arm_deadline(int fd, const kc_session_serve_opts *o, const char *tms
   g_fd = fd;
   struct sigaction sa = {.sa_handler = on_alarm};
   sigaction(SIGALRM, &sa, NULL);
-  double left = o->deadline - kc_now();
+  double left = o->deadline - kc_now_s();
   if (left < 0.001)
     left = 0.001;
   struct itimerval it = {.it_value = {(time_t)left, (suseconds_t)((left - floor(left)) * 1e6)}};

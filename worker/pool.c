@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kcage/pool.h"
 #include "worker_internal.h"
 
@@ -198,8 +199,8 @@ static int harvest(kc_pool *p) {
 static void drive(kc_pool *p, uint64_t until_ns) {
   if (harvest(p))
     return;
-  uint64_t t0 = kc_ring_now_ns();
-  for (unsigned n = 1; kc_ring_now_ns() - t0 < KC_POOL_SPIN_NS && kc_ring_now_ns() < until_ns;
+  uint64_t t0 = kc_now_ns();
+  for (unsigned n = 1; kc_now_ns() - t0 < KC_POOL_SPIN_NS && kc_now_ns() < until_ns;
        n++) {
     for (int i = 0; i < 16; i++) {
       __builtin_ia32_pause();
@@ -238,7 +239,7 @@ static void drive(kc_pool *p, uint64_t until_ns) {
         kc_worker_set_waiting(p->slots[i].w, false);
       return;
     }
-    uint64_t now = kc_ring_now_ns();
+    uint64_t now = kc_now_ns();
     if (now >= until_ns)
       break;
     uint64_t left = dl == UINT64_MAX ? 1000000000u : (dl > now ? dl - now : 0);
@@ -324,8 +325,8 @@ bool kc_future_done(kc_future *f) {
 }
 
 int kc_future_wait(kc_future *f, double timeout_s, kc_call_result *res) {
-  uint64_t until = timeout_s < 0 ? UINT64_MAX : kc_ring_now_ns() + (uint64_t)(timeout_s * 1e9);
-  while (!f->done && f->pool && kc_ring_now_ns() < until)
+  uint64_t until = timeout_s < 0 ? UINT64_MAX : kc_now_ns() + (uint64_t)(timeout_s * 1e9);
+  while (!f->done && f->pool && kc_now_ns() < until)
     drive(f->pool, until);
   if (!f->done || f->taken)
     return 0;

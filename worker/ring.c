@@ -1,5 +1,6 @@
-/* The per-worker shared-memory ring (see kcage/ring.h for the protocol). */
-#include "kcage/ring.h"
+/* The per-worker shared-memory ring (see ring.h for the protocol). */
+#include "clock.h"
+#include "ring.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -16,12 +17,6 @@
 
 static uint64_t round_up(uint64_t v, uint64_t a) {
   return (v + a - 1) / a * a;
-}
-
-uint64_t kc_ring_now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 int kc_futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns) {

@@ -19,6 +19,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
 #include "kcage/policy.h"
@@ -142,11 +143,11 @@ static int lockdown(const kc_worker_boot *b, kc_error *err) {
 static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
   if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
     return;
-  uint64_t t0 = kc_ring_now_ns();
+  uint64_t t0 = kc_now_ns();
   uint64_t spin = g_spin_once > g_spin_ns ? g_spin_once : g_spin_ns;
   g_spin_once = 0;
   unsigned n = 0;
-  while (kc_ring_now_ns() - t0 < spin) {
+  while (kc_now_ns() - t0 < spin) {
     for (int i = 0; i < 16; i++) {
       if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
         return;

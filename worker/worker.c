@@ -23,6 +23,8 @@
 
 #include <seccomp.h>
 
+#include "clock.h"
+#include "fdio.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
 #include "kcage/cgroup.h"
@@ -260,12 +262,6 @@ int kc_worker_new(const kc_worker_opts *opts, kc_worker **out, kc_error *err) {
   return 0;
 }
 
-static void close_fd(int *fd) {
-  if (*fd >= 0)
-    close(*fd);
-  *fd = -1;
-}
-
 static void reap_graves(kc_worker *w, bool block) {
   unsigned k = 0;
   for (unsigned i = 0; i < w->ngraves; i++) {
@@ -374,10 +370,10 @@ static void drop_process(kc_worker *w) {
       kill_and_reap(w, &si);
     }
   }
-  close_fd(&w->handoff);
-  close_fd(&w->pidfd);
-  close_fd(&w->evfd);
-  close_fd(&w->listener);
+  kc_close_fd(&w->handoff);
+  kc_close_fd(&w->pidfd);
+  kc_close_fd(&w->evfd);
+  kc_close_fd(&w->listener);
   kc_ring_destroy(&w->ring);
   w->pid = 0;
 }
@@ -445,7 +441,7 @@ static void fill_common(kc_worker *w, kc_call_result *res, uint64_t now) {
 
 /* The worker failed while res's call was the oldest: kill, verdict, orphan the rest. */
 static void fail_worker(kc_worker *w, kc_call_result *res, kc_call_status st, const char *why) {
-  uint64_t now = kc_ring_now_ns();
+  uint64_t now = kc_now_ns();
   fill_common(w, res, now);
   res->status = st;
   siginfo_t si;
@@ -584,7 +580,7 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   rerr.msg[0] = 0;
   /* The call ended when its completion is first seen, before the reap copies the
    * payload: elapsed_s must not grow with the size of the result. */
-  uint64_t seen = kc_ring_now_ns();
+  uint64_t seen = kc_now_ns();
   int r = kc_ring_reap(&w->ring, &c, &rerr);
   if (r == 1)
     return take(w, res, &c, seen);
@@ -602,13 +598,13 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   }
   bool dead = violated || pidfd_dead(w->pidfd);
   uint64_t dl = kc_worker_deadline(w);
-  bool late = !dead && dl != UINT64_MAX && kc_ring_now_ns() >= dl;
+  bool late = !dead && dl != UINT64_MAX && kc_now_ns() >= dl;
   if (!dead && !late)
     return 0;
   /* A completion may have landed between the first look and now (the call finished,
    * then the worker died on the next one, or the call ended at its deadline): it is
    * this call's result; the failure belongs to the next call. */
-  seen = kc_ring_now_ns();
+  seen = kc_now_ns();
   r = kc_ring_reap(&w->ring, &c, &rerr);
   if (r == 1)
     return take(w, res, &c, seen);
@@ -626,7 +622,7 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
 
 /* Spin, then sleep in poll() until something happens or until_ns. 1 = res filled. */
 static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
-  uint64_t t0 = kc_ring_now_ns();
+  uint64_t t0 = kc_now_ns();
   /* spin on the ring alone: no syscalls on the fast path */
   for (unsigned i = 1; w->pid && kc_ring_outstanding(&w->ring) && !w->orphans; i++) {
     uint64_t tail = atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_acquire);
@@ -634,7 +630,7 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
       break;
     __builtin_ia32_pause(); /* ~40 ns here: check the ring after every one */
     if (i % 16 == 0) {
-      uint64_t now = kc_ring_now_ns();
+      uint64_t now = kc_now_ns();
       if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
         break;
       /* On 2 vCPUs the worker may be waiting for this very CPU: let it run. */
@@ -645,7 +641,7 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     int r = kc_worker_try(w, res, err);
     if (r != 0)
       return r;
-    uint64_t now = kc_ring_now_ns();
+    uint64_t now = kc_now_ns();
     uint64_t dl = kc_worker_deadline(w);
     uint64_t until = dl < until_ns ? dl : until_ns;
     if (now >= until_ns)
@@ -686,7 +682,7 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
 int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
   if (!kc_worker_outstanding(w))
     return kc_error_set(err, EINVAL, "recv: no call outstanding");
-  uint64_t until = kc_ring_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
+  uint64_t until = kc_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
   return wait_one(w, res, until, err);
 }
 
@@ -894,7 +890,7 @@ static int respawn_finish(kc_worker *w, kc_error *err) {
   if (w->spawning && collect_pid(w, err) < 0)
     return -1;
   int rc = wait_ready(w, w->handoff, err);
-  close_fd(&w->handoff);
+  kc_close_fd(&w->handoff);
   if (rc < 0) {
     siginfo_t si;
     kill_and_reap(w, &si);
@@ -902,7 +898,7 @@ static int respawn_finish(kc_worker *w, kc_error *err) {
     return kc_error_prefix(err, "worker");
   }
   w->uses_left = w->o.maximum_uses;
-  w->head_start_ns = kc_ring_now_ns();
+  w->head_start_ns = kc_now_ns();
   if (w->initializer) {
     size_t sl = strlen(w->initializer);
     size_t n = sl + 1 + w->o.initargs_len;
@@ -916,7 +912,7 @@ static int respawn_finish(kc_worker *w, kc_error *err) {
     free(buf);
     if (rc < 0)
       return kc_error_prefix(err, "initializer");
-    w->q[0] = (pending){kc_ring_now_ns(), 0};
+    w->q[0] = (pending){kc_now_ns(), 0};
     kc_ring_wake_worker(&w->ring);
     kc_call_result res;
     kc_worker_recv(w, &res, err);
@@ -958,7 +954,7 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
    * between calls (killed from outside, say) is replaced silently, nothing was lost.
    * A hot loop pays no system call for this; a death within 1 ms of the last call
    * comes back as that next call's CHILD_ERROR, as in TVM. */
-  if (w->pid && !kc_ring_outstanding(&w->ring) && kc_ring_now_ns() - w->last_done_ns > 1000000 &&
+  if (w->pid && !kc_ring_outstanding(&w->ring) && kc_now_ns() - w->last_done_ns > 1000000 &&
       pidfd_dead(w->pidfd)) {
     siginfo_t si;
     kill_and_reap(w, &si);
@@ -976,7 +972,7 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
     return kc_error_set(err, EAGAIN, "send: %d calls already outstanding", KC_DEFAULT_DEPTH);
   if (kc_cgroup_rlimit_memory(w->cg) && !kc_ring_outstanding(&w->ring))
     w->hwm_at_send_kb = worker_hwm_kb(w->pid);
-  uint64_t now = kc_ring_now_ns();
+  uint64_t now = kc_now_ns();
   if (!kc_ring_outstanding(&w->ring))
     w->head_start_ns = now;
   w->q[w->ring.sent % KC_DEFAULT_DEPTH] = (pending){now, timeout_s};

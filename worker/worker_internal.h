@@ -11,7 +11,7 @@ struct kc_seccomp_prog;
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
-#include "kcage/ring.h"
+#include "ring.h"
 #include "kcage/sandbox.h"
 #include "kcage/worker.h"
 

@@ -32,7 +32,7 @@ static void mm(const float *A, const float *B, float *C, int64_t N) {
   }
 }
 
-typedef struct ring_ctl { /* the layout of kcage/ring.h, as an attacker would copy it */
+typedef struct ring_ctl { /* the layout of worker/ring.h, as an attacker would copy it */
   uint32_t magic, depth;
   uint64_t sq_slot_size, cq_slot_size, sq_off, cq_off;
   uint32_t generation, max_arg, max_result;

@@ -285,7 +285,7 @@ typedef struct kc_session_serve_opts {
   const char *device; /* "key@host" reported in hello and in every record */
   const char *dir;    /* private scratch directory for uploads */
   unsigned workers;
-  double deadline; /* kc_now()-style monotonic seconds, < 0 = none */
+  double deadline; /* CLOCK_MONOTONIC seconds, < 0 = none */
   double timeout_s;
   double asked_timeout_s; /* what the client asked for (0 = none), when a cap changed it */
   kc_run_caps caps;

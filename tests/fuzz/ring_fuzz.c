@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kcage/ring.h"
+#include "ring.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size); /* libFuzzer's entry point */
 

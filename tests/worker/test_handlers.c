@@ -12,7 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "kcage/ring.h"
+#include "ring.h"
 #include "kcage/worker.h"
 
 int raise_value_error(kc_call *c) {

@@ -28,13 +28,10 @@
 
 #include "kcage/error.h"
 
-#include "kcage/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KC_PUBLIC_BEGIN
 
 #define KC_RING_MAGIC 0x6b63726eu /* "kcrn" */
 #define KC_RING_FN_MAX 255
@@ -140,12 +137,9 @@ int kc_ring_reap(kc_ring *r, kc_ring_completion *out, kc_error *err);
 int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
                       uint32_t max_result, kc_error *err);
 
-/* Spin up to spin_ns for cond-like readiness; helpers used by both sides. */
-uint64_t kc_ring_now_ns(void);
+/* The futex helpers of both sides. */
 int kc_futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);
 int kc_futex_wake(_Atomic uint32_t *word, int n);
-
-KC_PUBLIC_END
 
 #ifdef __cplusplus
 }
