@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
+#include "kcage/policy.h"
 #include "kcage/tracker.h"
 
 static void usage(FILE *out) {
@@ -72,7 +73,12 @@ static void usage(FILE *out) {
           "  --auth-key FILE      run only on agents that prove this shared key (and\n"
           "                       prove it to them); see `kcage agent --auth-key`\n"
           "\n"
-          "statuses: ok build_error wrong_result timeout memory crash syscall error suspicious\n");
+          "statuses: ok build_error wrong_result timeout memory crash syscall error suspicious\n"
+          "\n"
+          "exit status: 0 the batch ran (whatever the kernels did); 2 bad usage or input (an\n"
+          "option, --args, a missing kernel, a reference that refuses the tensors); 3 kcage\n"
+          "could not run the batch (cache dir, compiler, policies, sandbox, tracker or agent);\n"
+          "130/143 interrupted by SIGINT/SIGTERM (the finished records stay).\n");
 }
 
 enum {
@@ -261,6 +267,61 @@ static void print_table(json_t *recs, json_t *ref) {
   }
 }
 
+/* The long name of option c, for an error that names it. */
+static const char *opt_name(int c) {
+  for (const struct option *o = opts; o->name; o++)
+    if (o->val == c)
+      return o->name;
+  return "option";
+}
+
+/* A memory limit: a size (K/M/G), and at least what a worker needs to start. */
+static int parse_memory(const char *name, const char *a, uint64_t *out) {
+  if (kc_cli_parse_size(a, out) < 0) {
+    kc_cli_error("bench", "--%s: bad value '%s' (want a size such as 256M or 1G)", name, a);
+    return -1;
+  }
+  if (*out < (16u << 20)) {
+    kc_cli_error("bench", "--%s %s: want a size of at least 16M", name, a);
+    return -1;
+  }
+  return 0;
+}
+
+/* The cache directory (root must not use one that others can write), the compiler
+ * (when a kernel is a source) and the sandbox policies of a local batch. */
+static int preflight(const kc_bench_config *cfg, const char *const *kernels, size_t nk,
+                     kc_error *err) {
+  bool sources = false;
+  for (size_t i = 0; i < nk; i++) {
+    size_t kl = strlen(kernels[i]);
+    sources = sources || (kl > 2 && !strcmp(kernels[i] + kl - 2, ".c"));
+  }
+  if (cfg->reference) {
+    size_t rl = strlen(cfg->reference);
+    sources = sources || (rl > 2 && !strcmp(cfg->reference + rl - 2, ".c"));
+  }
+  char path[4096];
+  if (sources && (kc_build_cache_dir(&cfg->build, path, sizeof path, err) < 0 ||
+                  kc_build_find_cc(&cfg->build, path, sizeof path, err) < 0))
+    return -1;
+  static const char *const needed[] = {"build", "measure"};
+  for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
+    kc_policy *p = NULL;
+    if (kc_policy_load(needed[i], &p, err) < 0)
+      return -1;
+    kc_policy_free(p);
+  }
+  return 0;
+}
+
+/* A batch refused for what the caller gave it (a path, --args, the reference), rather
+ * than for the machinery: the library says so with no errno, EINVAL or a missing
+ * path. */
+static bool input_error(const kc_error *err) {
+  return err->code == 0 || err->code == EINVAL || err->code == ENOENT || err->code == ENOTDIR;
+}
+
 int kc_cmd_bench(int argc, char **argv) {
   kc_bench_config cfg;
   kc_bench_config_init(&cfg);
@@ -343,10 +404,8 @@ int kc_cmd_bench(int argc, char **argv) {
         goto bad;
       break;
     case O_MEMORY:
-      if (kc_cli_parse_size(a, &cfg.memory_bytes) < 0 || cfg.memory_bytes < (16u << 20)) {
-        kc_cli_error("bench", "--memory %s: want a size of at least 16M", a);
+      if (parse_memory("memory", a, &cfg.memory_bytes) < 0)
         return KC_EXIT_USAGE;
-      }
       break;
     case O_JSON:
       json_path = a;
@@ -365,11 +424,8 @@ int kc_cmd_bench(int argc, char **argv) {
       cfg.build.cache_dir = a;
       break;
     case O_BMEMORY:
-      if (kc_cli_parse_size(a, &cfg.build.memory_bytes) < 0 ||
-          cfg.build.memory_bytes < (16u << 20)) {
-        kc_cli_error("bench", "--build-memory %s: want a size of at least 16M", a);
+      if (parse_memory("build-memory", a, &cfg.build.memory_bytes) < 0)
         return KC_EXIT_USAGE;
-      }
       break;
     case O_NOCACHE:
       cfg.build.no_cache = true;
@@ -429,8 +485,7 @@ int kc_cmd_bench(int argc, char **argv) {
     }
     continue;
   bad:
-    kc_cli_error("bench", "%s: bad value '%s'",
-                 argv[optind - 1][0] == '-' ? argv[optind - 1] : "option", a ? a : "");
+    kc_cli_error("bench", "--%s: bad value '%s'", opt_name(c), a ? a : "");
     return KC_EXIT_USAGE;
   }
   if (!cfg.args) {
@@ -483,19 +538,13 @@ int kc_cmd_bench(int argc, char **argv) {
   json_t *recs = NULL, *ref = NULL;
   const char *const *kernels = (const char *const *)argv + optind;
   size_t nk = (size_t)(argc - optind);
-  /* A cache directory root must not use is refused once, up front, not per kernel. */
-  for (size_t i = 0; !cfg.tracker && i < nk; i++) {
-    size_t kl = strlen(kernels[i]);
-    char cdir[4096];
-    if (kl > 2 && !strcmp(kernels[i] + kl - 2, ".c")) {
-      if (kc_build_cache_dir(&cfg.build, cdir, sizeof cdir, &err) < 0) {
-        kc_cli_error("bench", "%s", err.msg);
-        if (jf && jf != stdout)
-          fclose(jf);
-        return KC_EXIT_USAGE;
-      }
-      break;
-    }
+  /* What the machinery needs is checked once, up front: a failure is one line and exit
+   * 3, not an error record per kernel. */
+  if (!cfg.tracker && preflight(&cfg, kernels, nk, &err) < 0) {
+    kc_cli_error("bench", "%s", err.msg);
+    if (jf && jf != stdout)
+      fclose(jf);
+    return KC_EXIT_BENCH_FAILED;
   }
   sink k = {.jf = jf, .done = json_array()};
   cfg.on_record = on_record;
@@ -533,7 +582,7 @@ int kc_cmd_bench(int argc, char **argv) {
     if (jf && jf != stdout)
       fclose(jf);
     json_decref(k.done);
-    return KC_EXIT_USAGE;
+    return cfg.tracker || !input_error(&err) ? KC_EXIT_BENCH_FAILED : KC_EXIT_USAGE;
   }
   if (!quiet && !(jf == stdout))
     print_table(recs, ref);

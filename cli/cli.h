@@ -11,6 +11,9 @@
  * errors exit 125, like every other failure of kcage itself there. */
 #define KC_EXIT_USAGE 2
 #define KC_EXIT_RUN_FAILED 125
+/* `kcage bench`: its own machinery could not run the batch (cache dir, compiler,
+ * policies, sandbox, tracker or agent), as opposed to bad input (2). */
+#define KC_EXIT_BENCH_FAILED 3
 
 /* The subcommands, one file each (cli/<name>.c); argv[0] is the subcommand's name. */
 int kc_cmd_run(int argc, char **argv);

@@ -399,6 +399,13 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
   return 0;
 }
 
+int kc_build_find_cc(const kc_build_opts *o, char *out, size_t len, kc_error *err) {
+  const char *cc = o && o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  if (len < PATH_MAX || resolve_cc(cc, out, len) < 0)
+    return kc_error_set(err, ENOENT, "compiler '%s' not found (--cc, $CC, PATH)", cc);
+  return 0;
+}
+
 int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_result *res,
                     kc_error *err) {
   memset(res, 0, sizeof *res);

@@ -122,6 +122,9 @@ typedef struct kc_build_result {
 
 /* Resolve defaults into *o (strings stay owned by the caller or are static). */
 int kc_build_cache_dir(const kc_build_opts *o, char *buf, size_t len, kc_error *err);
+/* The compiler a build would run (o->cc, else $CC, else cc, through PATH) into out
+ * (at least PATH_MAX bytes); -1 with a one-line error when there is none. */
+int kc_build_find_cc(const kc_build_opts *o, char *out, size_t len, kc_error *err);
 /* Build one source file.  -1 only for errors of the caller's making (unreadable
  * source, cache dir not creatable); a compiler failure is a result. */
 int kc_build_kernel(const kc_build_opts *o, const char *source, kc_build_result *res,
