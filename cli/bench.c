@@ -322,172 +322,207 @@ static bool input_error(const kc_error *err) {
   return err->code == 0 || err->code == EINVAL || err->code == ENOENT || err->code == ENOTDIR;
 }
 
-int kc_cmd_bench(int argc, char **argv) {
+typedef struct bench_args {
   kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
-  const char *json_path = NULL, *auth_path = NULL;
-  bool quiet = false;
-  uint64_t u;
+  const char *json_path, *auth_path;
+  bool quiet;
+} bench_args;
 
+static int bad_value(int c, const char *a) {
+  kc_cli_error("bench", "--%s: bad value '%s'", opt_name(c), a ? a : "");
+  return KC_EXIT_USAGE;
+}
+
+/* One option into b; 0, -1 for --help (printed), or the exit status of bad usage. */
+/* The build's options and the remote device's. */
+static int build_or_remote_option(bench_args *b, int c, const char *a) {
+  uint64_t u;
+  switch (c) {
+  case O_CC:
+    b->cfg.build.cc = a;
+    return 0;
+  case O_CFLAGS:
+    b->cfg.build.cflags = a;
+    return 0;
+  case O_BTIMEOUT:
+    if (kc_cli_parse_seconds(a, &b->cfg.build.timeout_s) < 0 || b->cfg.build.timeout_s <= 0)
+      return bad_value(c, a);
+    return 0;
+  case O_CACHE:
+    b->cfg.build.cache_dir = a;
+    return 0;
+  case O_BMEMORY:
+    if (parse_memory("build-memory", a, &b->cfg.build.memory_bytes) < 0)
+      return KC_EXIT_USAGE;
+    return 0;
+  case O_NOCACHE:
+    b->cfg.build.no_cache = true;
+    return 0;
+  case O_LFALLBACK:
+    if (kc_cli_limits_fallback("bench", a) < 0)
+      return KC_EXIT_USAGE;
+    return 0;
+  case O_TRACKER:
+    b->cfg.tracker = a;
+    return 0;
+  case O_KEY:
+    b->cfg.key = a;
+    return 0;
+  case O_PRIO:
+    if (kc_cli_parse_uint(a, 0, 1000000, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.priority = (int)u;
+    return 0;
+  case O_STIMEOUT:
+    if (kc_cli_parse_seconds(a, &b->cfg.session_timeout_s) < 0)
+      return bad_value(c, a);
+    return 0;
+  case O_AUTHKEY:
+    b->auth_path = a;
+    return 0;
+  }
+  return 0;
+}
+
+static int bench_option(bench_args *b, int c, const char *a, char **argv) {
+  uint64_t u;
+  switch (c) {
+  case 'h':
+  case O_HELP:
+    usage(stdout);
+    return 0;
+  case O_ARGS:
+    b->cfg.args = a;
+    return 0;
+  case O_SEED:
+    if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.seed = u;
+    b->cfg.seed_set = true;
+    return 0;
+  case O_NO_ISOLATION:
+    b->cfg.no_isolation = true;
+    fprintf(stderr, "kcage bench: warning: --no-isolation: the kernels run as this user with no "
+                    "sandbox; use it only for code you trust\n");
+    return 0;
+  case O_REF:
+    b->cfg.reference = a;
+    return 0;
+  case O_RTOL:
+    if (parse_double(a, &b->cfg.rtol) < 0)
+      return bad_value(c, a);
+    if (b->cfg.atol < 0)
+      b->cfg.atol = 1e-5;
+    return 0;
+  case O_ATOL:
+    if (parse_double(a, &b->cfg.atol) < 0)
+      return bad_value(c, a);
+    if (b->cfg.rtol < 0)
+      b->cfg.rtol = 1e-4;
+    return 0;
+  case O_ENTRY:
+    if (!*a)
+      return bad_value(c, a);
+    b->cfg.entry = a;
+    return 0;
+  case O_NUMBER:
+    if (kc_cli_parse_uint(a, 1, UINT32_MAX, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.number = (uint32_t)u;
+    return 0;
+  case O_REPEAT:
+    if (kc_cli_parse_uint(a, 1, 100000, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.repeat = (uint32_t)u;
+    return 0;
+  case O_MINMS:
+    if (parse_double(a, &b->cfg.min_repeat_ms) < 0)
+      return bad_value(c, a);
+    return 0;
+  case O_COOL:
+    if (parse_double(a, &b->cfg.cooldown_ms) < 0)
+      return bad_value(c, a);
+    return 0;
+  case O_FLUSH:
+    b->cfg.flush_cache = true;
+    return 0;
+  case O_WORKERS:
+    if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.workers = (uint32_t)u;
+    return 0;
+  case O_TIMEOUT:
+    if (kc_cli_parse_seconds(a, &b->cfg.timeout_s) < 0 || b->cfg.timeout_s <= 0)
+      return bad_value(c, a);
+    return 0;
+  case O_MEMORY:
+    if (parse_memory("memory", a, &b->cfg.memory_bytes) < 0)
+      return KC_EXIT_USAGE;
+    return 0;
+  case O_JSON:
+    b->json_path = a;
+    return 0;
+  case O_SETS:
+    if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.sets = (uint32_t)u;
+    return 0;
+  case O_CHECKS:
+    if (kc_cli_parse_uint(a, 1, 16, &u) < 0)
+      return bad_value(c, a);
+    b->cfg.checks = (uint32_t)u;
+    return 0;
+  case O_QUIET:
+    b->quiet = true;
+    return 0;
+  case O_BUDGET:
+    if (kc_cli_parse_seconds(a, &b->cfg.budget_s) < 0)
+      return bad_value(c, a);
+    if (b->cfg.budget_s == 0)
+      b->cfg.budget_s = -1; /* none */
+    return 0;
+  case O_MAXCV:
+    if (parse_double(a, &b->cfg.max_cv) < 0 || b->cfg.max_cv <= 0)
+      return bad_value(c, a);
+    return 0;
+  case O_CC:
+  case O_CFLAGS:
+  case O_BTIMEOUT:
+  case O_CACHE:
+  case O_BMEMORY:
+  case O_NOCACHE:
+  case O_LFALLBACK:
+  case O_TRACKER:
+  case O_KEY:
+  case O_PRIO:
+  case O_STIMEOUT:
+  case O_AUTHKEY:
+    return build_or_remote_option(b, c, a);
+  case '?':
+  default:
+    if (optopt)
+      kc_cli_error("bench", "option -%c: unknown or missing its value (see --help)", optopt);
+    else
+      kc_cli_error("bench", "%s: unknown option or missing value (see --help)", argv[optind - 1]);
+    return KC_EXIT_USAGE;
+  }
+  return 0;
+}
+
+int kc_cmd_bench(int argc, char **argv) {
+  bench_args b = {0};
+  kc_bench_config_init(&b.cfg);
   optind = 1;
   opterr = 0;
   int c;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-    const char *a = optarg;
-    switch (c) {
-    case 'h':
-    case O_HELP:
-      usage(stdout);
-      return 0;
-    case O_ARGS:
-      cfg.args = a;
-      break;
-    case O_SEED:
-      if (kc_cli_parse_uint(a, 0, UINT64_MAX, &u) < 0)
-        goto bad;
-      cfg.seed = u;
-      cfg.seed_set = true;
-      break;
-    case O_NO_ISOLATION:
-      cfg.no_isolation = true;
-      fprintf(stderr, "kcage bench: warning: --no-isolation: the kernels run as this user with no "
-                      "sandbox; use it only for code you trust\n");
-      break;
-    case O_REF:
-      cfg.reference = a;
-      break;
-    case O_RTOL:
-      if (parse_double(a, &cfg.rtol) < 0)
-        goto bad;
-      if (cfg.atol < 0)
-        cfg.atol = 1e-5;
-      break;
-    case O_ATOL:
-      if (parse_double(a, &cfg.atol) < 0)
-        goto bad;
-      if (cfg.rtol < 0)
-        cfg.rtol = 1e-4;
-      break;
-    case O_ENTRY:
-      if (!*a)
-        goto bad;
-      cfg.entry = a;
-      break;
-    case O_NUMBER:
-      if (kc_cli_parse_uint(a, 1, UINT32_MAX, &u) < 0)
-        goto bad;
-      cfg.number = (uint32_t)u;
-      break;
-    case O_REPEAT:
-      if (kc_cli_parse_uint(a, 1, 100000, &u) < 0)
-        goto bad;
-      cfg.repeat = (uint32_t)u;
-      break;
-    case O_MINMS:
-      if (parse_double(a, &cfg.min_repeat_ms) < 0)
-        goto bad;
-      break;
-    case O_COOL:
-      if (parse_double(a, &cfg.cooldown_ms) < 0)
-        goto bad;
-      break;
-    case O_FLUSH:
-      cfg.flush_cache = true;
-      break;
-    case O_WORKERS:
-      if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
-        goto bad;
-      cfg.workers = (uint32_t)u;
-      break;
-    case O_TIMEOUT:
-      if (kc_cli_parse_seconds(a, &cfg.timeout_s) < 0 || cfg.timeout_s <= 0)
-        goto bad;
-      break;
-    case O_MEMORY:
-      if (parse_memory("memory", a, &cfg.memory_bytes) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case O_JSON:
-      json_path = a;
-      break;
-    case O_CC:
-      cfg.build.cc = a;
-      break;
-    case O_CFLAGS:
-      cfg.build.cflags = a;
-      break;
-    case O_BTIMEOUT:
-      if (kc_cli_parse_seconds(a, &cfg.build.timeout_s) < 0 || cfg.build.timeout_s <= 0)
-        goto bad;
-      break;
-    case O_CACHE:
-      cfg.build.cache_dir = a;
-      break;
-    case O_BMEMORY:
-      if (parse_memory("build-memory", a, &cfg.build.memory_bytes) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case O_NOCACHE:
-      cfg.build.no_cache = true;
-      break;
-    case O_LFALLBACK:
-      if (kc_cli_limits_fallback("bench", a) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case O_TRACKER:
-      cfg.tracker = a;
-      break;
-    case O_KEY:
-      cfg.key = a;
-      break;
-    case O_PRIO:
-      if (kc_cli_parse_uint(a, 0, 1000000, &u) < 0)
-        goto bad;
-      cfg.priority = (int)u;
-      break;
-    case O_STIMEOUT:
-      if (kc_cli_parse_seconds(a, &cfg.session_timeout_s) < 0)
-        goto bad;
-      break;
-    case O_SETS:
-      if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
-        goto bad;
-      cfg.sets = (uint32_t)u;
-      break;
-    case O_CHECKS:
-      if (kc_cli_parse_uint(a, 1, 16, &u) < 0)
-        goto bad;
-      cfg.checks = (uint32_t)u;
-      break;
-    case O_QUIET:
-      quiet = true;
-      break;
-    case O_AUTHKEY:
-      auth_path = a;
-      break;
-    case O_BUDGET:
-      if (kc_cli_parse_seconds(a, &cfg.budget_s) < 0)
-        goto bad;
-      if (cfg.budget_s == 0)
-        cfg.budget_s = -1; /* none */
-      break;
-    case O_MAXCV:
-      if (parse_double(a, &cfg.max_cv) < 0 || cfg.max_cv <= 0)
-        goto bad;
-      break;
-    case '?':
-    default:
-      if (optopt)
-        kc_cli_error("bench", "option -%c: unknown or missing its value (see --help)", optopt);
-      else
-        kc_cli_error("bench", "%s: unknown option or missing value (see --help)", argv[optind - 1]);
-      return KC_EXIT_USAGE;
-    }
-    continue;
-  bad:
-    kc_cli_error("bench", "--%s: bad value '%s'", opt_name(c), a ? a : "");
-    return KC_EXIT_USAGE;
+    int rc = bench_option(&b, c, optarg, argv);
+    if (rc)
+      return rc < 0 ? 0 : rc;
   }
+  kc_bench_config cfg = b.cfg;
+  const char *json_path = b.json_path, *auth_path = b.auth_path;
+  bool quiet = b.quiet;
   if (!cfg.args) {
     kc_cli_error("bench",
                  "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
