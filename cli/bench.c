@@ -390,7 +390,7 @@ static int bench_option(bench_args *b, int c, const char *a, char **argv) {
   case 'h':
   case O_HELP:
     usage(stdout);
-    return 0;
+    return -1;
   case O_ARGS:
     b->cfg.args = a;
     return 0;
