@@ -25,7 +25,7 @@ demo: build
 
 # The whole suite, then again under ASan+UBSan (clang, which also builds the
 # libFuzzer targets and runs them briefly).
-check: build
+check: build format-check
 	cd $(BUILD) && ctest --output-on-failure --timeout 600 -j $(JOBS)
 	$(MAKE) check-python
 	$(MAKE) check-asan

@@ -312,8 +312,7 @@ static void part_interleaved(void) {
       if (wcpu >= 0)
         sched_setaffinity(0, sizeof on_w, which < 2 ? &off_w : &on_w);
       if (which == 0) {
-        if (kc_mrunner_call_expect(r, &wk, 8, 30, 1e-6, &c, &err) < 0 ||
-            c.status != KC_MCALL_OK) {
+        if (kc_mrunner_call_expect(r, &wk, 8, 30, 1e-6, &c, &err) < 0 || c.status != KC_MCALL_OK) {
           fprintf(stderr, "bench_measure: wake in the worker failed\n");
           exit(1);
         }

@@ -18,9 +18,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "kcage/seccomp.h"
 #include "bench_common.h"
 #include "kcage/policy.h"
+#include "kcage/seccomp.h"
 
 #define HANDOFF 100
 

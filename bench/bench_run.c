@@ -16,12 +16,25 @@
 
 static const char *const kcage_argv[] = {KCAGE_BIN, "run", "--", "/bin/true", NULL};
 /* The same with limits, i.e. with a cgroup (created, attached, killed, removed). */
-static const char *const kcage_cg_argv[] = {KCAGE_BIN, "run", "--memory", "256M", "--pids", "64",
-                                            "--", "/bin/true", NULL};
-static const char *const bwrap_argv[] = {
-    "bwrap",       "--ro-bind", "/",           "/",       "--dev",     "/dev", "--proc",
-    "/proc",       "--tmpfs",   "/tmp",        "--unshare-all", "--die-with-parent",
-    "--new-session", "--cap-drop", "ALL",      "/bin/true", NULL};
+static const char *const kcage_cg_argv[] = {KCAGE_BIN, "run", "--memory",  "256M", "--pids",
+                                            "64",      "--",  "/bin/true", NULL};
+static const char *const bwrap_argv[] = {"bwrap",
+                                         "--ro-bind",
+                                         "/",
+                                         "/",
+                                         "--dev",
+                                         "/dev",
+                                         "--proc",
+                                         "/proc",
+                                         "--tmpfs",
+                                         "/tmp",
+                                         "--unshare-all",
+                                         "--die-with-parent",
+                                         "--new-session",
+                                         "--cap-drop",
+                                         "ALL",
+                                         "/bin/true",
+                                         NULL};
 static const char *const plain_argv[] = {"/bin/true", NULL};
 
 /* Seconds for one launch, or -1 when it failed. */
@@ -48,7 +61,9 @@ static double launch(const char *const *argv) {
   return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
 }
 
-static int have_bwrap(void) { return launch(bwrap_argv) >= 0; }
+static int have_bwrap(void) {
+  return launch(bwrap_argv) >= 0;
+}
 
 typedef struct row {
   const char *name;

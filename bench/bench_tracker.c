@@ -686,16 +686,17 @@ int main(void) {
          "-");
   printf("%-58s %11.3f ms %16s\n", "  REQUEST->lease median", med1 * 1e3, "-");
   printf("%-58s %11.1f us %16s\n", "  tracker CPU per request", 1e6 * cpu1 / (double)want, "-");
-  printf("\nthe same loads against the floor (a server doing only what this load needs: no JSON\n"
-         "library, no priorities, no validation; same sockets and packets), alternating, %d runs:\n",
-         FR);
+  printf(
+      "\nthe same loads against the floor (a server doing only what this load needs: no JSON\n"
+      "library, no priorities, no validation; same sockets and packets), alternating, %d runs:\n",
+      FR);
   printf("  %-28s %13s %11s %6s %16s %18s\n", "clients", "kcage tracker", "floor", "ratio",
          "CPU/req trk|flr", "load gen CPU/req");
   for (int sp = 0; sp < 2; sp++)
     printf("  %-28s %11.0f/s %9.0f/s %6.2f %9.1f|%.1f us %10.1f|%.1f us\n",
            sp ? "split writes (TVM's Python)" : "one write per frame", fmed[0][sp], fmed[1][sp],
-           fmed[0][sp] / fmed[1][sp], fcmed[0][sp] * 1e6, fcmed[1][sp] * 1e6,
-           fgmed[0][sp] * 1e6, fgmed[1][sp] * 1e6);
+           fmed[0][sp] / fmed[1][sp], fcmed[0][sp] * 1e6, fcmed[1][sp] * 1e6, fgmed[0][sp] * 1e6,
+           fgmed[1][sp] * 1e6);
   printf("%-58s %5ld->%ld->%ld->%ld->%ld KiB\n",
          "tracker RSS at 0/50k/100k/150k/200k further leases", rss[0], rss[1], rss[2], rss[3],
          rss[4]);

@@ -31,8 +31,7 @@ int kc_cli_parse_size(const char *s, uint64_t *out);
 int kc_cli_parse_seconds(const char *s, double *out);
 /* A TCP port option in [min, 65535]; on bad input prints `kcage: CMD: OPT VALUE: not a
  * port` and returns -1 (the caller exits KC_EXIT_USAGE). */
-int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned min,
-                      uint16_t *out);
+int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned min, uint16_t *out);
 /* Non-negative integer within [min, max].  Returns -1 on bad input. */
 int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 

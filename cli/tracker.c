@@ -34,14 +34,11 @@ int kc_cmd_tracker(int argc, char **argv) {
   kc_tracker_opts_init(&o);
   bool port_end_set = false;
   const char *metrics = NULL;
-  static const struct option longs[] = {{"host", required_argument, 0, 'H'},
-                                        {"port", required_argument, 0, 'p'},
-                                        {"port-end", required_argument, 0, 'e'},
-                                        {"keepalive", required_argument, 0, 'k'},
-                                        {"verbose", no_argument, 0, 'v'},
-                                        {"metrics", required_argument, 0, 'm'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {0, 0, 0, 0}};
+  static const struct option longs[] = {
+      {"host", required_argument, 0, 'H'},     {"port", required_argument, 0, 'p'},
+      {"port-end", required_argument, 0, 'e'}, {"keepalive", required_argument, 0, 'k'},
+      {"verbose", no_argument, 0, 'v'},        {"metrics", required_argument, 0, 'm'},
+      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
   uint64_t v;
   double d;
   int ch;

@@ -18,9 +18,9 @@
 
 #include <nettle/sha2.h>
 
+#include "build_fs.h"
 #include "clock.h"
 #include "fdio.h"
-#include "build_fs.h"
 #include "kcage/cleanup.h"
 
 /* Paths are built from directories whose length was checked when they were made; a

@@ -1,8 +1,8 @@
 /* A kcage cgroup: one leaf directory per hierarchy, placement, whole-tree kill and
  * removal.  The leaf name records the owner (<pidns>.<pid>.<starttime>.<seq>.<name>) so a later
  * kcage can reap what a SIGKILLed one left behind (cgroup_reap.c). */
-#include "clock.h"
 #include "cgroup_internal.h"
+#include "clock.h"
 
 #include <dirent.h>
 #include <errno.h>

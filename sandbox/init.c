@@ -46,7 +46,9 @@ __attribute__((noreturn)) static void fail(int kind, int code, const char *msg) 
   _exit(125);
 }
 
-__attribute__((noreturn)) static void fail_err(const kc_error *e) { fail(KC_REPORT_SETUP, e->code, e->msg); }
+__attribute__((noreturn)) static void fail_err(const kc_error *e) {
+  fail(KC_REPORT_SETUP, e->code, e->msg);
+}
 
 #define KC_MAX_TREES 64
 
@@ -93,8 +95,8 @@ static int resolve(const char *name, const char *path_env, char *out, size_t len
   while (*p) {
     const char *colon = strchr(p, ':');
     size_t dl = colon ? (size_t)(colon - p) : strlen(p);
-    int w = dl == 0 ? snprintf(out, len, "%s", name)
-                    : snprintf(out, len, "%.*s/%s", (int)dl, p, name);
+    int w =
+        dl == 0 ? snprintf(out, len, "%s", name) : snprintf(out, len, "%.*s/%s", (int)dl, p, name);
     if (w < 0 || (size_t)w >= len) {
       p += dl + (p[dl] == ':');
       continue;

@@ -1,8 +1,8 @@
 /* The last step before untrusted code: limits, no capabilities, no_new_privs, seccomp.
  */
 #include "kcage/sandbox_parts.h"
-#include "sandbox_internal.h"
 #include "kcage/seccomp.h"
+#include "sandbox_internal.h"
 
 #include <errno.h>
 #include <sys/prctl.h>
@@ -23,8 +23,8 @@ static int before_filter(const kc_policy *policy, double cpu_s, kc_error *err) {
   return 0;
 }
 
-int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
-                        int *listener_fd, kc_error *err) {
+int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock, int *listener_fd,
+                        kc_error *err) {
   *listener_fd = -1;
   if (before_filter(policy, cpu_s, err) < 0)
     return -1;

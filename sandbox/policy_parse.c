@@ -21,8 +21,8 @@
  * wrote for that syscall; within one file, rules on a syscall must not contradict.
  * Later namespaces/limit/rlimit/cwd/default lines replace earlier ones; a mount on a
  * DST already mounted replaces that mount in place. */
-#include "policy_internal.h"
 #include "kcage/units.h"
+#include "policy_internal.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -95,7 +95,9 @@ static int parse_u64(const char *s, uint64_t *out) {
   return 0;
 }
 
-static int parse_size(const char *s, uint64_t *out) { return kc_parse_size(s, out); }
+static int parse_size(const char *s, uint64_t *out) {
+  return kc_parse_size(s, out);
+}
 
 static int parse_seconds(const char *s, double *out) {
   if (!isdigit((unsigned char)s[0]) && s[0] != '.')

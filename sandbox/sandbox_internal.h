@@ -59,10 +59,10 @@ typedef struct kc_plan {
   char exe[PATH_MAX]; /* argv[0] as given */
   char *const *argv;
   char *const *envp;
-  const char *path_env; /* PATH used to resolve argv[0] */
+  const char *path_env;               /* PATH used to resolve argv[0] */
   const struct kc_seccomp_prog *prog; /* compiled by the parent; NULL = no filter */
-  double cpu_s;         /* RLIMIT_CPU backstop (0 = none) */
-  bool cgroup_cpu;      /* the parent polls cgroup CPU time: the rlimit is only a backstop */
+  double cpu_s;                       /* RLIMIT_CPU backstop (0 = none) */
+  bool cgroup_cpu; /* the parent polls cgroup CPU time: the rlimit is only a backstop */
   bool new_net;
   /* fds as numbered in the child after kc__child_fds() */
   int sync_rd, report_wr, status_wr, sock_wr, stdin_fd, out_wr, err_wr;
@@ -79,14 +79,13 @@ struct kc_sandbox {
   kc_cgroup_counters base; /* counters at creation: verdicts use deltas */
   int report_rd, status_rd, sock_rd, listener, out_rd, err_rd;
   int fwd_out, fwd_err;
-  int in_src, in_wr; /* a terminal stdin (not owned) fed to the program's stdin pipe */
+  int in_src, in_wr;  /* a terminal stdin (not owned) fed to the program's stdin pipe */
   kc_sandbox_ids ids; /* the host ids of its root; lock_fd >= 0 when taken by the sandbox */
-  int cancel_fd; /* not owned */
+  int cancel_fd;      /* not owned */
   const kc_policy *policy;
   kc_limits lim;
   double t0;
 };
-
 
 /* caps.c: allocate what the child's capability drop needs, before clone3. */
 void kc__caps_prepare(void);

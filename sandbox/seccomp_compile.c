@@ -24,8 +24,8 @@
  * - Foreign-arch syscalls (i386 int 0x80 from an x86_64 process) get the bad-arch
  *   action: NOTIFY when we have a listener (the verdict then names "i386:..."), else
  *   KILL_PROCESS. */
-#include "policy_internal.h"
 #include "kcage/seccomp.h"
+#include "policy_internal.h"
 
 #include <errno.h>
 #include <linux/filter.h>

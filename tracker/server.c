@@ -26,8 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kcage/cleanup.h"
 #include "frame_reader.h"
+#include "kcage/cleanup.h"
 #include "kcage/log.h"
 #include "kcage/tracker.h"
 #include "metrics.h"
@@ -98,7 +98,7 @@ struct conn {
   struct conn *dead_next;
   double accepted_at;             /* kc_now_s() */
   struct conn *hs_prev, *hs_next; /* before the magic: s->hs_head.., in accept order */
-  const char *drop_why; /* why we dropped it (logs, metrics); NULL: the peer closed */
+  const char *drop_why;           /* why we dropped it (logs, metrics); NULL: the peer closed */
 };
 
 struct kc_tracker_server {

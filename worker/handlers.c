@@ -77,9 +77,8 @@ static void *lookup(const char *spec, size_t len, char *error, size_t cap) {
   buf[len] = 0;
   char *colon = strrchr(buf, ':');
   if (!colon || colon == buf || !colon[1]) {
-    snprintf(error, cap,
-             "unknown handler '%s' (built-ins: echo, exec, python%s; or lib.so:symbol)", buf,
-             g_builtins && g_builtins->name ? ", measure" : "");
+    snprintf(error, cap, "unknown handler '%s' (built-ins: echo, exec, python%s; or lib.so:symbol)",
+             buf, g_builtins && g_builtins->name ? ", measure" : "");
     return NULL;
   }
   *colon = 0;

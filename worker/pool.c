@@ -200,8 +200,7 @@ static void drive(kc_pool *p, uint64_t until_ns) {
   if (harvest(p))
     return;
   uint64_t t0 = kc_now_ns();
-  for (unsigned n = 1; kc_now_ns() - t0 < KC_POOL_SPIN_NS && kc_now_ns() < until_ns;
-       n++) {
+  for (unsigned n = 1; kc_now_ns() - t0 < KC_POOL_SPIN_NS && kc_now_ns() < until_ns; n++) {
     for (int i = 0; i < 16; i++) {
       __builtin_ia32_pause();
       if (harvest(p))

@@ -1,6 +1,6 @@
 /* The per-worker shared-memory ring (see ring.h for the protocol). */
-#include "clock.h"
 #include "ring.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -28,7 +28,6 @@
 
 #include "kcage/error.h"
 
-
 #ifdef __cplusplus
 extern "C" {
 #endif

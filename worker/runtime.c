@@ -20,9 +20,9 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "kcage/policy.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
-#include "kcage/policy.h"
 #include "worker_internal.h"
 
 static kc_ring g_ring;

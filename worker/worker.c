@@ -25,10 +25,10 @@
 
 #include "clock.h"
 #include "fdio.h"
-#include "kcage/sandbox_parts.h"
-#include "kcage/seccomp.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
+#include "kcage/sandbox_parts.h"
+#include "kcage/seccomp.h"
 #include "worker_internal.h"
 
 /* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
@@ -75,7 +75,7 @@ struct kc_worker {
   kc_cgroup *cg;
   bool cg_tried;
   int64_t oom_base, pids_base;
-  long maxrss_kb; /* the reaped worker's peak RSS (the kernel's rusage), -1 unknown */
+  long maxrss_kb;      /* the reaped worker's peak RSS (the kernel's rusage), -1 unknown */
   long hwm_at_send_kb; /* its peak RSS when the last call was sent (rlimit fallback) */
   /* the live process (pid 0 when none) */
   pid_t pid;

@@ -11,9 +11,9 @@ struct kc_seccomp_prog;
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
-#include "ring.h"
 #include "kcage/sandbox.h"
 #include "kcage/worker.h"
+#include "ring.h"
 
 #define KC_ZYGOTE_MAGIC 0x6b637a67u /* "kczg" */
 

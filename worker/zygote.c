@@ -21,8 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "kcage/seccomp.h"
 #include "kcage/sandbox_parts.h"
+#include "kcage/seccomp.h"
 #include "worker_internal.h"
 
 #ifndef CLONE_INTO_CGROUP

@@ -2,12 +2,14 @@
 #ifndef KCAGE_CLEANUP_H
 #define KCAGE_CLEANUP_H
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
-#include <dirent.h>
 
-static inline void kc_freep(void *p) { free(*(void **)p); }
+static inline void kc_freep(void *p) {
+  free(*(void **)p);
+}
 static inline void kc_closep(int *fd) {
   if (*fd >= 0)
     close(*fd);

@@ -2,9 +2,9 @@
 #ifndef KCAGE_H
 #define KCAGE_H
 
+#include "kcage/cgroup.h"
 #include "kcage/error.h"
 #include "kcage/policy.h"
-#include "kcage/cgroup.h"
 #include "kcage/sandbox.h"
 
 #endif

@@ -34,9 +34,9 @@ typedef enum kc_mount_kind { KC_MOUNT_RO_BIND, KC_MOUNT_BIND, KC_MOUNT_TMPFS } k
 
 typedef struct kc_mount {
   kc_mount_kind kind;
-  const char *src;  /* host path (binds) */
-  const char *dst;  /* path inside the sandbox */
-  uint64_t size;    /* tmpfs size in bytes, 0 = default */
+  const char *src; /* host path (binds) */
+  const char *dst; /* path inside the sandbox */
+  uint64_t size;   /* tmpfs size in bytes, 0 = default */
 } kc_mount;
 
 /* The result record (contract, docs/contracts.md). */
@@ -77,20 +77,20 @@ typedef struct kc_sandbox_config {
   kc_limits limits;        /* non-zero fields override the policy's */
   const kc_mount *mounts;  /* extra mounts after the policy's */
   size_t n_mounts;
-  const char *cwd;         /* inside the sandbox; NULL = policy default */
-  char *const *argv;       /* argv[0] resolved inside the sandbox through PATH */
-  char *const *envp;       /* NULL = a minimal clean environment */
-  int stdin_fd;            /* -1 = /dev/null */
-  int stdout_fd;           /* where the program's stdout goes (after the output cap);
-                              -1 = discarded */
-  int stderr_fd;           /* likewise for stderr */
-  int netns_fd;            /* -1 = a fresh netns with lo up; else setns() into this one */
-  int cancel_fd;           /* -1 = none; when it turns readable (e.g. a signalfd for
-                              SIGINT/SIGTERM) the wait kills the tree and returns
-                              status signaled with the SIGKILL it sent */
-  bool always_cgroup;      /* make a cgroup even when no limit needs one (for its
-                              counters); by default a run without memory/pids/cpus/cpu
-                              limits has none, and its tree dies with its pid namespace */
+  const char *cwd;                  /* inside the sandbox; NULL = policy default */
+  char *const *argv;                /* argv[0] resolved inside the sandbox through PATH */
+  char *const *envp;                /* NULL = a minimal clean environment */
+  int stdin_fd;                     /* -1 = /dev/null */
+  int stdout_fd;                    /* where the program's stdout goes (after the output cap);
+                                       -1 = discarded */
+  int stderr_fd;                    /* likewise for stderr */
+  int netns_fd;                     /* -1 = a fresh netns with lo up; else setns() into this one */
+  int cancel_fd;                    /* -1 = none; when it turns readable (e.g. a signalfd for
+                                       SIGINT/SIGTERM) the wait kills the tree and returns
+                                       status signaled with the SIGKILL it sent */
+  bool always_cgroup;               /* make a cgroup even when no limit needs one (for its
+                                       counters); by default a run without memory/pids/cpus/cpu
+                                       limits has none, and its tree dies with its pid namespace */
   const struct kc_sandbox_ids *ids; /* host ids held by the caller (kc_sandbox_ids_acquire);
                                        NULL = the sandbox takes its own for its lifetime */
 } kc_sandbox_config;

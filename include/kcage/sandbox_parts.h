@@ -50,8 +50,8 @@ int kc_sandbox_set_rlimits(const kc_policy *policy, double cpu_s, kc_error *err)
  * supervisor takes it with kc_seccomp_recv_listener) and *listener_fd is -1; with
  * handoff_sock < 0, *listener_fd gets it (-1 when the policy notifies nothing): hand
  * it over and close it before untrusted code runs (see kcage/seccomp.h). */
-int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock,
-                        int *listener_fd, kc_error *err);
+int kc_sandbox_lockdown(const kc_policy *policy, double cpu_s, int handoff_sock, int *listener_fd,
+                        kc_error *err);
 
 /* The same lockdown with a filter compiled once beforehand (kc_seccomp_prog_compile,
  * kcage/seccomp.h): the child allocates nothing, so it is safe right after a clone3 or

@@ -364,7 +364,8 @@ static int case_kill_tree(char *msg, size_t n) {
     CHECK(!pid_dead(pids[i]), "member %d (pid %d) dead before the kill", i, (int)pids[i]);
   CHECK(kc_cgroup_kill(cg, &err) == 0, "kill: %s", err.msg);
   for (int i = 0; i < 5; i++)
-    CHECK(pid_dies_within(pids[i], 1000), "member %d (pid %d) alive 1 s after the kill", i, (int)pids[i]);
+    CHECK(pid_dies_within(pids[i], 1000), "member %d (pid %d) alive 1 s after the kill", i,
+          (int)pids[i]);
   int st = 0;
   waitpid(pid, &st, 0);
   CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL, "root status 0x%x", st);

@@ -10,8 +10,8 @@
 #include <unistd.h>
 int main(int argc, char **argv) {
   const char *mark = argc > 1 ? argv[1] : "kc-escape";
-  static const char *const secret[] = {"/etc/shadow", "/etc/passwd", "/root", "/home",
-                                       "/var", "/run", "/sys/fs/cgroup", "/boot"};
+  static const char *const secret[] = {"/etc/shadow", "/etc/passwd", "/root",          "/home",
+                                       "/var",        "/run",        "/sys/fs/cgroup", "/boot"};
   for (int i = 0; i < (int)(sizeof secret / sizeof secret[0]); i++) {
     struct stat st;
     if (stat(secret[i], &st) == 0) {

@@ -6,10 +6,10 @@
 #include <unistd.h>
 
 int main(void) {
-  static const char *const files[] = {"/proc/cmdline",     "/proc/kcore",    "/proc/keys",
-                                      "/proc/timer_list",  "/proc/sched_debug", "/proc/modules",
-                                      "/proc/interrupts",  "/proc/kallsyms",  "/proc/latency_stats",
-                                      "/proc/bootconfig",  "/proc/config.gz", "/proc/iomem"};
+  static const char *const files[] = {
+      "/proc/cmdline",       "/proc/kcore",      "/proc/keys",       "/proc/timer_list",
+      "/proc/sched_debug",   "/proc/modules",    "/proc/interrupts", "/proc/kallsyms",
+      "/proc/latency_stats", "/proc/bootconfig", "/proc/config.gz",  "/proc/iomem"};
   int rc = 0;
   for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
     int fd = open(files[i], O_RDONLY);

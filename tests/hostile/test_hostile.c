@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <arpa/inet.h>
@@ -171,14 +172,38 @@ static void syscall_case(const char *name) {
   json_decref(o.report);
 }
 
-static void test_sys_socket(void **s) { (void)s; syscall_case("socket"); }
-static void test_sys_mount(void **s) { (void)s; syscall_case("mount"); }
-static void test_sys_ptrace(void **s) { (void)s; syscall_case("ptrace"); }
-static void test_sys_init_module(void **s) { (void)s; syscall_case("init_module"); }
-static void test_sys_bpf(void **s) { (void)s; syscall_case("bpf"); }
-static void test_sys_perf_event_open(void **s) { (void)s; syscall_case("perf_event_open"); }
-static void test_sys_io_uring_setup(void **s) { (void)s; syscall_case("io_uring_setup"); }
-static void test_sys_userfaultfd(void **s) { (void)s; syscall_case("userfaultfd"); }
+static void test_sys_socket(void **s) {
+  (void)s;
+  syscall_case("socket");
+}
+static void test_sys_mount(void **s) {
+  (void)s;
+  syscall_case("mount");
+}
+static void test_sys_ptrace(void **s) {
+  (void)s;
+  syscall_case("ptrace");
+}
+static void test_sys_init_module(void **s) {
+  (void)s;
+  syscall_case("init_module");
+}
+static void test_sys_bpf(void **s) {
+  (void)s;
+  syscall_case("bpf");
+}
+static void test_sys_perf_event_open(void **s) {
+  (void)s;
+  syscall_case("perf_event_open");
+}
+static void test_sys_io_uring_setup(void **s) {
+  (void)s;
+  syscall_case("io_uring_setup");
+}
+static void test_sys_userfaultfd(void **s) {
+  (void)s;
+  syscall_case("userfaultfd");
+}
 
 /* Address families a network namespace does not isolate are refused under every
  * built-in policy: EAFNOSUPPORT under exec and build, a violation under measure.  The

@@ -155,7 +155,8 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_parse_matmul), cmocka_unit_test(test_parse_all_dtypes),
       cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_data_deterministic),
-      cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),       cmocka_unit_test(test_status_names),
+      cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),
+      cmocka_unit_test(test_status_names),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

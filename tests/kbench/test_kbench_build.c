@@ -1,5 +1,6 @@
 /* The build stage: compile, cache hit, key changes with flags, compiler errors and
  * time limits as results, caller errors as -1. */
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -265,14 +265,10 @@ static void test_proc_cmdline_masked(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_build_then_cached),
-      cmocka_unit_test(test_compile_error),
-      cmocka_unit_test(test_time_limit),
-      cmocka_unit_test(test_caller_errors),
-      cmocka_unit_test(test_unsafe_cache_refused),
-      cmocka_unit_test(test_no_tmp_fallback),
-      cmocka_unit_test(test_planted_links),
-      cmocka_unit_test(test_output_swapped),
+      cmocka_unit_test(test_build_then_cached),    cmocka_unit_test(test_compile_error),
+      cmocka_unit_test(test_time_limit),           cmocka_unit_test(test_caller_errors),
+      cmocka_unit_test(test_unsafe_cache_refused), cmocka_unit_test(test_no_tmp_fallback),
+      cmocka_unit_test(test_planted_links),        cmocka_unit_test(test_output_swapped),
       cmocka_unit_test(test_proc_cmdline_masked),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

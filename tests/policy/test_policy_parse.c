@@ -22,8 +22,8 @@
 #include <unistd.h>
 
 #include "kcage/policy.h"
-#include "policy_internal.h"
 #include "kcage/seccomp.h"
+#include "policy_internal.h"
 
 static char dir[64];
 

@@ -87,10 +87,11 @@ static inline long long kc_test_int(const kc_run_out *o, const char *key) {
 static inline bool kc_test_no_cgroup_left(pid_t kcage_pid) {
   char needle[32];
   snprintf(needle, sizeof needle, ".run-%d-", (int)kcage_pid);
-  static const char *const roots[] = {"/sys/fs/cgroup/unified/kcage", "/sys/fs/cgroup/memory/kcage",
-                                      "/sys/fs/cgroup/pids/kcage",    "/sys/fs/cgroup/cpu/kcage",
-                                      "/sys/fs/cgroup/cpuacct/kcage", "/sys/fs/cgroup/freezer/kcage",
-                                      "/sys/fs/cgroup/kcage"};
+  static const char *const roots[] = {
+      "/sys/fs/cgroup/unified/kcage", "/sys/fs/cgroup/memory/kcage",
+      "/sys/fs/cgroup/pids/kcage",    "/sys/fs/cgroup/cpu/kcage",
+      "/sys/fs/cgroup/cpuacct/kcage", "/sys/fs/cgroup/freezer/kcage",
+      "/sys/fs/cgroup/kcage"};
   for (size_t i = 0; i < sizeof roots / sizeof roots[0]; i++) {
     DIR *d = opendir(roots[i]);
     if (!d)

@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <string.h>
@@ -16,7 +17,10 @@ static void test_controls_escaped(void **s) {
   assert_string_equal(kc_escape("a\nb\rc\td", out, sizeof out), "a\\nb\\rc\\td");
   assert_string_equal(kc_escape("\b\a\x7f", out, sizeof out), "\\x08\\x07\\x7f");
   /* C1 CSI as UTF-8 (U+009B) and as a raw byte; an overlong ESC; a lone continuation. */
-  assert_string_equal(kc_escape("\xc2\x9b" "2J", out, sizeof out), "\\xc2\\x9b2J");
+  assert_string_equal(kc_escape("\xc2\x9b"
+                                "2J",
+                                out, sizeof out),
+                      "\\xc2\\x9b2J");
   assert_string_equal(kc_escape("\x9b", out, sizeof out), "\\x9b");
   assert_string_equal(kc_escape("\xc0\x9b", out, sizeof out), "\\xc0\\x9b");
   assert_string_equal(kc_escape("\xed\xa0\x80", out, sizeof out), "\\xed\\xa0\\x80");

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <dirent.h>
@@ -54,12 +55,14 @@ static void test_bind_root_only_path(void **s) {
       "cat /data/public; cat /data/secret 2>/dev/null && echo LEAK; "
       "{ echo x > /data/open/x; } 2>/dev/null && echo WROTE-RO; echo done");
   if (o.exit_status != 0)
-    fail_msg("exit %d: %s", o.exit_status, kc_test_str(&o, "message") ? kc_test_str(&o, "message") : "");
+    fail_msg("exit %d: %s", o.exit_status,
+             kc_test_str(&o, "message") ? kc_test_str(&o, "message") : "");
   assert_string_equal(o.out, "visible\ndone\n");
   json_decref(o.report);
   snprintf(spec_rw, sizeof spec_rw, "%s:/data", data);
   RUN(&o, "--bind", spec_rw, "--", "sh", "-c",
-      "{ echo x > /data/new; } 2>/dev/null && echo WROTE-ROOT-DIR; echo y > /data/open/y && echo ok");
+      "{ echo x > /data/new; } 2>/dev/null && echo WROTE-ROOT-DIR; echo y > /data/open/y && echo "
+      "ok");
   assert_int_equal(o.exit_status, 0);
   assert_string_equal(o.out, "ok\n");
   json_decref(o.report);
@@ -156,7 +159,8 @@ static void test_distinct_ids(void **s) {
   pid_t c = fork();
   assert_true(c >= 0);
   if (c == 0) {
-    if (setresgid((gid_t)ub, (gid_t)ub, (gid_t)ub) < 0 || setresuid((uid_t)ub, (uid_t)ub, (uid_t)ub) < 0)
+    if (setresgid((gid_t)ub, (gid_t)ub, (gid_t)ub) < 0 ||
+        setresuid((uid_t)ub, (uid_t)ub, (uid_t)ub) < 0)
       _exit(2);
     _exit(kill(prog_a, SIGTERM) < 0 && errno == EPERM ? 0 : 1);
   }
@@ -185,14 +189,19 @@ static void test_id_range_check(void **s) {
   dprintf(fd, "root:x:0:\ngrp:x:800003:\n");
   close(fd);
   kc_error err = {0};
-  assert_int_equal(kc_sandbox_ids_check(700000, 10, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  assert_int_equal(kc_sandbox_ids_check(700000, 10, pw, gr, "/nonexistent", "/nonexistent", &err),
+                   -1);
   assert_non_null(strstr(err.msg, "svc"));
-  assert_int_equal(kc_sandbox_ids_check(800000, 4, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  assert_int_equal(kc_sandbox_ids_check(800000, 4, pw, gr, "/nonexistent", "/nonexistent", &err),
+                   -1);
   assert_non_null(strstr(err.msg, "grp"));
-  assert_int_equal(kc_sandbox_ids_check(700100, 1, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  assert_int_equal(kc_sandbox_ids_check(700100, 1, pw, gr, "/nonexistent", "/nonexistent", &err),
+                   -1);
   assert_non_null(strstr(err.msg, "nopw")); /* an empty password field is still a field */
-  assert_int_equal(kc_sandbox_ids_check(900000, 100, pw, gr, "/nonexistent", "/nonexistent", &err), 0);
-  assert_int_equal(kc_sandbox_ids_check(65530, 10, pw, gr, "/nonexistent", "/nonexistent", &err), -1);
+  assert_int_equal(kc_sandbox_ids_check(900000, 100, pw, gr, "/nonexistent", "/nonexistent", &err),
+                   0);
+  assert_int_equal(kc_sandbox_ids_check(65530, 10, pw, gr, "/nonexistent", "/nonexistent", &err),
+                   -1);
   char sub[] = "/tmp/kc-test-subuid-XXXXXX";
   fd = mkstemp(sub);
   assert_true(fd >= 0);

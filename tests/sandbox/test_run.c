@@ -3,6 +3,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+
 #include <cmocka.h>
 
 #include <sched.h>
@@ -91,12 +92,10 @@ static void test_not_executable_126(void **s) {
 static void test_bad_usage_125(void **s) {
   (void)s;
   kc_run_out o;
-  const char *cases[][4] = {{"--memory", "lots", "--", "/bin/true"},
-                            {"--wall", "-1", "--", "/bin/true"},
-                            {"--pids", "0", "--", "/bin/true"},
-                            {"--no-such-option", "--", "/bin/true", NULL},
-                            {"--tmpfs", "relative", "--", "/bin/true"},
-                            {"--", NULL, NULL, NULL}};
+  const char *cases[][4] = {
+      {"--memory", "lots", "--", "/bin/true"},    {"--wall", "-1", "--", "/bin/true"},
+      {"--pids", "0", "--", "/bin/true"},         {"--no-such-option", "--", "/bin/true", NULL},
+      {"--tmpfs", "relative", "--", "/bin/true"}, {"--", NULL, NULL, NULL}};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     assert_int_equal(kc_test_run(cases[i], &o), 0);
     /* 125, not 2: a program's own exit status 2 must stay distinguishable */
@@ -306,8 +305,8 @@ static void test_cancel(void **s) {
     int dn = open("/dev/null", O_RDWR);
     dup2(dn, 0);
     dup2(dn, 1);
-    execl(KC_KCAGE_BIN, KC_KCAGE_BIN, "run", "--memory", "256M", "--report", report, "--",
-          "sh", "-c", "sleep 30", "kc-cancel-marker-30", (char *)NULL);
+    execl(KC_KCAGE_BIN, KC_KCAGE_BIN, "run", "--memory", "256M", "--report", report, "--", "sh",
+          "-c", "sleep 30", "kc-cancel-marker-30", (char *)NULL);
     _exit(99);
   }
   usleep(300 * 1000);
@@ -351,14 +350,22 @@ static void test_api(void **s) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_true_ok),          cmocka_unit_test(test_exit_3),
-      cmocka_unit_test(test_signaled),         cmocka_unit_test(test_not_found_127),
-      cmocka_unit_test(test_not_executable_126), cmocka_unit_test(test_bad_usage_125),
-      cmocka_unit_test(test_help),             cmocka_unit_test(test_output_env_cwd),
-      cmocka_unit_test(test_uid_map),          cmocka_unit_test(test_binds_and_tmpfs),
-      cmocka_unit_test(test_api),               cmocka_unit_test(test_cancel),
-      cmocka_unit_test(test_setup_errors),      cmocka_unit_test(test_join_netns),
-      cmocka_unit_test(test_cpus_bandwidth),    cmocka_unit_test(test_rlimit_cpu_only_with_time),
+      cmocka_unit_test(test_true_ok),
+      cmocka_unit_test(test_exit_3),
+      cmocka_unit_test(test_signaled),
+      cmocka_unit_test(test_not_found_127),
+      cmocka_unit_test(test_not_executable_126),
+      cmocka_unit_test(test_bad_usage_125),
+      cmocka_unit_test(test_help),
+      cmocka_unit_test(test_output_env_cwd),
+      cmocka_unit_test(test_uid_map),
+      cmocka_unit_test(test_binds_and_tmpfs),
+      cmocka_unit_test(test_api),
+      cmocka_unit_test(test_cancel),
+      cmocka_unit_test(test_setup_errors),
+      cmocka_unit_test(test_join_netns),
+      cmocka_unit_test(test_cpus_bandwidth),
+      cmocka_unit_test(test_rlimit_cpu_only_with_time),
       cmocka_unit_test(test_time_without_cgroup),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,8 +12,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ring.h"
 #include "kcage/worker.h"
+#include "ring.h"
 
 int raise_value_error(kc_call *c) {
   snprintf(c->error, c->error_cap, "ValueError: bad input %.*s", (int)c->arg_len,
