@@ -14,6 +14,7 @@
 #include "kcage/measure.h"
 #include "kcage/policy.h"
 #include "kcage/tracker.h"
+#include "signame.h"
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -605,7 +606,7 @@ int kc_cmd_bench(int argc, char **argv) {
     /* What finished is on the file already; the table shows the same. */
     if (!quiet && jf != stdout)
       print_table(k.done, NULL);
-    kc_cli_error("bench", "interrupted by SIG%s: %zu of %d kernels done", sigabbrev_np(sig),
+    kc_cli_error("bench", "interrupted by %s: %zu of %d kernels done", kc_signal_name(sig),
                  json_array_size(k.done), argc - optind);
     if (jf && jf != stdout)
       fclose(jf);

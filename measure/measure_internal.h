@@ -15,6 +15,7 @@
 #include "kcage/error.h"
 #include "kcage/measure.h"
 #include "kcage/sandbox.h"
+#include "signame.h"
 
 int kc_mkdir_p(const char *path, kc_error *err);
 int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
@@ -167,7 +168,5 @@ pid_t kc_mrunner_pid(kc_mrunner *r);
  * until the parent has checked the round. */
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                           double expect_s, kc_mcall *res, kc_error *err);
-
-const char *kc_signal_name(int sig);
 
 #endif

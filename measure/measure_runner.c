@@ -27,17 +27,6 @@ extern bool kc_mhandler_plain;
 extern int kc_mhandler_report_fd;
 extern uint64_t kc_mhandler_as_limit;
 
-const char *kc_signal_name(int sig) {
-  static char buf[16];
-  const char *n = sigabbrev_np(sig);
-  if (!n) {
-    snprintf(buf, sizeof buf, "%d", sig);
-    return buf;
-  }
-  snprintf(buf, sizeof buf, "SIG%s", n);
-  return buf;
-}
-
 static volatile sig_atomic_t interrupted;
 
 void kc_bench_interrupt(int sig) {

@@ -1,5 +1,6 @@
 /* The result record of docs/contracts.md and the `kcage run` exit status derived from it. */
 #include "kcage/sandbox.h"
+#include "signame.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -36,15 +37,6 @@ void kc_result_init(kc_result *r) {
   r->peak_memory_bytes = -1;
 }
 
-/* "SIGSEGV" for 11; sigabbrev_np (glibc >= 2.32) knows the names without the prefix. */
-static void signal_name(int sig, char *buf, size_t len) {
-  const char *n = sigabbrev_np(sig);
-  if (n)
-    snprintf(buf, len, "SIG%s", n);
-  else
-    snprintf(buf, len, "SIG%d", sig);
-}
-
 static json_t *num_or_null(double v) {
   return v < 0 ? json_null() : json_real(v);
 }
@@ -53,13 +45,11 @@ int kc_result_to_json(const kc_result *r, char **out, kc_error *err) {
   json_t *o = json_object();
   if (!o)
     return kc_error_set(err, ENOMEM, "result json");
-  char sig[32];
-  if (r->signal > 0)
-    signal_name(r->signal, sig, sizeof sig);
   json_object_set_new(o, "status", json_string(kc_status_name(r->status)));
   json_object_set_new(o, "exit_code", r->exit_code >= 0 ? json_integer(r->exit_code) : json_null());
   json_object_set_new(o, "signal", r->signal > 0 ? json_integer(r->signal) : json_null());
-  json_object_set_new(o, "signal_name", r->signal > 0 ? json_string(sig) : json_null());
+  json_object_set_new(o, "signal_name",
+                      r->signal > 0 ? json_string(kc_signal_name(r->signal)) : json_null());
   json_object_set_new(o, "syscall", r->syscall[0] ? json_string(r->syscall) : json_null());
   json_object_set_new(o, "limit", r->limit ? json_string(r->limit) : json_null());
   json_object_set_new(o, "cpu_s", num_or_null(r->cpu_s));

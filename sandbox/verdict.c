@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kcage/sandbox_parts.h"
+#include "signame.h"
 
 static void human_size(uint64_t b, char *buf, size_t len) {
   if (b >= (1ull << 30) && b % (1ull << 30) == 0)
@@ -79,8 +80,7 @@ static void describe(const kc_verdict_facts *f, kc_result *res) {
     if (f->killed == KC_KILLED_CANCEL) {
       snprintf(m, n, "killed by kcage: the run was cancelled");
     } else {
-      const char *abbr = sigabbrev_np(res->signal);
-      snprintf(m, n, "killed by signal %d (SIG%s)", res->signal, abbr ? abbr : "?");
+      snprintf(m, n, "killed by signal %d (%s)", res->signal, kc_signal_name(res->signal));
     }
     return;
   case KC_STATUS_OK:
