@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kcage/sandbox_parts.h"
 #include "kcage/worker.h"
 #include "measure_internal.h"
 
@@ -237,27 +238,24 @@ static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
   r->sock = -1;
   res->status = KC_MCALL_DIED;
   kc_result_init(&res->verdict);
+  /* The child's own report of a trapped call (its SIGSYS handler) names it; the rest is
+   * the one decider's, over the wait status. */
+  char name[48] = "";
   if (syscall_nr >= 0) {
-    res->verdict.status = KC_STATUS_SYSCALL;
-    char *name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
-    if (name)
-      snprintf(res->verdict.syscall, sizeof res->verdict.syscall, "%s", name);
+    char *n = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
+    if (n)
+      snprintf(name, sizeof name, "%s", n);
     else
-      snprintf(res->verdict.syscall, sizeof res->verdict.syscall, "#%d", syscall_nr);
-    free(name);
-    snprintf(res->verdict.message, sizeof res->verdict.message, "forbidden syscall %s",
-             res->verdict.syscall);
-  } else if (WIFSIGNALED(st)) {
-    res->verdict.status = WTERMSIG(st) == SIGSYS ? KC_STATUS_SYSCALL : KC_STATUS_SIGNALED;
-    res->verdict.signal = WTERMSIG(st);
-    snprintf(res->verdict.message, sizeof res->verdict.message, "killed by %s",
-             kc_signal_name(WTERMSIG(st)));
-  } else {
-    res->verdict.status = KC_STATUS_EXITED;
-    res->verdict.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-    snprintf(res->verdict.message, sizeof res->verdict.message, "the worker exited with status %d",
-             res->verdict.exit_code);
+      snprintf(name, sizeof name, "#%d", syscall_nr);
+    free(n);
   }
+  kc_verdict_facts f = {.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1,
+                        .signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0,
+                        .killed = syscall_nr >= 0 ? KC_KILLED_SYSCALL : KC_KILLED_NONE,
+                        .syscall = name};
+  kc_verdict_decide(&f, &res->verdict);
+  if (res->verdict.status == KC_STATUS_OK) /* it left in the middle of a call */
+    res->verdict.status = KC_STATUS_EXITED;
 }
 
 static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, bool timed,
