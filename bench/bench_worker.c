@@ -206,19 +206,26 @@ static void bench_spawn(size_t n, double *med, double *p99) {
   kc_worker_free(w);
 }
 
+/* A pool of empty-call workers with a generous deadline; dies on failure. */
+static kc_pool *new_pool(unsigned workers) {
+  kc_pool_opts o;
+  kc_pool_opts_init(&o);
+  o.max_workers = workers;
+  o.timeout_s = 10;
+  kc_pool *p;
+  kc_error e = {0};
+  if (kc_pool_new(&o, &p, &e) < 0)
+    die("pool", &e);
+  return p;
+}
+
 /* ---- a new pool (zygote, its namespaces, first worker) to its first result -------- */
 static void bench_new_pool(size_t n, double *med, double *p99) {
   double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n; i++) {
-    kc_pool_opts o;
-    kc_pool_opts_init(&o);
-    o.max_workers = 1;
-    o.timeout_s = 10;
-    kc_pool *p;
     kc_error e = {0};
     double t0 = kc_bench_now();
-    if (kc_pool_new(&o, &p, &e) < 0)
-      die("pool", &e);
+    kc_pool *p = new_pool(1);
     kc_future *f = kc_pool_submit(p, "echo", NULL, 0, &e);
     kc_call_result r;
     if (!f || kc_future_wait(f, -1, &r) != 1 || r.status != KC_CALL_COMPLETE)
@@ -272,14 +279,8 @@ static void bench_timeout(size_t n, double *med, double *p99, double *late_med) 
 
 /* ---- pool throughput --------------------------------------------------------------- */
 static double bench_pool(size_t n, unsigned workers) {
-  kc_pool_opts o;
-  kc_pool_opts_init(&o);
-  o.max_workers = workers;
-  o.timeout_s = 10;
-  kc_pool *p;
+  kc_pool *p = new_pool(workers);
   kc_error e = {0};
-  if (kc_pool_new(&o, &p, &e) < 0)
-    die("pool", &e);
   enum { WINDOW = 24 };
   kc_future *win[WINDOW] = {0};
   kc_call_result r;
@@ -310,14 +311,8 @@ static double bench_pool(size_t n, unsigned workers) {
 /* map_with_error_catching over batches of 20 000 empty calls, and the minor page
  * faults it costs the caller per call (results included). */
 static double bench_map(size_t n, unsigned workers, double *faults_per_call) {
-  kc_pool_opts o;
-  kc_pool_opts_init(&o);
-  o.max_workers = workers;
-  o.timeout_s = 10;
-  kc_pool *p;
+  kc_pool *p = new_pool(workers);
   kc_error e = {0};
-  if (kc_pool_new(&o, &p, &e) < 0)
-    die("pool", &e);
   enum { BATCH = 20000 };
   kc_blob *args = calloc(BATCH, sizeof *args);
   kc_call_result *res = calloc(BATCH, sizeof *res);

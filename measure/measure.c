@@ -38,9 +38,7 @@ static uint64_t rng_next(uint64_t *st) {
   return kc_splitmix64(st);
 }
 
-static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void set_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
+void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
   m->status = s;
   va_list ap;
   va_start(ap, fmt);
@@ -55,14 +53,14 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
     return true;
   case KC_MCALL_EXCEPTION:
     if (!strncmp(c->message, "suspicious: ", 12))
-      set_status(m, KC_BENCH_SUSPICIOUS, "%s", c->message + 12);
+      kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s", c->message + 12);
     else if (!strncmp(c->message, "error: ", 7))
-      set_status(m, KC_BENCH_ERROR, "%s", c->message + 7);
+      kc_kmeasure_status(m, KC_BENCH_ERROR, "%s", c->message + 7);
     else
-      set_status(m, KC_BENCH_ERROR, "%s: %s", what, c->message);
+      kc_kmeasure_status(m, KC_BENCH_ERROR, "%s: %s", what, c->message);
     return false;
   case KC_MCALL_TIMEOUT:
-    set_status(m, KC_BENCH_TIMEOUT, "%s: no answer within the time limit", what);
+    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: no answer within the time limit", what);
     return false;
   case KC_MCALL_DIED:
     break;
@@ -70,29 +68,31 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   const kc_result *v = &c->verdict;
   switch (v->status) {
   case KC_STATUS_MEMORY:
-    set_status(m, KC_BENCH_MEMORY, "%s: the worker ran out of memory", what);
+    kc_kmeasure_status(m, KC_BENCH_MEMORY, "%s: the worker ran out of memory", what);
     break;
   case KC_STATUS_SYSCALL:
-    set_status(m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
-               v->syscall[0]
-                   ? v->syscall
-                   : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
+    kc_kmeasure_status(
+        m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
+        v->syscall[0]
+            ? v->syscall
+            : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
     break;
   case KC_STATUS_PIDS:
-    set_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
+    kc_kmeasure_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
     break;
   case KC_STATUS_TIMEOUT:
-    set_status(m, KC_BENCH_TIMEOUT, "%s: %s time limit", what, v->limit ? v->limit : "the");
+    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: %s time limit", what, v->limit ? v->limit : "the");
     break;
   case KC_STATUS_SIGNALED:
-    set_status(m, KC_BENCH_CRASH, "%s: killed by %s", what, kc_signal_name(v->signal));
+    kc_kmeasure_status(m, KC_BENCH_CRASH, "%s: killed by %s", what, kc_signal_name(v->signal));
     break;
   case KC_STATUS_EXITED:
   case KC_STATUS_OK:
-    set_status(m, KC_BENCH_CRASH, "%s: the worker exited (status %d)", what, v->exit_code);
+    kc_kmeasure_status(m, KC_BENCH_CRASH, "%s: the worker exited (status %d)", what, v->exit_code);
     break;
   default:
-    set_status(m, KC_BENCH_ERROR, "%s: %s", what, v->message[0] ? v->message : "worker failed");
+    kc_kmeasure_status(m, KC_BENCH_ERROR, "%s: %s", what,
+                       v->message[0] ? v->message : "worker failed");
   }
   return false;
 }
@@ -117,10 +117,12 @@ static double limit_for(const kc_mctx *x, double own_s, const char **limit) {
 static void timed_out(const kc_mctx *x, kc_kmeasure *m, const char *limit, const char *what) {
   m->limit = limit;
   if (!strcmp(limit, "budget"))
-    set_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)", what);
+    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)",
+                       what);
   else
-    set_status(m, KC_BENCH_TIMEOUT, "%s: a call ran past the per-call limit of %g s (--timeout)",
-               what, x->call_s);
+    kc_kmeasure_status(m, KC_BENCH_TIMEOUT,
+                       "%s: a call ran past the per-call limit of %g s (--timeout)", what,
+                       x->call_s);
 }
 
 /* Untimed requests (prepare, flush) touch whole output areas: time in proportion to
@@ -162,7 +164,7 @@ static int untimed(kc_mctx *x, kc_kmeasure *m, const void *req, size_t len, doub
   if (c.status == KC_MCALL_TIMEOUT)
     timed_out(x, m, limit, what);
   if (ok && c.value_len != want) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
+    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
     ok = false;
   }
   if (ok && want)
@@ -182,9 +184,10 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   double used = (double)(cpu1 - cpu0) * 1e-9;
   if (used <= dt * 1.25 + 0.005)
     return 1;
-  set_status(m, KC_BENCH_SUSPICIOUS,
-             "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)",
-             what, used, dt);
+  kc_kmeasure_status(
+      m, KC_BENCH_SUSPICIOUS,
+      "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)", what, used,
+      dt);
   return 0;
 }
 
@@ -205,7 +208,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   if (r <= 0)
     return r;
   if (rep.magic != KC_MPROTO_MAGIC || rep.region != kc_args_region_bytes(x->spec, true)) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     return 0;
   }
   if (x->flush_cache) {
@@ -246,7 +249,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   if (c.status == KC_MCALL_TIMEOUT)
     timed_out(x, m, limit, what);
   if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v.pid)) {
-    set_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     ok = false;
   }
   kc_mcall_clear(&c);
@@ -374,7 +377,7 @@ static int load(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   int r = untimed(x, m, lbuf, ln, load_s, NULL, 0, "load", err);
   if (r == 0 && m->status == KC_BENCH_TIMEOUT && !strcmp(m->limit, "call")) {
     m->limit = NULL; /* not a kernel call */
-    set_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
+    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
   }
   return r;
 }

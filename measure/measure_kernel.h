@@ -47,6 +47,10 @@ typedef struct kc_kmeasure {
   const char *limit; /* status timeout: "call" or "budget" */
 } kc_kmeasure;
 
+/* The kernel's status and its one-sentence reason (the record's message). */
+void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
 /* Frees what kc_measure_kernel allocated in m. */
 void kc_kmeasure_clear(kc_kmeasure *m);
 

@@ -18,16 +18,9 @@
 
 /* The state letter of /proc/PID/stat: after the last ')' (the name may hold any byte). */
 static char proc_state(pid_t pid) {
-  char path[64], buf[512];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[512];
+  if (kc_read_proc(pid, "stat", buf, sizeof buf) < 0)
     return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = 0;
   char *p = strrchr(buf, ')');
   return p && p[1] == ' ' ? p[2] : 0;
 }
@@ -57,16 +50,9 @@ void kc_observe_cont(pid_t pid) {
 
 /* /proc/PID/schedstat: ns on a CPU, ns waiting on a run queue, times it got a CPU. */
 static int schedstat(pid_t pid, long long v[3]) {
-  char path[64], buf[128];
-  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[128];
+  if (kc_read_proc(pid, "schedstat", buf, sizeof buf) < 0)
     return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -1;
-  buf[n] = 0;
   return sscanf(buf, "%lld %lld %lld", &v[0], &v[1], &v[2]) == 3 ? 0 : -1;
 }
 
@@ -92,19 +78,8 @@ double kc_observe_cont_arrived(pid_t pid) {
 
 int64_t kc_observe_cpu_ns(pid_t pid) {
   /* First field of schedstat: nanoseconds on a CPU, kept by the scheduler. */
-  char path[64], buf[128];
-  snprintf(path, sizeof path, "/proc/%d/schedstat", (int)pid);
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return -1;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return -1;
-  buf[n] = 0;
-  char *end;
-  long long v = strtoll(buf, &end, 10);
-  return end == buf || v < 0 ? -1 : (int64_t)v;
+  long long v[3];
+  return schedstat(pid, v) < 0 || v[0] < 0 ? -1 : (int64_t)v[0];
 }
 
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err) {

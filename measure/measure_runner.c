@@ -258,6 +258,22 @@ static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
     res->verdict.status = KC_STATUS_EXITED;
 }
 
+/* read_deadline found no (whole) answer: interrupted (-2), the call's deadline (0), or
+ * the child's end (-1). */
+static int no_answer(kc_mrunner *r, int rr, kc_mcall *res, kc_error *err) {
+  if (rr == -2) {
+    plain_kill(r);
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
+  }
+  if (rr == 0) {
+    plain_kill(r);
+    res->status = KC_MCALL_TIMEOUT;
+    return 0;
+  }
+  plain_died(r, res, -1);
+  return 0;
+}
+
 static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, bool timed,
                       kc_mcall *res, kc_error *err) {
   if (r->pid <= 0 && plain_start(r, err) < 0)
@@ -274,19 +290,8 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
-  if (rr == -2) {
-    plain_kill(r);
-    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
-  }
-  if (rr == 0) {
-    plain_kill(r);
-    res->status = KC_MCALL_TIMEOUT;
-    return 0;
-  }
-  if (rr < 0) {
-    plain_died(r, res, -1);
-    return 0;
-  }
+  if (rr <= 0)
+    return no_answer(r, rr, res, err);
   if (hdr[1] == 3 && hdr[0] == 8) { /* out of address space, from the fault handler */
     plain_died(r, res, -1);
     res->verdict.status = KC_STATUS_MEMORY;
@@ -316,17 +321,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
   rr = read_deadline(r->sock, buf, body, deadline);
   if (rr <= 0) {
     free(buf);
-    if (rr == -2) {
-      plain_kill(r);
-      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(interrupted));
-    }
-    if (rr == 0) {
-      plain_kill(r);
-      res->status = KC_MCALL_TIMEOUT;
-    } else {
-      plain_died(r, res, -1);
-    }
-    return 0;
+    return no_answer(r, rr, res, err);
   }
   if (timed) /* only now: the body comes in a second write */
     kc_observe_stop(r->pid);

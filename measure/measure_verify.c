@@ -10,16 +10,6 @@
 #include "kcage/cleanup.h"
 #include "measure_kernel.h"
 
-static void fail(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void fail(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
-  m->status = s;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(m->message, sizeof m->message, fmt, ap);
-  va_end(ap);
-}
-
 /* The reference failed: a setup error, not the kernel's. */
 static int reference_failed(const kc_mcall *c, kc_error *err) {
   if (c->status == KC_MCALL_EXCEPTION)
@@ -94,8 +84,9 @@ static int read_call(const kc_round_view *v, kc_kmeasure *m, uint64_t i, unsigne
     return 1;
   if (err->code != EFAULT)
     return -1;
-  fail(m, KC_BENCH_SUSPICIOUS, "the outputs of call %llu are gone from the worker's memory",
-       (unsigned long long)i);
+  kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
+                     "the outputs of call %llu are gone from the worker's memory",
+                     (unsigned long long)i);
   return 0;
 }
 
@@ -116,10 +107,11 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
       const unsigned char *o = cur + kc_args_offset(a, t);
       if (a->t[t].out && v->timed && !kc_poison_equal(o, a->t[t].nbytes, word) &&
           poison_partly(o, a->t[t].nbytes, word)) {
-        fail(m, KC_BENCH_SUSPICIOUS,
-             "timed run: the worker said the round was done while output %u of call %llu of %llu "
-             "was only partly written (it ended the round before finishing its work)",
-             t, (unsigned long long)i, (unsigned long long)v->number);
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "timed run: the worker said the round was done while output %u of call %llu of %llu "
+            "was only partly written (it ended the round before finishing its work)",
+            t, (unsigned long long)i, (unsigned long long)v->number);
         return 0;
       }
       if (!a->t[t].out || !kc_poison_equal(o, a->t[t].nbytes, word))
@@ -139,15 +131,17 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
         continue;
       }
       if (v->timed)
-        fail(m, KC_BENCH_SUSPICIOUS,
-             "timed run: the worker said the round was done, but output %u of call %llu of %llu "
-             "was never written (it skipped calls, or ended the round before finishing them)",
-             t, (unsigned long long)i, (unsigned long long)v->number);
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "timed run: the worker said the round was done, but output %u of call %llu of %llu "
+            "was never written (it skipped calls, or ended the round before finishing them)",
+            t, (unsigned long long)i, (unsigned long long)v->number);
       else
-        fail(m, KC_BENCH_SUSPICIOUS,
-             "verify: output %u is still the poison (the kernel skipped its work, or its result "
-             "depends on the output's old contents)",
-             t);
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "verify: output %u is still the poison (the kernel skipped its work, or its result "
+            "depends on the output's old contents)",
+            t);
       return 0;
     }
     if (i < v->n_sets)
@@ -158,10 +152,11 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
     for (uint32_t t = 0; t < a->n; t++) {
       uint64_t off = kc_args_offset(a, t);
       if (a->t[t].out && memcmp(cur + off, first + off, a->t[t].nbytes)) {
-        fail(m, KC_BENCH_SUSPICIOUS,
-             "%s: output %u for input set %u changed between two calls (it depends on the "
-             "poison or is not deterministic)",
-             v->timed ? "timed run" : "verify", t, (unsigned)(i % v->n_sets));
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "%s: output %u for input set %u changed between two calls (it depends on the "
+            "poison or is not deterministic)",
+            v->timed ? "timed run" : "verify", t, (unsigned)(i % v->n_sets));
         return 0;
       }
     }
@@ -210,38 +205,42 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
   const kc_tensor_spec *ts = &x->spec->t[t];
   uint64_t off = kc_args_offset(x->spec, t);
   if (kc_poison_equal(got + off, ts->nbytes, kc_poison_word(v->poison_seed, sets[k]))) {
-    fail(m, KC_BENCH_SUSPICIOUS,
-         "%s: output %u is still the poison (the kernel skipped its work, or its result depends "
-         "on the output's old contents)",
-         v->timed ? "timed run" : "verify", t);
+    kc_kmeasure_status(
+        m, KC_BENCH_SUSPICIOUS,
+        "%s: output %u is still the poison (the kernel skipped its work, or its result depends "
+        "on the output's old contents)",
+        v->timed ? "timed run" : "verify", t);
     return;
   }
   if (sets[k] == v->dup && got0 && !memcmp(got + off, got0 + off, ts->nbytes)) {
-    fail(m, KC_BENCH_SUSPICIOUS,
-         "%s: output %u for input set %u, a near-copy of set 0, is set 0's answer (a cache "
-         "keyed on part of the input)",
-         v->timed ? "timed run" : "verify", t, sets[k]);
+    kc_kmeasure_status(
+        m, KC_BENCH_SUSPICIOUS,
+        "%s: output %u for input set %u, a near-copy of set 0, is set 0's answer (a cache "
+        "keyed on part of the input)",
+        v->timed ? "timed run" : "verify", t, sets[k]);
     return;
   }
   for (uint32_t q = 0; q < n; q++) {
     double e2;
     if (q != k &&
         kc_tensor_close(ts, got + off, ref + q * v->region + off, x->rtol, x->atol, &e2)) {
-      fail(m, KC_BENCH_SUSPICIOUS,
-           "%s: output %u for input set %u is the answer for set %u (a memoised or stale result)",
-           v->timed ? "timed run" : "verify", t, sets[k], sets[q]);
+      kc_kmeasure_status(
+          m, KC_BENCH_SUSPICIOUS,
+          "%s: output %u for input set %u is the answer for set %u (a memoised or stale result)",
+          v->timed ? "timed run" : "verify", t, sets[k], sets[q]);
       return;
     }
   }
   m->max_abs_err = e;
   if (v->timed) /* it passed the untimed round: it behaves differently when timed */
-    fail(m, KC_BENCH_SUSPICIOUS,
-         "timed run: output %u differs from the reference (max abs err %.3g), after passing the "
-         "untimed checks",
-         t, e);
+    kc_kmeasure_status(
+        m, KC_BENCH_SUSPICIOUS,
+        "timed run: output %u differs from the reference (max abs err %.3g), after passing the "
+        "untimed checks",
+        t, e);
   else
-    fail(m, KC_BENCH_WRONG_RESULT,
-         "verify: output %u differs from the reference (max abs err %.3g)", t, e);
+    kc_kmeasure_status(m, KC_BENCH_WRONG_RESULT,
+                       "verify: output %u differs from the reference (max abs err %.3g)", t, e);
 }
 
 static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,

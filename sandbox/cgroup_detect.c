@@ -1,6 +1,7 @@
 /* Which cgroup layout the host has, found once from /proc/self/mountinfo (after crun's
  * libcrun_get_cgroup_mode, which also recognises the hybrid layout). */
 #include "cgroup_internal.h"
+#include "fdio.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -506,16 +507,9 @@ unsigned long kc_cg_pidns(void) {
 }
 
 unsigned long long kc_cg_starttime(pid_t pid) {
-  char p[64], buf[1024];
-  snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-  int fd = open(p, O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
+  char buf[1024];
+  if (kc_read_proc(pid, "stat", buf, sizeof buf) < 0)
     return 0;
-  ssize_t n = read(fd, buf, sizeof buf - 1);
-  close(fd);
-  if (n <= 0)
-    return 0;
-  buf[n] = '\0';
   char *s = strrchr(buf, ')'); /* comm may hold blanks and parentheses */
   if (!s)
     return 0;
