@@ -21,8 +21,7 @@
 #include "kcage/sandbox_parts.h"
 #include "kcage/worker.h"
 #include "measure_internal.h"
-
-#include <seccomp.h>
+#include "sysname.h"
 
 extern bool kc_mhandler_plain;
 extern int kc_mhandler_report_fd;
@@ -241,14 +240,8 @@ static void plain_died(kc_mrunner *r, kc_mcall *res, int syscall_nr) {
   /* The child's own report of a trapped call (its SIGSYS handler) names it; the rest is
    * the one decider's, over the wait status. */
   char name[48] = "";
-  if (syscall_nr >= 0) {
-    char *n = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
-    if (n)
-      snprintf(name, sizeof name, "%s", n);
-    else
-      snprintf(name, sizeof name, "#%d", syscall_nr);
-    free(n);
-  }
+  if (syscall_nr >= 0)
+    kc_syscall_label(0, syscall_nr, name, sizeof name);
   kc_verdict_facts f = {.exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1,
                         .signal = WIFSIGNALED(st) ? WTERMSIG(st) : 0,
                         .killed = syscall_nr >= 0 ? KC_KILLED_SYSCALL : KC_KILLED_NONE,

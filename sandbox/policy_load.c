@@ -4,6 +4,7 @@
  * read as given. */
 #include "install_dirs.h"
 #include "policy_internal.h"
+#include "sysname.h"
 
 #include <errno.h>
 #include <seccomp.h>
@@ -64,13 +65,5 @@ int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err) {
 }
 
 const char *kc_syscall_name(int nr, char *buf, size_t len) {
-  if (!len)
-    return buf;
-  buf[0] = '\0';
-  char *s = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-  if (s) {
-    snprintf(buf, len, "%s", s);
-    free(s);
-  }
-  return buf;
+  return kc_syscall_lookup(SCMP_ARCH_NATIVE, nr, buf, len);
 }

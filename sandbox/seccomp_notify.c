@@ -4,48 +4,23 @@
 #include "kcage/seccomp.h"
 
 #include <errno.h>
-#include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <seccomp.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "policy_internal.h"
+#include "sysname.h"
 
 #ifndef SECCOMP_USER_NOTIF_FLAG_CONTINUE
 #define SECCOMP_USER_NOTIF_FLAG_CONTINUE (1UL << 0)
 #endif
 
-static const char *arch_prefix(uint32_t arch) {
-  switch (arch) {
-  case AUDIT_ARCH_I386:
-    return "i386";
-  case AUDIT_ARCH_X86_64:
-    return "x86_64";
-  case AUDIT_ARCH_AARCH64:
-    return "aarch64";
-  case AUDIT_ARCH_ARM:
-    return "arm";
-  default:
-    return "arch?";
-  }
-}
-
 const char *kc_syscall_name_arch(uint32_t arch, int nr, char *buf, size_t len) {
-  if (!len)
-    return buf;
-  buf[0] = '\0';
-  char *s = seccomp_syscall_resolve_num_arch(arch, nr);
-  if (s) {
-    snprintf(buf, len, "%s", s);
-    free(s);
-  }
-  return buf;
+  return kc_syscall_lookup(arch, nr, buf, len);
 }
 
 int kc_seccomp_notify_receive(int listener, kc_seccomp_event *ev, kc_error *err) {
@@ -66,26 +41,7 @@ int kc_seccomp_notify_receive(int listener, kc_seccomp_event *ev, kc_error *err)
   ev->arch = req.data.arch;
   ev->ip = req.data.instruction_pointer;
   memcpy(ev->args, req.data.args, sizeof ev->args);
-  char name[40];
-  uint32_t native = seccomp_arch_native();
-#ifdef __x86_64__
-  /* x32 calls come with the native arch and the x32 bit in the number */
-  if (ev->arch == AUDIT_ARCH_X86_64 && (ev->nr & 0x40000000)) {
-    kc_syscall_name_arch(SCMP_ARCH_X32, ev->nr, name, sizeof name);
-    if (!name[0])
-      kc_syscall_name_arch(SCMP_ARCH_X32, ev->nr & ~0x40000000, name, sizeof name);
-    snprintf(ev->name, sizeof ev->name, "x32:%s", name[0] ? name : "?");
-    return 0;
-  }
-#endif
-  kc_syscall_name_arch(ev->arch, ev->nr, name, sizeof name);
-  if (!name[0])
-    snprintf(ev->name, sizeof ev->name, "%s#%d", ev->arch == native ? "" : arch_prefix(ev->arch),
-             ev->nr);
-  else if (ev->arch != native)
-    snprintf(ev->name, sizeof ev->name, "%s:%s", arch_prefix(ev->arch), name);
-  else
-    snprintf(ev->name, sizeof ev->name, "%s", name);
+  kc_syscall_label(ev->arch, ev->nr, ev->name, sizeof ev->name);
   return 0;
 }
 

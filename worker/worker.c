@@ -21,14 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <seccomp.h>
-
 #include "clock.h"
 #include "fdio.h"
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox_parts.h"
 #include "kcage/seccomp.h"
+#include "sysname.h"
 #include "worker_internal.h"
 
 /* bounded copy that always terminates (and keeps -Wformat-truncation quiet) */
@@ -37,19 +36,6 @@ static void scopy(char *d, size_t cap, const char *s) {
   for (; s && s[i] && i + 1 < cap; i++)
     d[i] = s[i];
   d[i] = 0;
-}
-
-static const char *syscall_name(int nr, char *buf, size_t cap) {
-  const char *n = kc_syscall_name(nr, buf, cap);
-  if (n && *n)
-    return n;
-  char *s = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, nr);
-  if (s)
-    scopy(buf, cap, s);
-  else
-    snprintf(buf, cap, "syscall %d", nr);
-  free(s);
-  return buf;
 }
 
 #define KC_DEFAULT_DEPTH 16
@@ -417,7 +403,7 @@ static void verdict_from_siginfo(kc_worker *w, const siginfo_t *si, kc_result *v
   } else if (exited && si->si_status == 128 + SIGSYS && trapped != 0xffffffffu) {
     /* the seal filter's trap: the number is the worker's word, so only ever printed */
     f.killed = KC_KILLED_SYSCALL;
-    f.syscall = syscall_name((int)(trapped & 0xffff), nb, sizeof nb);
+    f.syscall = kc_syscall_label(0, (int)(trapped & 0xffff), nb, sizeof nb);
   }
   f.oom = c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base;
   if (!f.oom && rlimit_memory_death(w, si)) {
