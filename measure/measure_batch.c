@@ -74,57 +74,78 @@ typedef struct item {
  * clone3 never copies a lock some other thread held (it would deadlock the child
  * before exec).  Helpers are kcage's own code; they answer with the result struct. */
 
+/* One build, its machinery failure (not the kernel's build error) as a failed result. */
+static void build_one(const kc_build_opts *opts, const char *path, kc_build_result *res) {
+  kc_error err = {0};
+  if (kc_build_kernel(opts, path, res, &err) < 0) {
+    memset(res, 0, sizeof *res);
+    res->status = KC_BUILD_FAILED;
+    snprintf(res->message, sizeof res->message, "%s", err.msg);
+  }
+}
+
 static void build_helper(int fd, const item *items, size_t total, const kc_build_opts *opts) {
   for (;;) {
     uint32_t i;
     if (kc_io_all(fd, &i, sizeof i, false) < 0 || i >= total)
       _exit(0);
     kc_build_result res;
-    kc_error err = {0};
-    if (kc_build_kernel(opts, items[i].path, &res, &err) < 0) {
-      memset(&res, 0, sizeof res);
-      res.status = KC_BUILD_FAILED;
-      snprintf(res.message, sizeof res.message, "%s", err.msg);
-    }
+    build_one(opts, items[i].path, &res);
     if (kc_io_all(fd, &res, sizeof res, true) < 0)
       _exit(0);
   }
 }
 
-static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
-  size_t *jobs = calloc(total + 1, sizeof *jobs), nj = 0;
-  if (!jobs) { /* no memory for the plan: every build fails alike */
-    for (size_t i = 0; i < total; i++)
-      if (items[i].is_source && items[i].dup_of < 0) {
-        items[i].build.status = KC_BUILD_FAILED;
-        snprintf(items[i].build.message, sizeof items[i].build.message, "out of memory");
-        items[i].build_done = true;
-      }
-    return;
-  }
-  for (size_t i = 0; i < total; i++)
-    if (items[i].is_source && items[i].dup_of < 0)
-      jobs[nj++] = i;
-  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  size_t nh = cfg->workers ? cfg->workers : (size_t)(ncpu > 0 ? ncpu : 1);
-  if (nh > nj)
-    nh = nj;
-  if (nh > 64)
-    nh = 64;
-  struct helper {
+#define KC_MAX_BUILD_HELPERS 64
+
+/* The builds of one batch: the sources to build (jobs, each an index into items) and
+ * the helpers building them. */
+typedef struct {
+  const kc_bench_config *cfg;
+  item *items;
+  size_t total;
+  size_t *jobs, nj;  /* jobs[next..nj) are still to hand out */
+  size_t next, done; /* handed out; answered */
+  size_t nh, alive;  /* helpers started; helpers still reachable */
+  struct {
     pid_t pid;
     int fd;
     long job; /* index into items, -1 when idle */
-  } h[64];
-  size_t next = 0, done = 0, alive = 0;
-  if (cfg->progress)
-    cfg->progress(cfg->progress_ctx, "build", 0, nj);
+  } h[KC_MAX_BUILD_HELPERS];
+} build_pool;
+
+static bool needs_build(const item *it) {
+  return it->is_source && it->dup_of < 0;
+}
+
+static void build_progress(const build_pool *b, size_t n) {
+  if (b->cfg->progress)
+    b->cfg->progress(b->cfg->progress_ctx, "build", n, b->nj);
+}
+
+/* Every source still unbuilt fails alike, with why. */
+static void fail_unbuilt(item *items, size_t total, const char *why) {
+  for (size_t i = 0; i < total; i++)
+    if (needs_build(&items[i]) && !items[i].build_done) {
+      items[i].build.status = KC_BUILD_FAILED;
+      snprintf(items[i].build.message, sizeof items[i].build.message, "%s", why);
+      items[i].build_done = true;
+    }
+}
+
+static void start_helpers(build_pool *b) {
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  b->nh = b->cfg->workers ? b->cfg->workers : (size_t)(ncpu > 0 ? ncpu : 1);
+  if (b->nh > b->nj)
+    b->nh = b->nj;
+  if (b->nh > KC_MAX_BUILD_HELPERS)
+    b->nh = KC_MAX_BUILD_HELPERS;
   fflush(NULL); /* nothing buffered may be written twice */
-  for (size_t k = 0; k < nh; k++) {
+  for (size_t k = 0; k < b->nh; k++) {
     int sv[2];
-    h[k].pid = -1;
-    h[k].fd = -1;
-    h[k].job = -1;
+    b->h[k].pid = -1;
+    b->h[k].fd = -1;
+    b->h[k].job = -1;
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
       continue;
     pid_t pid = fork();
@@ -134,7 +155,7 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
        * compiler's sandbox with it, by its death signal) instead of running on. */
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      build_helper(sv[1], items, total, &cfg->build);
+      build_helper(sv[1], b->items, b->total, &b->cfg->build);
       _exit(0);
     }
     close(sv[1]);
@@ -142,87 +163,106 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
       close(sv[0]);
       continue;
     }
-    h[k].pid = pid;
-    h[k].fd = sv[0];
-    alive++;
+    b->h[k].pid = pid;
+    b->h[k].fd = sv[0];
+    b->alive++;
   }
-  /* Without helpers (fork failed): build here, one after another. */
-  if (!alive)
-    for (; next < nj; next++) {
-      item *it = &items[jobs[next]];
-      kc_error err = {0};
-      if (kc_build_kernel(&cfg->build, it->path, &it->build, &err) < 0) {
-        it->build.status = KC_BUILD_FAILED;
-        snprintf(it->build.message, sizeof it->build.message, "%s", err.msg);
-      }
-      it->build_done = true;
-      if (cfg->progress)
-        cfg->progress(cfg->progress_ctx, "build", next + 1, nj);
-    }
-  for (;;) {
-    for (size_t k = 0; k < nh; k++) /* hand out work */
-      if (h[k].fd >= 0 && h[k].job < 0) {
-        uint32_t idx = next < nj ? (uint32_t)jobs[next] : UINT32_MAX;
-        if (next < nj)
-          h[k].job = (long)jobs[next++];
-        if (kc_io_all(h[k].fd, &idx, sizeof idx, true) < 0 || idx == UINT32_MAX) {
-          if (h[k].job >= 0) { /* lost with its helper: try again elsewhere */
-            next--;
-            jobs[next] = (size_t)h[k].job;
-            h[k].job = -1;
-          }
-          close(h[k].fd);
-          h[k].fd = -1;
-          alive--;
-        }
-      }
-    if (done == nj || !alive || kc_bench_interrupted())
-      break;
-    struct pollfd pfd[64];
-    for (size_t k = 0; k < nh; k++)
-      pfd[k] = (struct pollfd){h[k].fd >= 0 && h[k].job >= 0 ? h[k].fd : -1, POLLIN, 0};
-    int pr = poll(pfd, (nfds_t)nh, 100); /* sliced: see kc_bench_interrupted */
-    if (pr < 0 && errno != EINTR)
-      break;
-    if (pr <= 0)
+}
+
+/* Without helpers (fork failed): build here, one after another. */
+static void build_inline(build_pool *b) {
+  for (; b->next < b->nj; b->next++) {
+    item *it = &b->items[b->jobs[b->next]];
+    build_one(&b->cfg->build, it->path, &it->build);
+    it->build_done = true;
+    build_progress(b, b->next + 1);
+  }
+}
+
+static void drop_helper(build_pool *b, size_t k) {
+  kc_close_fd(&b->h[k].fd);
+  b->alive--;
+}
+
+/* Every idle helper gets the next job, or the end of the work. */
+static void hand_out(build_pool *b) {
+  for (size_t k = 0; k < b->nh; k++) {
+    if (b->h[k].fd < 0 || b->h[k].job >= 0)
       continue;
-    for (size_t k = 0; k < nh; k++) {
-      if (pfd[k].fd < 0 || !(pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
-        continue;
-      item *it = &items[h[k].job];
-      if (kc_io_all(h[k].fd, &it->build, sizeof it->build, false) < 0) {
-        memset(&it->build, 0, sizeof it->build);
-        it->build.status = KC_BUILD_FAILED;
-        snprintf(it->build.message, sizeof it->build.message, "the build helper died");
-        close(h[k].fd);
-        h[k].fd = -1;
-        alive--;
+    uint32_t idx = b->next < b->nj ? (uint32_t)b->jobs[b->next] : UINT32_MAX;
+    if (b->next < b->nj)
+      b->h[k].job = (long)b->jobs[b->next++];
+    if (kc_io_all(b->h[k].fd, &idx, sizeof idx, true) < 0 || idx == UINT32_MAX) {
+      if (b->h[k].job >= 0) { /* lost with its helper: try again elsewhere */
+        b->jobs[--b->next] = (size_t)b->h[k].job;
+        b->h[k].job = -1;
       }
-      it->build.message[sizeof it->build.message - 1] = 0;
-      it->build.artifact[sizeof it->build.artifact - 1] = 0;
-      it->build_done = true;
-      h[k].job = -1;
-      done++;
-      if (cfg->progress)
-        cfg->progress(cfg->progress_ctx, "build", done, nj);
+      drop_helper(b, k);
     }
   }
-  for (size_t k = 0; k < nh; k++) {
-    if (h[k].fd >= 0)
-      close(h[k].fd);
-    if (h[k].pid > 0 && kc_bench_interrupted())
-      kill(h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
-    if (h[k].pid > 0)
-      waitpid(h[k].pid, NULL, 0);
+}
+
+static void collect(build_pool *b, size_t k) {
+  item *it = &b->items[b->h[k].job];
+  if (kc_io_all(b->h[k].fd, &it->build, sizeof it->build, false) < 0) {
+    memset(&it->build, 0, sizeof it->build);
+    it->build.status = KC_BUILD_FAILED;
+    snprintf(it->build.message, sizeof it->build.message, "the build helper died");
+    drop_helper(b, k);
   }
-  for (size_t j = 0; j < nj; j++) /* anything left unbuilt when every helper died */
-    if (!items[jobs[j]].build_done) {
-      items[jobs[j]].build.status = KC_BUILD_FAILED;
-      snprintf(items[jobs[j]].build.message, sizeof items[jobs[j]].build.message,
-               "no build helper could run");
-      items[jobs[j]].build_done = true;
-    }
-  free(jobs);
+  it->build.message[sizeof it->build.message - 1] = 0;
+  it->build.artifact[sizeof it->build.artifact - 1] = 0;
+  it->build_done = true;
+  b->h[k].job = -1;
+  build_progress(b, ++b->done);
+}
+
+/* Hands out and collects until every job is answered, no helper is left, or Ctrl-C. */
+static void run_helpers(build_pool *b) {
+  for (;;) {
+    hand_out(b);
+    if (b->done == b->nj || !b->alive || kc_bench_interrupted())
+      return;
+    struct pollfd pfd[KC_MAX_BUILD_HELPERS];
+    for (size_t k = 0; k < b->nh; k++)
+      pfd[k] = (struct pollfd){b->h[k].fd >= 0 && b->h[k].job >= 0 ? b->h[k].fd : -1, POLLIN, 0};
+    int pr = poll(pfd, (nfds_t)b->nh, 100); /* sliced: see kc_bench_interrupted */
+    if (pr < 0 && errno != EINTR)
+      return;
+    for (size_t k = 0; pr > 0 && k < b->nh; k++)
+      if (pfd[k].fd >= 0 && (pfd[k].revents & (POLLIN | POLLHUP | POLLERR)))
+        collect(b, k);
+  }
+}
+
+static void stop_helpers(build_pool *b) {
+  for (size_t k = 0; k < b->nh; k++) {
+    kc_close_fd(&b->h[k].fd);
+    if (b->h[k].pid > 0 && kc_bench_interrupted())
+      kill(b->h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
+    if (b->h[k].pid > 0)
+      waitpid(b->h[k].pid, NULL, 0);
+  }
+}
+
+static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
+  build_pool b = {.cfg = cfg, .items = items, .total = total};
+  b.jobs = calloc(total + 1, sizeof *b.jobs);
+  if (!b.jobs) { /* no memory for the plan: every build fails alike */
+    fail_unbuilt(items, total, "out of memory");
+    return;
+  }
+  for (size_t i = 0; i < total; i++)
+    if (needs_build(&items[i]))
+      b.jobs[b.nj++] = i;
+  build_progress(&b, 0);
+  start_helpers(&b);
+  if (!b.alive)
+    build_inline(&b);
+  run_helpers(&b);
+  stop_helpers(&b);
+  fail_unbuilt(items, total, "no build helper could run"); /* when every helper died */
+  free(b.jobs);
 }
 
 static bool has_suffix(const char *s, const char *suf) {
