@@ -334,7 +334,10 @@ static int bad_value(int c, const char *a) {
   return KC_EXIT_USAGE;
 }
 
-/* One option into b; 0, -1 for --help (printed), or the exit status of bad usage. */
+/* Each group of options below takes one option into b and returns 0, -1 for --help
+ * (printed), the exit status of bad usage, or NOT_MINE for an option of another group. */
+#define NOT_MINE 1000
+
 /* The build's options and the remote device's. */
 static int build_or_remote_option(bench_args *b, int c, const char *a) {
   uint64_t u;
@@ -382,16 +385,13 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     b->auth_path = a;
     return 0;
   }
-  return 0;
+  return NOT_MINE;
 }
 
-static int bench_option(bench_args *b, int c, const char *a, char **argv) {
+/* The problem: the tensors, the reference and how its answer is compared. */
+static int problem_option(bench_args *b, int c, const char *a) {
   uint64_t u;
   switch (c) {
-  case 'h':
-  case O_HELP:
-    usage(stdout);
-    return -1;
   case O_ARGS:
     b->cfg.args = a;
     return 0;
@@ -426,88 +426,194 @@ static int bench_option(bench_args *b, int c, const char *a, char **argv) {
       return bad_value(c, a);
     b->cfg.entry = a;
     return 0;
+  }
+  return NOT_MINE;
+}
+
+/* A whole number option in [min, max]. */
+static int uint_option(int c, const char *a, uint64_t min, uint64_t max, uint32_t *out) {
+  uint64_t u;
+  if (kc_cli_parse_uint(a, min, max, &u) < 0)
+    return bad_value(c, a);
+  *out = (uint32_t)u;
+  return 0;
+}
+
+/* How each kernel is timed, and the limits of its worker. */
+static int timing_option(bench_args *b, int c, const char *a) {
+  kc_bench_config *g = &b->cfg;
+  switch (c) {
   case O_NUMBER:
-    if (kc_cli_parse_uint(a, 1, UINT32_MAX, &u) < 0)
-      return bad_value(c, a);
-    b->cfg.number = (uint32_t)u;
-    return 0;
+    return uint_option(c, a, 1, UINT32_MAX, &g->number);
   case O_REPEAT:
-    if (kc_cli_parse_uint(a, 1, 100000, &u) < 0)
-      return bad_value(c, a);
-    b->cfg.repeat = (uint32_t)u;
-    return 0;
+    return uint_option(c, a, 1, 100000, &g->repeat);
   case O_MINMS:
-    if (parse_double(a, &b->cfg.min_repeat_ms) < 0)
-      return bad_value(c, a);
-    return 0;
+    return parse_double(a, &g->min_repeat_ms) < 0 ? bad_value(c, a) : 0;
   case O_COOL:
-    if (parse_double(a, &b->cfg.cooldown_ms) < 0)
-      return bad_value(c, a);
-    return 0;
+    return parse_double(a, &g->cooldown_ms) < 0 ? bad_value(c, a) : 0;
   case O_FLUSH:
-    b->cfg.flush_cache = true;
+    g->flush_cache = true;
     return 0;
   case O_WORKERS:
-    if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
-      return bad_value(c, a);
-    b->cfg.workers = (uint32_t)u;
-    return 0;
+    return uint_option(c, a, 1, 64, &g->workers);
   case O_TIMEOUT:
-    if (kc_cli_parse_seconds(a, &b->cfg.timeout_s) < 0 || b->cfg.timeout_s <= 0)
+    if (kc_cli_parse_seconds(a, &g->timeout_s) < 0 || g->timeout_s <= 0)
       return bad_value(c, a);
     return 0;
   case O_MEMORY:
-    if (parse_memory("memory", a, &b->cfg.memory_bytes) < 0)
-      return KC_EXIT_USAGE;
+    return parse_memory("memory", a, &g->memory_bytes) < 0 ? KC_EXIT_USAGE : 0;
+  case O_SETS:
+    return uint_option(c, a, 1, 64, &g->sets);
+  case O_CHECKS:
+    return uint_option(c, a, 1, 16, &g->checks);
+  case O_BUDGET:
+    if (kc_cli_parse_seconds(a, &g->budget_s) < 0)
+      return bad_value(c, a);
+    if (g->budget_s == 0)
+      g->budget_s = -1; /* none */
     return 0;
+  case O_MAXCV:
+    return parse_double(a, &g->max_cv) < 0 || g->max_cv <= 0 ? bad_value(c, a) : 0;
+  }
+  return NOT_MINE;
+}
+
+/* What is printed: --help, --json, --quiet. */
+static int output_option(bench_args *b, int c, const char *a) {
+  switch (c) {
+  case 'h':
+  case O_HELP:
+    usage(stdout);
+    return -1;
   case O_JSON:
     b->json_path = a;
-    return 0;
-  case O_SETS:
-    if (kc_cli_parse_uint(a, 1, 64, &u) < 0)
-      return bad_value(c, a);
-    b->cfg.sets = (uint32_t)u;
-    return 0;
-  case O_CHECKS:
-    if (kc_cli_parse_uint(a, 1, 16, &u) < 0)
-      return bad_value(c, a);
-    b->cfg.checks = (uint32_t)u;
     return 0;
   case O_QUIET:
     b->quiet = true;
     return 0;
-  case O_BUDGET:
-    if (kc_cli_parse_seconds(a, &b->cfg.budget_s) < 0)
-      return bad_value(c, a);
-    if (b->cfg.budget_s == 0)
-      b->cfg.budget_s = -1; /* none */
-    return 0;
-  case O_MAXCV:
-    if (parse_double(a, &b->cfg.max_cv) < 0 || b->cfg.max_cv <= 0)
-      return bad_value(c, a);
-    return 0;
-  case O_CC:
-  case O_CFLAGS:
-  case O_BTIMEOUT:
-  case O_CACHE:
-  case O_BMEMORY:
-  case O_NOCACHE:
-  case O_LFALLBACK:
-  case O_TRACKER:
-  case O_KEY:
-  case O_PRIO:
-  case O_STIMEOUT:
-  case O_AUTHKEY:
-    return build_or_remote_option(b, c, a);
-  case '?':
-  default:
-    if (optopt)
-      kc_cli_error("bench", "option -%c: unknown or missing its value (see --help)", optopt);
-    else
-      kc_cli_error("bench", "%s: unknown option or missing value (see --help)", argv[optind - 1]);
+  }
+  return NOT_MINE;
+}
+
+static int bench_option(bench_args *b, int c, const char *a, char **argv) {
+  static int (*const groups[])(bench_args *, int, const char *) = {
+      problem_option, timing_option, build_or_remote_option, output_option};
+  for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+    int rc = groups[i](b, c, a);
+    if (rc != NOT_MINE)
+      return rc;
+  }
+  if (optopt)
+    kc_cli_error("bench", "option -%c: unknown or missing its value (see --help)", optopt);
+  else
+    kc_cli_error("bench", "%s: unknown option or missing value (see --help)", argv[optind - 1]);
+  return KC_EXIT_USAGE;
+}
+
+/* What the options must hold together, and the kernels named: 0, or the exit status. */
+static int check_usage(const bench_args *b, kc_auth_key *auth, int argc, char **argv) {
+  const kc_bench_config *cfg = &b->cfg;
+  if (!cfg->args) {
+    kc_cli_error("bench",
+                 "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
     return KC_EXIT_USAGE;
   }
+  kc_args_spec spec;
+  kc_error err = {0};
+  if (kc_args_parse(cfg->args, &spec, &err) < 0) {
+    kc_cli_error("bench", "--args: %s", err.msg);
+    return KC_EXIT_USAGE;
+  }
+  if (optind >= argc) {
+    kc_cli_error("bench", "no KERNEL given (see --help)");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg->tracker && cfg->no_isolation) {
+    kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg->tracker && !cfg->key) {
+    kc_cli_error("bench", "--tracker needs --key");
+    return KC_EXIT_USAGE;
+  }
+  if (b->auth_path && !cfg->tracker) {
+    kc_cli_error("bench", "--auth-key is for remote devices (--tracker)");
+    return KC_EXIT_USAGE;
+  }
+  if (b->auth_path && kc_auth_key_load(b->auth_path, auth, &err) < 0) {
+    kc_cli_error("bench", "%s", err.msg);
+    return KC_EXIT_USAGE;
+  }
+  for (int i = optind; i < argc; i++)
+    if (access(argv[i], R_OK) < 0) {
+      kc_cli_error("bench", "%s: %s", argv[i], strerror(errno));
+      return KC_EXIT_USAGE;
+    }
   return 0;
+}
+
+/* --json PATH ("-": stdout) opened for the records; NULL (and the error printed). */
+static FILE *open_json(const char *path) {
+  FILE *jf = strcmp(path, "-") ? fopen(path, "w") : stdout;
+  if (!jf)
+    kc_cli_error("bench", "--json %s: %s", path, strerror(errno));
+  return jf;
+}
+
+static void close_json(FILE *jf) {
+  if (jf && jf != stdout)
+    fclose(jf);
+}
+
+/* The batch, here or on the tracker's device.  Local runs stop cleanly on a signal; a
+ * remote run is left to the default action (the agent sees the session drop and kills
+ * its own workers). */
+static int run_batch(const kc_bench_config *cfg, const kc_auth_key *auth,
+                     const char *const *kernels, size_t nk, json_t **recs, json_t **ref,
+                     kc_error *err) {
+  if (cfg->tracker)
+    return kc_bench_remote_run(cfg, auth, kernels, nk, recs, err);
+  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+  int rc = kc_bench_run_batch_ex(cfg, kernels, nk, recs, ref, err);
+  sigaction(SIGINT, &old_int, NULL);
+  sigaction(SIGTERM, &old_term, NULL);
+  return rc;
+}
+
+/* A batch that did not finish: interrupted (what finished is on the file already; the
+ * table shows the same), or refused. */
+static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_error *err) {
+  int sig = kc_bench_interrupted();
+  if (b->cfg.progress)
+    fprintf(stderr, "\r%60s\r", "");
+  if (sig) {
+    if (!b->quiet && k->jf != stdout)
+      print_table(k->done, NULL);
+    kc_cli_error("bench", "interrupted by %s: %zu of %zu kernels done", kc_signal_name(sig),
+                 json_array_size(k->done), nk);
+    close_json(k->jf);
+    return 128 + sig;
+  }
+  kc_cli_error("bench", "%s", err->msg);
+  close_json(k->jf);
+  return b->cfg.tracker || !input_error(err) ? KC_EXIT_BENCH_FAILED : KC_EXIT_USAGE;
+}
+
+/* The table, and the records of a remote run (not streamed: all at once). */
+static void report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
+  if (!b->quiet && k->jf != stdout)
+    print_table(recs, ref);
+  if (k->jf && json_array_size(k->done) == 0) {
+    size_t i;
+    json_t *r;
+    json_array_foreach(recs, i, r) on_record(k, r);
+  }
+  /* the batch ran: a --json file that could not be written is said, the status stays 0 */
+  if (k->jf && (k->failed || (k->jf != stdout && fclose(k->jf) != 0)))
+    kc_cli_error("bench", "--json %s: %s", b->json_path, strerror(errno));
 }
 
 int kc_cmd_bench(int argc, char **argv) {
@@ -521,118 +627,36 @@ int kc_cmd_bench(int argc, char **argv) {
     if (rc)
       return rc < 0 ? 0 : rc;
   }
-  kc_bench_config cfg = b.cfg;
-  const char *json_path = b.json_path, *auth_path = b.auth_path;
-  bool quiet = b.quiet;
-  if (!cfg.args) {
-    kc_cli_error("bench",
-                 "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
-    return KC_EXIT_USAGE;
-  }
-  kc_args_spec spec;
-  kc_error err = {0};
-  if (kc_args_parse(cfg.args, &spec, &err) < 0) {
-    kc_cli_error("bench", "--args: %s", err.msg);
-    return KC_EXIT_USAGE;
-  }
-  if (optind >= argc) {
-    kc_cli_error("bench", "no KERNEL given (see --help)");
-    return KC_EXIT_USAGE;
-  }
-  if (cfg.tracker && cfg.no_isolation) {
-    kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
-    return KC_EXIT_USAGE;
-  }
-  if (cfg.tracker && !cfg.key) {
-    kc_cli_error("bench", "--tracker needs --key");
-    return KC_EXIT_USAGE;
-  }
   static kc_auth_key auth;
-  if (auth_path && !cfg.tracker) {
-    kc_cli_error("bench", "--auth-key is for remote devices (--tracker)");
-    return KC_EXIT_USAGE;
-  }
-  if (auth_path && kc_auth_key_load(auth_path, &auth, &err) < 0) {
-    kc_cli_error("bench", "%s", err.msg);
-    return KC_EXIT_USAGE;
-  }
-  for (int i = optind; i < argc; i++)
-    if (access(argv[i], R_OK) < 0) {
-      kc_cli_error("bench", "%s: %s", argv[i], strerror(errno));
-      return KC_EXIT_USAGE;
-    }
+  int rc = check_usage(&b, &auth, argc, argv);
+  if (rc)
+    return rc;
   FILE *jf = NULL;
-  if (json_path) {
-    jf = strcmp(json_path, "-") ? fopen(json_path, "w") : stdout;
-    if (!jf) {
-      kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
-      return KC_EXIT_USAGE;
-    }
-  }
+  if (b.json_path && !(jf = open_json(b.json_path)))
+    return KC_EXIT_USAGE;
+  kc_bench_config *cfg = &b.cfg;
   if (isatty(STDERR_FILENO))
-    cfg.progress = progress;
-  json_t *recs = NULL, *ref = NULL;
+    cfg->progress = progress;
   const char *const *kernels = (const char *const *)argv + optind;
   size_t nk = (size_t)(argc - optind);
+  kc_error err = {0};
   /* What the machinery needs is checked once, up front: a failure is one line and exit
    * 3, not an error record per kernel. */
-  if (!cfg.tracker && preflight(&cfg, kernels, nk, &err) < 0) {
+  if (!cfg->tracker && preflight(cfg, kernels, nk, &err) < 0) {
     kc_cli_error("bench", "%s", err.msg);
-    if (jf && jf != stdout)
-      fclose(jf);
+    close_json(jf);
     return KC_EXIT_BENCH_FAILED;
   }
   sink k = {.jf = jf, .done = json_array()};
-  cfg.on_record = on_record;
-  cfg.record_ctx = &k;
-  /* Local runs stop cleanly on a signal; a remote run is left to the default action
-   * (the agent sees the session drop and kills its own workers). */
-  struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
-  sigemptyset(&sa.sa_mask);
-  if (!cfg.tracker) {
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-  }
-  int rc = cfg.tracker ? kc_bench_remote_run(&cfg, &auth, kernels, nk, &recs, &err)
-                       : kc_bench_run_batch_ex(&cfg, kernels, nk, &recs, &ref, &err);
-  if (!cfg.tracker) {
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-  }
-  int sig = kc_bench_interrupted();
-  if (rc < 0 && cfg.progress)
-    fprintf(stderr, "\r%60s\r", "");
-  if (rc < 0 && sig) {
-    /* What finished is on the file already; the table shows the same. */
-    if (!quiet && jf != stdout)
-      print_table(k.done, NULL);
-    kc_cli_error("bench", "interrupted by %s: %zu of %d kernels done", kc_signal_name(sig),
-                 json_array_size(k.done), argc - optind);
-    if (jf && jf != stdout)
-      fclose(jf);
-    json_decref(k.done);
-    return 128 + sig;
-  }
-  if (rc < 0) {
-    kc_cli_error("bench", "%s", err.msg);
-    if (jf && jf != stdout)
-      fclose(jf);
-    json_decref(k.done);
-    return cfg.tracker || !input_error(&err) ? KC_EXIT_BENCH_FAILED : KC_EXIT_USAGE;
-  }
-  if (!quiet && !(jf == stdout))
-    print_table(recs, ref);
-  if (jf && json_array_size(k.done) == 0) { /* not streamed (remote runs): all at once */
-    size_t i;
-    json_t *r;
-    json_array_foreach(recs, i, r) on_record(&k, r);
-  }
-  if (jf && (k.failed || (jf != stdout && fclose(jf) != 0))) {
-    kc_cli_error("bench", "--json %s: %s", json_path, strerror(errno));
-    rc = 1;
-  }
+  cfg->on_record = on_record;
+  cfg->record_ctx = &k;
+  json_t *recs = NULL, *ref = NULL;
+  if (run_batch(cfg, &auth, kernels, nk, &recs, &ref, &err) < 0)
+    rc = batch_failed(&b, &k, nk, &err);
+  else
+    report(&b, &k, recs, ref);
   json_decref(k.done);
   json_decref(recs);
   json_decref(ref);
-  return rc < 0 ? 1 : 0;
+  return rc;
 }
