@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 
 int kc_parse_size(const char *s, uint64_t *out) {
@@ -46,5 +47,17 @@ int kc_parse_size(const char *s, uint64_t *out) {
   if (shift && v > (UINT64_MAX >> shift))
     return -1;
   *out = (uint64_t)v << shift;
+  return 0;
+}
+
+int kc_parse_decimal(const char *s, double *out) {
+  if (!s || (!isdigit((unsigned char)s[0]) && s[0] != '.'))
+    return -1;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno || *end || !isfinite(v) || v < 0)
+    return -1;
+  *out = v;
   return 0;
 }

@@ -1,21 +1,13 @@
 /* `kcage agent`: a device agent for a TVM-compatible tracker (docs/contracts.md). */
 #include <errno.h>
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "kcage/tracker.h"
 
-static kc_agent *g_agent;
 static kc_auth_key auth;
-
-static void on_signal(int sig) {
-  (void)sig;
-  if (g_agent)
-    kc_agent_stop(g_agent);
-}
 
 static void usage(FILE *out) {
   fprintf(out,
@@ -63,14 +55,14 @@ static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
     o->auth = &auth;
     return 0;
   case 'M':
-    if (kc_cli_parse_size(arg, &o->caps.max_memory_bytes) < 0 ||
+    if (kc_parse_size(arg, &o->caps.max_memory_bytes) < 0 ||
         o->caps.max_memory_bytes < (16u << 20)) {
       kc_cli_error("agent", "--max-memory %s: want a size of at least 16M", arg);
       return -1;
     }
     return 0;
   default:
-    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0) {
+    if (kc_parse_decimal(arg, &d) < 0 || d <= 0) {
       kc_cli_error("agent", "%s %s: want seconds > 0",
                    ch == 'T' ? "--max-timeout" : "--max-session", arg);
       return -1;
@@ -80,134 +72,134 @@ static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
   }
 }
 
-int kc_cmd_agent(int argc, char **argv) {
+static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
+                                      {"key", required_argument, 0, 'k'},
+                                      {"host", required_argument, 0, 'H'},
+                                      {"port", required_argument, 0, 'p'},
+                                      {"port-end", required_argument, 0, 'e'},
+                                      {"custom-addr", required_argument, 0, 'c'},
+                                      {"workers", required_argument, 0, 'w'},
+                                      {"reput", required_argument, 0, 'r'},
+                                      {"verbose", no_argument, 0, 'v'},
+                                      {"auth-key", required_argument, 0, 'A'},
+                                      {"max-memory", required_argument, 0, 'M'},
+                                      {"max-timeout", required_argument, 0, 'T'},
+                                      {"max-session", required_argument, 0, 'S'},
+                                      {"metrics", required_argument, 0, 'm'},
+                                      {"limits-fallback", required_argument, 0, 'l'},
+                                      {"help", no_argument, 0, 'h'},
+                                      {0, 0, 0, 0}};
+
+typedef struct agent_args {
   kc_agent_opts o;
-  kc_agent_opts_init(&o);
   char thost[KC_TRACKER_MAX_ADDR];
-  bool have_tracker = false, port_end_set = false;
-  const char *metrics = NULL;
+  bool have_tracker, port_end_set;
+  const char *metrics;
+} agent_args;
+
+#define NOT_MINE 1000
+
+/* One option into a: 0, the exit status of bad usage, or NOT_MINE (--help, unknown). */
+static int agent_option(agent_args *a, int ch, const char *arg) {
+  kc_agent_opts *o = &a->o;
   kc_error err = {0};
-  static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
-                                        {"key", required_argument, 0, 'k'},
-                                        {"host", required_argument, 0, 'H'},
-                                        {"port", required_argument, 0, 'p'},
-                                        {"port-end", required_argument, 0, 'e'},
-                                        {"custom-addr", required_argument, 0, 'c'},
-                                        {"workers", required_argument, 0, 'w'},
-                                        {"reput", required_argument, 0, 'r'},
-                                        {"verbose", no_argument, 0, 'v'},
-                                        {"auth-key", required_argument, 0, 'A'},
-                                        {"max-memory", required_argument, 0, 'M'},
-                                        {"max-timeout", required_argument, 0, 'T'},
-                                        {"max-session", required_argument, 0, 'S'},
-                                        {"metrics", required_argument, 0, 'm'},
-                                        {"limits-fallback", required_argument, 0, 'l'},
-                                        {"help", no_argument, 0, 'h'},
-                                        {0, 0, 0, 0}};
   uint64_t v;
   double d;
-  int ch;
-  optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-    switch (ch) {
-    case 't':
-      if (kc_parse_hostport(optarg, KC_TRACKER_DEFAULT_PORT, thost, sizeof thost, &o.tracker_port,
-                            &err) < 0) {
-        kc_cli_error("agent", "--tracker: %s", err.msg);
-        return KC_EXIT_USAGE;
-      }
-      o.tracker_host = thost;
-      have_tracker = true;
-      break;
-    case 'k':
-      o.key = optarg;
-      break;
-    case 'H':
-      o.host = optarg;
-      break;
-    case 'p':
-      if (kc_cli_parse_port("agent", "--port", optarg, 0, &o.port) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case 'e':
-      if (kc_cli_parse_port("agent", "--port-end", optarg, 1, &o.port_end) < 0)
-        return KC_EXIT_USAGE;
-      port_end_set = true;
-      break;
-    case 'c':
-      o.custom_addr = optarg;
-      break;
-    case 'w':
-      if (kc_cli_parse_uint(optarg, 1, 1024, &v) < 0) {
-        kc_cli_error("agent", "--workers %s: need 1..1024", optarg);
-        return KC_EXIT_USAGE;
-      }
-      o.workers = (unsigned)v;
-      break;
-    case 'r': /* undocumented: re-PUT delay, for tests */
-      if (kc_cli_parse_seconds(optarg, &d) < 0) {
-        kc_cli_error("agent", "--reput %s: not seconds", optarg);
-        return KC_EXIT_USAGE;
-      }
-      o.reput_s = d;
-      o.check_s = d / 3 > 0.05 ? d / 3 : 0.05;
-      break;
-    case 'v':
-      o.verbose = true;
-      break;
-    case 'A':
-    case 'M':
-    case 'T':
-    case 'S':
-      if (fleet_option(ch, optarg, &o) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case 'm':
-      metrics = optarg;
-      break;
-    case 'l':
-      if (kc_cli_limits_fallback("agent", optarg) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case 'h':
-      usage(stdout);
-      return 0;
-    default:
-      usage(stderr);
+  switch (ch) {
+  case 't':
+    if (kc_parse_hostport(arg, KC_TRACKER_DEFAULT_PORT, a->thost, sizeof a->thost, &o->tracker_port,
+                          &err) < 0) {
+      kc_cli_error("agent", "--tracker: %s", err.msg);
       return KC_EXIT_USAGE;
     }
+    o->tracker_host = a->thost;
+    a->have_tracker = true;
+    return 0;
+  case 'k':
+    o->key = arg;
+    return 0;
+  case 'H':
+    o->host = arg;
+    return 0;
+  case 'p':
+    return kc_cli_parse_port("agent", "--port", arg, 0, &o->port) < 0 ? KC_EXIT_USAGE : 0;
+  case 'e':
+    a->port_end_set = true;
+    return kc_cli_parse_port("agent", "--port-end", arg, 1, &o->port_end) < 0 ? KC_EXIT_USAGE : 0;
+  case 'c':
+    o->custom_addr = arg;
+    return 0;
+  case 'w':
+    if (kc_cli_parse_uint(arg, 1, 1024, &v) < 0) {
+      kc_cli_error("agent", "--workers %s: need 1..1024", arg);
+      return KC_EXIT_USAGE;
+    }
+    o->workers = (unsigned)v;
+    return 0;
+  case 'r': /* undocumented: re-PUT delay, for tests */
+    if (kc_parse_decimal(arg, &d) < 0) {
+      kc_cli_error("agent", "--reput %s: not seconds", arg);
+      return KC_EXIT_USAGE;
+    }
+    o->reput_s = d;
+    o->check_s = d / 3 > 0.05 ? d / 3 : 0.05;
+    return 0;
+  case 'v':
+    o->verbose = true;
+    return 0;
+  case 'A':
+  case 'M':
+  case 'T':
+  case 'S':
+    return fleet_option(ch, arg, o) < 0 ? KC_EXIT_USAGE : 0;
+  case 'm':
+    a->metrics = arg;
+    return 0;
+  case 'l':
+    return kc_cli_limits_fallback("agent", arg) < 0 ? KC_EXIT_USAGE : 0;
   }
-  if (optind < argc) {
-    kc_cli_error("agent", "unexpected argument %s", argv[optind]);
-    return KC_EXIT_USAGE;
-  }
-  if (!have_tracker || !o.key) {
+  return NOT_MINE;
+}
+
+static void stop_agent(void *a) {
+  kc_agent_stop(a);
+}
+
+static int run_agent(void *a, kc_error *err) {
+  return kc_agent_run(a, err);
+}
+
+int kc_cmd_agent(int argc, char **argv) {
+  agent_args a = {0};
+  kc_agent_opts_init(&a.o);
+  int ch, rc;
+  optind = 1;
+  while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1)
+    if ((rc = agent_option(&a, ch, optarg)))
+      return rc == NOT_MINE ? kc_cli_help_or_usage(ch, usage) : rc;
+  if ((rc = kc_cli_no_operands("agent", argc, argv)))
+    return rc;
+  if (!a.have_tracker || !a.o.key) {
     kc_cli_error("agent", "--tracker and --key are required");
     return KC_EXIT_USAGE;
   }
-  if (o.port == 0 && !port_end_set)
-    o.port_end = 0;
-  if (kc_agent_new(&o, &g_agent, &err) < 0) {
+  if (a.o.port == 0 && !a.port_end_set)
+    a.o.port_end = 0;
+  kc_agent *agent;
+  kc_error err = {0};
+  if (kc_agent_new(&a.o, &agent, &err) < 0) {
     kc_cli_error("agent", "%s", err.msg);
     return err.code == EINVAL ? KC_EXIT_USAGE : 1;
   }
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  printf("agent listening on %s:%u\n", o.host ? o.host : "0.0.0.0", kc_agent_port(g_agent));
-  if (kc_cli_metrics("agent", metrics, "kcage_agent") < 0) {
-    kc_agent_free(g_agent);
-    g_agent = NULL;
-    return 1;
-  }
-  fflush(stdout);
-  int rc = kc_agent_run(g_agent, &err);
-  kc_agent_free(g_agent);
-  g_agent = NULL;
-  if (rc < 0) {
-    kc_cli_error("agent", "%s", err.msg);
-    return 1;
-  }
-  return 0;
+  kc_cli_daemon d = {.cmd = "agent",
+                     .host = a.o.host,
+                     .port = kc_agent_port(agent),
+                     .metrics = a.metrics,
+                     .metrics_prefix = "kcage_agent",
+                     .obj = agent,
+                     .stop = stop_agent,
+                     .run = run_agent};
+  rc = kc_cli_serve(&d);
+  kc_agent_free(agent);
+  return rc;
 }

@@ -155,18 +155,6 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {0, 0, 0, 0}};
 
-static int parse_double(const char *s, double *out) {
-  if (!s || !*s)
-    return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v) || v < 0)
-    return -1;
-  *out = v;
-  return 0;
-}
-
 static void progress(void *ctx, const char *phase, size_t done, size_t total) {
   (void)ctx;
   int width = 30, fill = total ? (int)(width * done / total) : width;
@@ -278,7 +266,7 @@ static const char *opt_name(int c) {
 
 /* A memory limit: a size (K/M/G), and at least what a worker needs to start. */
 static int parse_memory(const char *name, const char *a, uint64_t *out) {
-  if (kc_cli_parse_size(a, out) < 0) {
+  if (kc_parse_size(a, out) < 0) {
     kc_cli_error("bench", "--%s: bad value '%s' (want a size such as 256M or 1G)", name, a);
     return -1;
   }
@@ -349,7 +337,7 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     b->cfg.build.cflags = a;
     return 0;
   case O_BTIMEOUT:
-    if (kc_cli_parse_seconds(a, &b->cfg.build.timeout_s) < 0 || b->cfg.build.timeout_s <= 0)
+    if (kc_parse_decimal(a, &b->cfg.build.timeout_s) < 0 || b->cfg.build.timeout_s <= 0)
       return bad_value(c, a);
     return 0;
   case O_CACHE:
@@ -378,7 +366,7 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     b->cfg.priority = (int)u;
     return 0;
   case O_STIMEOUT:
-    if (kc_cli_parse_seconds(a, &b->cfg.session_timeout_s) < 0)
+    if (kc_parse_decimal(a, &b->cfg.session_timeout_s) < 0)
       return bad_value(c, a);
     return 0;
   case O_AUTHKEY:
@@ -410,13 +398,13 @@ static int problem_option(bench_args *b, int c, const char *a) {
     b->cfg.reference = a;
     return 0;
   case O_RTOL:
-    if (parse_double(a, &b->cfg.rtol) < 0)
+    if (kc_parse_decimal(a, &b->cfg.rtol) < 0)
       return bad_value(c, a);
     if (b->cfg.atol < 0)
       b->cfg.atol = 1e-5;
     return 0;
   case O_ATOL:
-    if (parse_double(a, &b->cfg.atol) < 0)
+    if (kc_parse_decimal(a, &b->cfg.atol) < 0)
       return bad_value(c, a);
     if (b->cfg.rtol < 0)
       b->cfg.rtol = 1e-4;
@@ -448,16 +436,16 @@ static int timing_option(bench_args *b, int c, const char *a) {
   case O_REPEAT:
     return uint_option(c, a, 1, 100000, &g->repeat);
   case O_MINMS:
-    return parse_double(a, &g->min_repeat_ms) < 0 ? bad_value(c, a) : 0;
+    return kc_parse_decimal(a, &g->min_repeat_ms) < 0 ? bad_value(c, a) : 0;
   case O_COOL:
-    return parse_double(a, &g->cooldown_ms) < 0 ? bad_value(c, a) : 0;
+    return kc_parse_decimal(a, &g->cooldown_ms) < 0 ? bad_value(c, a) : 0;
   case O_FLUSH:
     g->flush_cache = true;
     return 0;
   case O_WORKERS:
     return uint_option(c, a, 1, 64, &g->workers);
   case O_TIMEOUT:
-    if (kc_cli_parse_seconds(a, &g->timeout_s) < 0 || g->timeout_s <= 0)
+    if (kc_parse_decimal(a, &g->timeout_s) < 0 || g->timeout_s <= 0)
       return bad_value(c, a);
     return 0;
   case O_MEMORY:
@@ -467,13 +455,13 @@ static int timing_option(bench_args *b, int c, const char *a) {
   case O_CHECKS:
     return uint_option(c, a, 1, 16, &g->checks);
   case O_BUDGET:
-    if (kc_cli_parse_seconds(a, &g->budget_s) < 0)
+    if (kc_parse_decimal(a, &g->budget_s) < 0)
       return bad_value(c, a);
     if (g->budget_s == 0)
       g->budget_s = -1; /* none */
     return 0;
   case O_MAXCV:
-    return parse_double(a, &g->max_cv) < 0 || g->max_cv <= 0 ? bad_value(c, a) : 0;
+    return kc_parse_decimal(a, &g->max_cv) < 0 || g->max_cv <= 0 ? bad_value(c, a) : 0;
   }
   return NOT_MINE;
 }

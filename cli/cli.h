@@ -5,6 +5,10 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+
+#include "kcage/error.h"
+#include "kcage/units.h"
 
 /* Errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage.  `kcage run`
  * is the exception: its program's own status 2 must stay distinguishable, so its usage
@@ -25,10 +29,6 @@ int kc_cmd_query(int argc, char **argv);
 
 void kc_cli_error(const char *what, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* "64M", "1G", "512K", "1048576" -> bytes.  Returns -1 on bad input. */
-int kc_cli_parse_size(const char *s, uint64_t *out);
-/* Non-negative decimal seconds, fractional allowed.  Returns -1 on bad input. */
-int kc_cli_parse_seconds(const char *s, double *out);
 /* A TCP port option in [min, 65535]; on bad input prints `kcage: CMD: OPT VALUE: not a
  * port` and returns -1 (the caller exits KC_EXIT_USAGE). */
 int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned min, uint16_t *out);
@@ -43,8 +43,25 @@ json_t *kc_cli_limits_json(bool memory, bool pids, bool cpus);
 /* record (a JSON object's text) with "limits" added; malloc'd, NULL on failure. */
 char *kc_cli_record_with_limits(const char *record, bool memory, bool pids, bool cpus);
 
-/* metrics.c: --metrics HOST:PORT for a daemon (NULL: none).  Prints
- * `metrics listening on HOST:PORT`; -1 (and the error printed) when it cannot. */
-int kc_cli_metrics(const char *cmd, const char *hostport, const char *prefix);
+/* daemon.c: a bound daemon (`kcage tracker`, `kcage agent`) served until SIGINT or
+ * SIGTERM calls stop: prints `CMD listening on HOST:PORT`, serves --metrics HOST:PORT
+ * (metrics: NULL for none) and runs.  0, or 1 with the error printed; the caller frees
+ * obj. */
+typedef struct kc_cli_daemon {
+  const char *cmd, *host; /* host NULL: 0.0.0.0 */
+  unsigned port;
+  const char *metrics, *metrics_prefix;
+  void *obj;
+  void (*stop)(void *obj); /* from the signal handler: async-signal-safe */
+  int (*run)(void *obj, kc_error *err);
+} kc_cli_daemon;
+int kc_cli_serve(const kc_cli_daemon *d);
+
+/* The end of an option loop: -h/--help (ch 'h') prints usage on stdout and returns 0;
+ * anything else prints it on stderr and returns KC_EXIT_USAGE. */
+int kc_cli_help_or_usage(int ch, void (*usage)(FILE *out));
+/* Operands left after the options of a command that takes none: the first is named and
+ * KC_EXIT_USAGE returned; 0 when there are none. */
+int kc_cli_no_operands(const char *cmd, int argc, char **argv);
 
 #endif

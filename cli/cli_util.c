@@ -1,11 +1,10 @@
 #include "cli.h"
 
 #include "kcage/escape.h"
-#include "kcage/units.h"
 
 #include <ctype.h>
 #include <errno.h>
-#include <math.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,22 +18,6 @@ void kc_cli_error(const char *what, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   fprintf(stderr, "kcage: %s: %s\n", what, kc_escape(msg, shown, sizeof shown));
-}
-
-int kc_cli_parse_size(const char *s, uint64_t *out) {
-  return kc_parse_size(s, out);
-}
-
-int kc_cli_parse_seconds(const char *s, double *out) {
-  if (!s || !*s)
-    return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end != '\0' || !isfinite(v) || v < 0)
-    return -1;
-  *out = v;
-  return 0;
 }
 
 int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out) {
@@ -58,4 +41,16 @@ int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned 
   }
   *out = (uint16_t)v;
   return 0;
+}
+
+int kc_cli_help_or_usage(int ch, void (*usage)(FILE *out)) {
+  usage(ch == 'h' ? stdout : stderr);
+  return ch == 'h' ? 0 : KC_EXIT_USAGE;
+}
+
+int kc_cli_no_operands(const char *cmd, int argc, char **argv) {
+  if (optind >= argc)
+    return 0;
+  kc_cli_error(cmd, "unexpected argument %s", argv[optind]);
+  return KC_EXIT_USAGE;
 }

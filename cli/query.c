@@ -43,18 +43,13 @@ int kc_cmd_query(int argc, char **argv) {
     case 'j':
       json = true;
       break;
-    case 'h':
-      usage(stdout);
-      return 0;
     default:
-      usage(stderr);
-      return KC_EXIT_USAGE;
+      return kc_cli_help_or_usage(ch, usage);
     }
   }
-  if (optind < argc) {
-    kc_cli_error("query", "unexpected argument %s", argv[optind]);
-    return KC_EXIT_USAGE;
-  }
+  int rc = kc_cli_no_operands("query", argc, argv);
+  if (rc)
+    return rc;
   kc_tracker_conn *c;
   json_t *s;
   if (kc_tracker_connect(host, port, 10, &c, &err) < 0 || kc_tracker_summary(c, &s, &err) < 0) {

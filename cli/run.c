@@ -111,7 +111,7 @@ static int parse_mount(run_args *a, int c, char *arg) {
     *colon = '\0';
   if (c == OPT_TMPFS) {
     m->kind = KC_MOUNT_TMPFS;
-    if (colon && (kc_cli_parse_size(colon + 1, &m->size) < 0 || m->size == 0))
+    if (colon && (kc_parse_size(colon + 1, &m->size) < 0 || m->size == 0))
       return bad(opt, colon + 1);
     m->dst = arg;
     return m->dst[0] == '/' ? 0 : bad(opt, arg);
@@ -129,13 +129,13 @@ static int parse_limit(run_args *a, int c, const char *arg) {
   double d;
   switch (c) {
   case OPT_MEMORY:
-    if (kc_cli_parse_size(arg, &u) < 0 || u == 0)
+    if (kc_parse_size(arg, &u) < 0 || u == 0)
       return bad("memory", arg);
     l->memory_bytes = u;
     return 0;
   case OPT_TIME:
   case OPT_WALL:
-    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0)
+    if (kc_parse_decimal(arg, &d) < 0 || d <= 0)
       return bad(c == OPT_TIME ? "time" : "wall", arg);
     *(c == OPT_TIME ? &l->cpu_s : &l->wall_s) = d;
     return 0;
@@ -145,12 +145,12 @@ static int parse_limit(run_args *a, int c, const char *arg) {
     l->pids = (uint32_t)u;
     return 0;
   case OPT_CPUS:
-    if (kc_cli_parse_seconds(arg, &d) < 0 || d <= 0 || d > 4096)
+    if (kc_parse_decimal(arg, &d) < 0 || d <= 0 || d > 4096)
       return bad("cpus", arg);
     l->cpus = d;
     return 0;
   default: /* OPT_OUTPUT */
-    if (kc_cli_parse_size(arg, &u) < 0)
+    if (kc_parse_size(arg, &u) < 0)
       return bad("output", arg);
     l->output_bytes = u;
     return 0;

@@ -1,19 +1,10 @@
 /* `kcage tracker`: a TVM-compatible RPC tracker (docs/contracts.md). */
 #include <getopt.h>
-#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli.h"
 #include "kcage/tracker.h"
-
-static kc_tracker_server *g_server;
-
-static void on_signal(int sig) {
-  (void)sig;
-  if (g_server)
-    kc_tracker_server_stop(g_server);
-}
 
 static void usage(FILE *out) {
   fprintf(out, "usage: kcage tracker [--host H] [--port P] [--port-end E] [--verbose]\n\n"
@@ -29,87 +20,89 @@ static void usage(FILE *out) {
                "The port bound is printed on stdout as `tracker listening on HOST:PORT`.\n");
 }
 
-int kc_cmd_tracker(int argc, char **argv) {
+typedef struct tracker_args {
   kc_tracker_opts o;
-  kc_tracker_opts_init(&o);
-  bool port_end_set = false;
-  const char *metrics = NULL;
+  bool port_end_set;
+  const char *metrics;
+} tracker_args;
+
+#define NOT_MINE 1000
+
+/* One option into t: 0, the exit status of bad usage, or NOT_MINE (--help, unknown). */
+static int tracker_option(tracker_args *t, int ch, const char *arg) {
+  uint64_t v;
+  double d;
+  switch (ch) {
+  case 'H':
+    t->o.host = arg;
+    return 0;
+  case 'p':
+    return kc_cli_parse_port("tracker", "--port", arg, 0, &t->o.port) < 0 ? KC_EXIT_USAGE : 0;
+  case 'e':
+    if (kc_cli_parse_uint(arg, 1, 65536, &v) < 0) {
+      kc_cli_error("tracker", "--port-end %s: not a port", arg);
+      return KC_EXIT_USAGE;
+    }
+    t->o.port_end = v > 65535 ? 65535 : (uint16_t)v;
+    t->port_end_set = true;
+    return 0;
+  case 'k':
+    if (kc_parse_decimal(arg, &d) < 0 || d < 1) {
+      kc_cli_error("tracker", "--keepalive %s: need seconds >= 1", arg);
+      return KC_EXIT_USAGE;
+    }
+    t->o.keepalive_s = d;
+    return 0;
+  case 'v':
+    t->o.verbose = true;
+    return 0;
+  case 'm':
+    t->metrics = arg;
+    return 0;
+  }
+  return NOT_MINE;
+}
+
+static void stop_server(void *s) {
+  kc_tracker_server_stop(s);
+}
+
+static int run_server(void *s, kc_error *err) {
+  return kc_tracker_server_run(s, err);
+}
+
+int kc_cmd_tracker(int argc, char **argv) {
+  tracker_args t = {0};
+  kc_tracker_opts_init(&t.o);
   static const struct option longs[] = {
       {"host", required_argument, 0, 'H'},     {"port", required_argument, 0, 'p'},
       {"port-end", required_argument, 0, 'e'}, {"keepalive", required_argument, 0, 'k'},
       {"verbose", no_argument, 0, 'v'},        {"metrics", required_argument, 0, 'm'},
       {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
-  uint64_t v;
-  double d;
-  int ch;
+  int ch, rc;
   optind = 1;
-  while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1) {
-    switch (ch) {
-    case 'H':
-      o.host = optarg;
-      break;
-    case 'p':
-      if (kc_cli_parse_port("tracker", "--port", optarg, 0, &o.port) < 0)
-        return KC_EXIT_USAGE;
-      break;
-    case 'e':
-      if (kc_cli_parse_uint(optarg, 1, 65536, &v) < 0) {
-        kc_cli_error("tracker", "--port-end %s: not a port", optarg);
-        return KC_EXIT_USAGE;
-      }
-      o.port_end = v > 65535 ? 65535 : (uint16_t)v;
-      port_end_set = true;
-      break;
-    case 'k':
-      if (kc_cli_parse_seconds(optarg, &d) < 0 || d < 1) {
-        kc_cli_error("tracker", "--keepalive %s: need seconds >= 1", optarg);
-        return KC_EXIT_USAGE;
-      }
-      o.keepalive_s = d;
-      break;
-    case 'v':
-      o.verbose = true;
-      break;
-    case 'm':
-      metrics = optarg;
-      break;
-    case 'h':
-      usage(stdout);
-      return 0;
-    default:
-      usage(stderr);
-      return KC_EXIT_USAGE;
-    }
-  }
-  if (optind < argc) {
-    kc_cli_error("tracker", "unexpected argument %s", argv[optind]);
-    return KC_EXIT_USAGE;
-  }
-  if (!port_end_set)
-    o.port_end = o.port && o.port < 65526 ? (uint16_t)(o.port + 10) : 0;
+  while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1)
+    if ((rc = tracker_option(&t, ch, optarg)))
+      return rc == NOT_MINE ? kc_cli_help_or_usage(ch, usage) : rc;
+  if ((rc = kc_cli_no_operands("tracker", argc, argv)))
+    return rc;
+  if (!t.port_end_set)
+    t.o.port_end = t.o.port && t.o.port < 65526 ? (uint16_t)(t.o.port + 10) : 0;
+  kc_tracker_server *server;
   kc_error err = {0};
-  if (kc_tracker_server_new(&o, &g_server, &err) < 0) {
+  if (kc_tracker_server_new(&t.o, &server, &err) < 0) {
     kc_cli_error("tracker", "%s", err.msg);
     return 1;
   }
-  struct sigaction sa = {.sa_handler = on_signal};
-  sigaction(SIGINT, &sa, NULL);
-  sigaction(SIGTERM, &sa, NULL);
-  signal(SIGPIPE, SIG_IGN);
-  printf("tracker listening on %s:%u\n", o.host ? o.host : "0.0.0.0",
-         kc_tracker_server_port(g_server));
-  if (kc_cli_metrics("tracker", metrics, "kcage_tracker") < 0) {
-    kc_tracker_server_free(g_server);
-    g_server = NULL;
-    return 1;
-  }
-  fflush(stdout);
-  int rc = kc_tracker_server_run(g_server, &err);
-  kc_tracker_server_free(g_server);
-  g_server = NULL;
-  if (rc < 0) {
-    kc_cli_error("tracker", "%s", err.msg);
-    return 1;
-  }
-  return 0;
+  kc_cli_daemon d = {.cmd = "tracker",
+                     .host = t.o.host,
+                     .port = kc_tracker_server_port(server),
+                     .metrics = t.metrics,
+                     .metrics_prefix = "kcage_tracker",
+                     .obj = server,
+                     .stop = stop_server,
+                     .run = run_server};
+  rc = kc_cli_serve(&d);
+  kc_tracker_server_free(server);
+  return rc;
 }

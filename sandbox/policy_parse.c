@@ -27,7 +27,6 @@
 #include <ctype.h>
 #include <errno.h>
 #include <limits.h>
-#include <math.h>
 #include <seccomp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -90,22 +89,6 @@ static int parse_u64(const char *s, uint64_t *out) {
   char *end;
   unsigned long long v = strtoull(s, &end, 0);
   if (errno || *end)
-    return -1;
-  *out = v;
-  return 0;
-}
-
-static int parse_size(const char *s, uint64_t *out) {
-  return kc_parse_size(s, out);
-}
-
-static int parse_seconds(const char *s, double *out) {
-  if (!isdigit((unsigned char)s[0]) && s[0] != '.')
-    return -1;
-  errno = 0;
-  char *end;
-  double v = strtod(s, &end);
-  if (errno || *end || !isfinite(v) || v < 0)
     return -1;
   *out = v;
   return 0;
@@ -249,7 +232,7 @@ static int do_mount(parse_ctx *c, const loc *l, char **w, int n) {
     if (n < 2 || n > 3)
       return perr(c, l, "tmpfs: expected DST [SIZE]");
     dst = w[1];
-    if (n == 3 && (parse_size(w[2], &m.size) < 0 || m.size == 0))
+    if (n == 3 && (kc_parse_size(w[2], &m.size) < 0 || m.size == 0))
       return perr(c, l, "tmpfs: bad size '%s' (e.g. 64M)", w[2]);
   } else if (!strcmp(kw, "proc") || !strcmp(kw, "dev")) {
     m.kind = kw[0] == 'p' ? KC_POLICY_MOUNT_PROC : KC_POLICY_MOUNT_DEV;
@@ -285,7 +268,7 @@ static int do_limit(parse_ctx *c, const loc *l, char **w, int n) {
   bool none = !strcmp(v, "none");
   if (!strcmp(w[1], "memory") || !strcmp(w[1], "output")) {
     uint64_t b = 0;
-    if (!none && parse_size(v, &b) < 0)
+    if (!none && kc_parse_size(v, &b) < 0)
       return perr(c, l, "limit %s: bad size '%s' (e.g. 256M)", w[1], v);
     if (w[1][0] == 'm')
       s->memory_bytes = b;
@@ -293,7 +276,7 @@ static int do_limit(parse_ctx *c, const loc *l, char **w, int n) {
       s->output_bytes = b;
   } else if (!strcmp(w[1], "cpu") || !strcmp(w[1], "wall") || !strcmp(w[1], "cpus")) {
     double d = 0;
-    if (!none && parse_seconds(v, &d) < 0)
+    if (!none && kc_parse_decimal(v, &d) < 0)
       return perr(c, l, "limit %s: bad number '%s'", w[1], v);
     if (!strcmp(w[1], "cpu"))
       s->cpu_s = d;
@@ -318,7 +301,7 @@ static int parse_rlim(parse_ctx *c, const loc *l, const char *s, rlim_t *out) {
     return 0;
   }
   uint64_t v;
-  if (parse_size(s, &v) < 0 || v >= (uint64_t)RLIM_INFINITY)
+  if (kc_parse_size(s, &v) < 0 || v >= (uint64_t)RLIM_INFINITY)
     return perr(c, l, "rlimit: bad value '%s' (a number, 64M, or unlimited)", s);
   *out = v;
   return 0;
