@@ -58,6 +58,19 @@ static int read_steal(double *st) {
 void kc_sched_slice(uint64_t ns);
 #define KC_SUPERVISOR_SLICE_NS 100000
 
+/* FIXED_ARGS' four input sets, into the read-only file the workers map. */
+static void write_fixed_inputs(const char *inputs) {
+  kc_args_spec spec;
+  kc_error err = {0};
+  kc_args_parse(FIXED_ARGS, &spec, &err);
+  uint64_t region = kc_args_region_bytes(&spec, false);
+  unsigned char *in = calloc(4, region);
+  for (uint32_t k = 0; k < 4; k++)
+    kc_data_fill(&spec.t[0], in + k * region, 0, k, 0);
+  kc_write_file(inputs, in, 4 * region, 0444, &err);
+  free(in);
+}
+
 static void write_text(const char *path, const char *text) {
   kc_error err;
   if (kc_write_file(path, text, strlen(text), 0644, &err) < 0) {
@@ -141,14 +154,7 @@ static void part_fixed(void) {
     fprintf(stderr, "bench_measure: build: %s %s\n", err.msg, br.message);
     exit(1);
   }
-  kc_args_spec spec;
-  kc_args_parse(FIXED_ARGS, &spec, &err);
-  uint64_t region = kc_args_region_bytes(&spec, false);
-  unsigned char *in = calloc(4, region);
-  for (uint32_t k = 0; k < 4; k++)
-    kc_data_fill(&spec.t[0], in + k * region, 0, k, 0);
-  kc_write_file(inputs, in, 4 * region, 0444, &err);
-  free(in);
+  write_fixed_inputs(inputs);
   kc_mstate *s;
   char e[256];
   if (kc_mstate_load(&s, br.artifact, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
@@ -220,14 +226,7 @@ static void part_interleaved(void) {
     exit(1);
   }
   free(so);
-  kc_args_spec spec;
-  kc_args_parse(FIXED_ARGS, &spec, &err);
-  uint64_t region = kc_args_region_bytes(&spec, false);
-  unsigned char *in = calloc(4, region);
-  for (uint32_t k = 0; k < 4; k++)
-    kc_data_fill(&spec.t[0], in + k * region, 0, k, 0);
-  kc_write_file(inputs, in, 4 * region, 0444, &err);
-  free(in);
+  write_fixed_inputs(inputs);
 
   kc_mrunner_opts ro = {.bind_dir = sess,
                         .memory_bytes = 1u << 30,

@@ -28,6 +28,17 @@ static double median_of(double *v, size_t n) {
   return kc_bench_quantile(v, n, 0.5);
 }
 
+/* The number a forked child wrote on the pipe (-1 when it wrote none), the child reaped. */
+static double child_answer(int pf[2], pid_t pid) {
+  close(pf[1]);
+  double v = -1;
+  if (read(pf[0], &v, sizeof v) != sizeof v)
+    v = -1;
+  close(pf[0]);
+  waitpid(pid, NULL, 0);
+  return v;
+}
+
 /* ns per call of `nr` inside a child under prog (NULL = no filter). */
 static double syscall_ns(const kc_seccomp_prog *prog, long nr, int iters) {
   int pf[2];
@@ -57,12 +68,7 @@ static double syscall_ns(const kc_seccomp_prog *prog, long nr, int iters) {
     (void)!write(pf[1], &best, sizeof best);
     _exit(0);
   }
-  close(pf[1]);
-  double v = -1;
-  if (read(pf[0], &v, sizeof v) != sizeof v)
-    v = -1;
-  close(pf[0]);
-  waitpid(pid, NULL, 0);
+  double v = child_answer(pf, pid);
   munmap(page, 4096);
   return v;
 }
@@ -85,13 +91,7 @@ static double install_us(const kc_policy *p, const kc_seccomp_prog *prog) {
     (void)!write(pf[1], &us, sizeof us);
     _exit(0);
   }
-  close(pf[1]);
-  double v = -1;
-  if (read(pf[0], &v, sizeof v) != sizeof v)
-    v = -1;
-  close(pf[0]);
-  waitpid(pid, NULL, 0);
-  return v;
+  return child_answer(pf, pid);
 }
 
 static int notify_round_trip(const kc_policy *p, int n, double *med, double *p99) {

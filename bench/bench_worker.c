@@ -54,22 +54,36 @@ static void stats(double *v, size_t n, double *med, double *p99) {
   *med = kc_bench_quantile(v, n, 0.5);
 }
 
-/* ---- kcage worker round trip ---------------------------------------------------- */
-static void bench_roundtrip(size_t n, double *med, double *p99) {
+/* A sandboxed worker (memory_bytes: its limit, 0 for none); dies on failure. */
+static kc_worker *new_worker(uint64_t memory_bytes) {
   kc_worker_opts o;
   kc_worker_opts_init(&o);
+  o.limits.memory_bytes = memory_bytes;
   kc_worker *w;
   kc_error e = {0};
   if (kc_worker_new(&o, &w, &e) < 0)
     die("worker", &e);
-  double *v = malloc(n * sizeof *v);
+  return w;
+}
+
+/* One empty call with this deadline; dies when it cannot be made (what names it). */
+static kc_call_status echo(kc_worker *w, double timeout_s, const char *what) {
   kc_call_result r;
+  kc_error e = {0};
+  if (kc_worker_send(w, "echo", NULL, 0, timeout_s, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
+    die(what, &e);
+  return r.status;
+}
+
+/* ---- kcage worker round trip ---------------------------------------------------- */
+static void bench_roundtrip(size_t n, double *med, double *p99) {
+  kc_worker *w = new_worker(0);
+  double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n + 1000; i++) {
     double t0 = kc_bench_now();
-    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
-      die("call", &e);
+    kc_call_status st = echo(w, 10, "call");
     double t1 = kc_bench_now();
-    if (r.status != KC_CALL_COMPLETE)
+    if (st != KC_CALL_COMPLETE)
       die("call not complete", NULL);
     if (i >= 1000)
       v[i - 1000] = t1 - t0;
@@ -181,22 +195,14 @@ static void bench_pipe(size_t n, double *med, double *p99) {
 
 /* ---- spawn to first completed call, full sandbox ---------------------------------- */
 static void bench_spawn(size_t n, double *med, double *p99) {
-  kc_worker_opts o;
-  kc_worker_opts_init(&o);
-  o.limits.memory_bytes = 256u << 20;
-  kc_worker *w;
-  kc_error e = {0};
-  if (kc_worker_new(&o, &w, &e) < 0)
-    die("worker", &e);
+  kc_worker *w = new_worker(256u << 20);
   double *v = malloc(n * sizeof *v);
-  kc_call_result r;
   for (size_t i = 0; i < n + 3; i++) {
     kc_worker_kill(w);
     double t0 = kc_bench_now();
-    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
-      die("spawn", &e);
+    kc_call_status st = echo(w, 10, "spawn");
     double t1 = kc_bench_now();
-    if (r.status != KC_CALL_COMPLETE)
+    if (st != KC_CALL_COMPLETE)
       die("first call not complete", NULL);
     if (i >= 3) /* the first spawns also start the zygote and the cgroup */
       v[i - 3] = t1 - t0;
@@ -242,29 +248,20 @@ static void bench_new_pool(size_t n, double *med, double *p99) {
 /* A SIGSTOPped worker (the case TVM hangs on forever) gets a call with a 20 ms timeout;
  * measured: from the deadline until a call on the replacement worker has completed. */
 static void bench_timeout(size_t n, double *med, double *p99, double *late_med) {
-  kc_worker_opts o;
-  kc_worker_opts_init(&o);
-  kc_worker *w;
-  kc_error e = {0};
-  if (kc_worker_new(&o, &w, &e) < 0)
-    die("worker", &e);
+  kc_worker *w = new_worker(0);
   double *v = malloc(n * sizeof *v), *late = malloc(n * sizeof *late);
-  kc_call_result r;
   const double timeout = 0.02;
   for (size_t i = 0; i < n; i++) {
-    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
-      die("warm", &e);
+    echo(w, 10, "warm");
     kill(kc_worker_pid(w), SIGSTOP);
     double t0 = kc_bench_now();
-    if (kc_worker_send(w, "echo", NULL, 0, timeout, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
-      die("timeout call", &e);
+    kc_call_status st = echo(w, timeout, "timeout call");
     double t1 = kc_bench_now();
-    if (r.status != KC_CALL_TIMEOUT)
+    if (st != KC_CALL_TIMEOUT)
       die("expected a timeout", NULL);
-    if (kc_worker_send(w, "echo", NULL, 0, 10, &e) < 0 || kc_worker_recv(w, &r, &e) < 0)
-      die("replacement", &e);
+    st = echo(w, 10, "replacement");
     double t2 = kc_bench_now();
-    if (r.status != KC_CALL_COMPLETE)
+    if (st != KC_CALL_COMPLETE)
       die("replacement call not complete", NULL);
     late[i] = t1 - t0 - timeout;
     v[i] = t2 - t0 - timeout;
