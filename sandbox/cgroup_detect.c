@@ -174,6 +174,85 @@ static kc_cgroup_mode parse_mode(const char *s, bool *ok) {
   return KC_CGROUP_NONE;
 }
 
+/* The cgroup mounts of this mount namespace: the first cgroup2 and each v1 hierarchy
+ * once. */
+typedef struct cg_mounts {
+  v1_mount v1[16];
+  int nv1;
+  char v2_path[PATH_MAX], v2_root[PATH_MAX];
+} cg_mounts;
+
+static void add_mount(cg_mounts *cm, const char *fstype, const char *root, const char *mnt,
+                      const char *sopts) {
+  if (!strcmp(fstype, "cgroup2")) {
+    if (!cm->v2_path[0]) {
+      snprintf(cm->v2_path, sizeof cm->v2_path, "%s", mnt);
+      snprintf(cm->v2_root, sizeof cm->v2_root, "%s", root);
+    }
+    return;
+  }
+  if (strcmp(fstype, "cgroup") || cm->nv1 >= 16)
+    return;
+  unsigned c = ctrl_bits(sopts);
+  if (!c)
+    return;
+  for (int i = 0; i < cm->nv1; i++)
+    if (cm->v1[i].ctrl & c)
+      return; /* the same hierarchy mounted twice: first wins */
+  v1_mount *v = &cm->v1[cm->nv1++];
+  snprintf(v->path, sizeof v->path, "%s", mnt);
+  snprintf(v->root, sizeof v->root, "%s", root);
+  v->ctrl = c;
+}
+
+static void read_mounts(cg_mounts *cm) {
+  kc_cleanup_fclose FILE *f = fopen("/proc/self/mountinfo", "re");
+  if (!f)
+    return;
+  char *line = NULL;
+  size_t cap = 0;
+  while (getline(&line, &cap, f) > 0) {
+    /* id parent maj:min root mountpoint opts [optional...] - fstype source superopts */
+    char *sep = strstr(line, " - ");
+    if (!sep)
+      continue;
+    char root[PATH_MAX], mnt[PATH_MAX], fstype[64], src[256], sopts[512] = "";
+    if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
+      continue;
+    if (sscanf(sep + 3, "%63s %255s %511s", fstype, src, sopts) < 2)
+      continue;
+    unescape(root);
+    unescape(mnt);
+    add_mount(cm, fstype, root, mnt, sopts);
+  }
+  free(line);
+}
+
+/* The hierarchies mode m uses: v2's, and v1's with a controller it needs. */
+static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode m,
+                             unsigned v2_ctrl) {
+  if (m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) {
+    h->have_v2 = true;
+    h->v2.ctrl = m == KC_CGROUP_V2 ? (v2_ctrl & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS)) : 0;
+    set_base(&h->v2, cm->v2_path, cm->v2_root, NULL);
+  }
+  if (m == KC_CGROUP_V1 || m == KC_CGROUP_HYBRID) {
+    /* Limits from v1.  cpu time: v1 needs cpuacct; hybrid reads the unified cpu.stat.
+     * Tree kill: v1 needs the freezer; hybrid has cgroup.kill. */
+    unsigned want_ctrl = KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS;
+    if (m == KC_CGROUP_V1)
+      want_ctrl |= KC_CG_CPUACCT | KC_CG_FREEZER;
+    for (int i = 0; i < cm->nv1 && h->nv1 < KC_CG_V1_MAX; i++) {
+      if (!(cm->v1[i].ctrl & want_ctrl))
+        continue;
+      kc_cg_hier *hh = &h->v1[h->nv1++];
+      hh->ctrl = cm->v1[i].ctrl;
+      set_base(hh, cm->v1[i].path, cm->v1[i].root, ctrl_name(cm->v1[i].ctrl));
+      h->v1_ctrl |= cm->v1[i].ctrl;
+    }
+  }
+}
+
 /* Fill `h` for mode `want` (or the best one when !forced).  Returns false when the
  * host cannot provide `want`. */
 static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
@@ -183,98 +262,36 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
     sscanf(u.release, "%d.%d", &h->kernel_major, &h->kernel_minor);
   bool has_kill = h->kernel_major > 5 || (h->kernel_major == 5 && h->kernel_minor >= 14);
 
-  v1_mount v1[16];
-  int nv1 = 0;
-  char v2_path[PATH_MAX] = "", v2_root[PATH_MAX] = "";
-  kc_cleanup_fclose FILE *f = fopen("/proc/self/mountinfo", "re");
-  if (f) {
-    char *line = NULL;
-    size_t cap = 0;
-    while (getline(&line, &cap, f) > 0) {
-      /* id parent maj:min root mountpoint opts [optional...] - fstype source superopts */
-      char *sep = strstr(line, " - ");
-      if (!sep)
-        continue;
-      char root[PATH_MAX], mnt[PATH_MAX], fstype[64], src[256], sopts[512] = "";
-      if (sscanf(line, "%*s %*s %*s %4095s %4095s", root, mnt) != 2)
-        continue;
-      if (sscanf(sep + 3, "%63s %255s %511s", fstype, src, sopts) < 2)
-        continue;
-      unescape(root);
-      unescape(mnt);
-      if (!strcmp(fstype, "cgroup2")) {
-        if (!v2_path[0]) {
-          snprintf(v2_path, sizeof v2_path, "%s", mnt);
-          snprintf(v2_root, sizeof v2_root, "%s", root);
-        }
-      } else if (!strcmp(fstype, "cgroup") && nv1 < 16) {
-        unsigned c = ctrl_bits(sopts);
-        if (!c)
-          continue;
-        bool dup = false;
-        for (int i = 0; i < nv1; i++)
-          if (v1[i].ctrl & c)
-            dup = true; /* the same hierarchy mounted twice: first wins */
-        if (dup)
-          continue;
-        snprintf(v1[nv1].path, sizeof v1[nv1].path, "%s", mnt);
-        snprintf(v1[nv1].root, sizeof v1[nv1].root, "%s", root);
-        v1[nv1].ctrl = c;
-        nv1++;
-      }
-    }
-    free(line);
-  }
-
+  cg_mounts cm = {.nv1 = 0};
+  read_mounts(&cm);
   unsigned v1_all = 0;
-  for (int i = 0; i < nv1; i++)
-    v1_all |= v1[i].ctrl;
-  unsigned v2_ctrl = v2_path[0] ? v2_controllers(v2_path) : 0;
+  for (int i = 0; i < cm.nv1; i++)
+    v1_all |= cm.v1[i].ctrl;
+  bool have_v2 = cm.v2_path[0];
+  unsigned v2_ctrl = have_v2 ? v2_controllers(cm.v2_path) : 0;
   bool v1_limits = v1_all & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS);
   bool v2_limits = v2_ctrl & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS);
-  bool v2_writable = v2_path[0] && access(v2_path, W_OK) == 0;
 
   kc_cgroup_mode m;
   if (forced)
     m = want;
-  else if (v1_limits && v2_path[0] && has_kill)
+  else if (v1_limits && have_v2 && has_kill)
     m = KC_CGROUP_HYBRID;
   else if (v1_limits)
     m = KC_CGROUP_V1;
-  else if (v2_limits || (v2_path[0] && !nv1))
+  else if (v2_limits || (have_v2 && !cm.nv1))
     m = KC_CGROUP_V2;
   else
     m = KC_CGROUP_NONE;
 
   if ((m == KC_CGROUP_V1 || m == KC_CGROUP_HYBRID) && !v1_limits)
     return false;
-  if ((m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) && !v2_path[0])
+  if ((m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) && !have_v2)
     return false;
   h->mode = m;
   if (m == KC_CGROUP_NONE)
     return true;
-
-  if (m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) {
-    h->have_v2 = true;
-    h->v2.ctrl = m == KC_CGROUP_V2 ? (v2_ctrl & (KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS)) : 0;
-    set_base(&h->v2, v2_path, v2_root, NULL);
-    (void)v2_writable;
-  }
-  if (m == KC_CGROUP_V1 || m == KC_CGROUP_HYBRID) {
-    /* Limits from v1.  cpu time: v1 needs cpuacct; hybrid reads the unified cpu.stat.
-     * Tree kill: v1 needs the freezer; hybrid has cgroup.kill. */
-    unsigned want_ctrl = KC_CG_MEMORY | KC_CG_CPU | KC_CG_PIDS;
-    if (m == KC_CGROUP_V1)
-      want_ctrl |= KC_CG_CPUACCT | KC_CG_FREEZER;
-    for (int i = 0; i < nv1 && h->nv1 < KC_CG_V1_MAX; i++) {
-      if (!(v1[i].ctrl & want_ctrl))
-        continue;
-      kc_cg_hier *hh = &h->v1[h->nv1++];
-      hh->ctrl = v1[i].ctrl;
-      set_base(hh, v1[i].path, v1[i].root, ctrl_name(v1[i].ctrl));
-      h->v1_ctrl |= v1[i].ctrl;
-    }
-  }
+  fill_hierarchies(h, &cm, m, v2_ctrl);
   kc_cg_why_set(h, h->v1_ctrl | h->v2.ctrl,
                 "this host has no cgroup hierarchy with that controller");
   return true;

@@ -69,12 +69,7 @@ static const char *op_text(kc_sc_op op) {
   return "&";
 }
 
-int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
-  fprintf(f, "# policy %s, resolved from:", p->name ? p->name : "?");
-  for (size_t i = 0; i < p->n_files; i++)
-    fprintf(f, " %s", p->files[i]);
-  fputs("\n", f);
-
+static void dump_namespaces(const kc_policy *p, FILE *f) {
   const kc_policy_namespaces *ns = &p->spec.ns;
   fputs("namespaces", f);
   if (!(ns->user || ns->pid || ns->mount || ns->ipc || ns->uts || ns->cgroup || ns->net))
@@ -88,7 +83,9 @@ int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
     if (nss[i].on)
       fprintf(f, " %s", nss[i].name);
   fputs("\n", f);
+}
 
+static void dump_mounts(const kc_policy *p, FILE *f) {
   for (size_t i = 0; i < p->n_mounts; i++) {
     const kc_policy_mount *m = &p->mounts[i];
     switch (m->kind) {
@@ -118,7 +115,10 @@ int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
       break;
     }
   }
+}
 
+/* The resource limits, the rlimits and the working directory. */
+static void dump_limits(const kc_policy *p, FILE *f) {
   const kc_policy_spec *s = &p->spec;
   if (s->memory_bytes) {
     fputs("limit memory ", f);
@@ -147,7 +147,10 @@ int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
   }
   if (p->cwd)
     fprintf(f, "cwd %s\n", p->cwd);
+}
 
+/* The seccomp default and every rule, with the FILE:LINE it came from. */
+static void dump_rules(const kc_policy *p, FILE *f) {
   if (p->has_default) {
     fputs("default ", f);
     put_action(f, p->default_action, p->default_errno);
@@ -170,6 +173,17 @@ int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
     fprintf(f, "  # %s:%d%s\n", p->files[r->file], r->line,
             r->nr < 0 ? " (no such syscall on this architecture: no effect)" : "");
   }
+}
+
+int kc_policy_dump(const kc_policy *p, FILE *f, kc_error *err) {
+  fprintf(f, "# policy %s, resolved from:", p->name ? p->name : "?");
+  for (size_t i = 0; i < p->n_files; i++)
+    fprintf(f, " %s", p->files[i]);
+  fputs("\n", f);
+  dump_namespaces(p, f);
+  dump_mounts(p, f);
+  dump_limits(p, f);
+  dump_rules(p, f);
   if (ferror(f))
     return kc_error_set(err, EIO, "policy %s: write", p->name);
   return 0;
