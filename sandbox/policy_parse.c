@@ -370,101 +370,108 @@ static int do_default(parse_ctx *c, const loc *l, char **w, int n) {
   return 0;
 }
 
+static char *skip_space(char *q) {
+  while (isspace((unsigned char)*q))
+    q++;
+  return q;
+}
+
+/* One value word at *qp: it ends at a space, or also at an operator when at_op.  Its
+ * value into *v and *qp past it; `after` names what it follows, for the error. */
+static int value_word(parse_ctx *c, const loc *l, char **qp, bool at_op, const char *after,
+                      unsigned arg, uint64_t *v) {
+  char *start = skip_space(*qp), *q = start;
+  while (*q && !isspace((unsigned char)*q) && !(at_op && strchr("=!<>&", *q)))
+    q++;
+  if (q == start)
+    return perr(c, l, "expected a value after %s on arg%u", after, arg);
+  char save = *q;
+  *q = '\0';
+  int rc = parse_value(c, l, start, v);
+  *q = save;
+  *qp = q;
+  return rc < 0 ? -1 : 0;
+}
+
+/* "argN" at *qp (N = 0..5, an argument with no condition yet): the rule's next
+ * condition is started on it. */
+static int cond_arg(parse_ctx *c, const loc *l, char **qp, kc_sc_rule *r) {
+  char *q = skip_space(*qp);
+  if (strncmp(q, "arg", 3) || q[3] < '0' || q[3] > '5' || isalnum((unsigned char)q[4]))
+    return perr(c, l, "expected a condition argN (N = 0..5) at '%s'", q);
+  if (r->n_conds == KC_SC_MAX_CONDS)
+    return perr(c, l, "too many conditions");
+  kc_sc_cond *cd = &r->conds[r->n_conds];
+  *cd = (kc_sc_cond){.arg = (unsigned)(q[3] - '0')};
+  for (unsigned j = 0; j < r->n_conds; j++)
+    if (r->conds[j].arg == cd->arg)
+      return perr(c, l,
+                  "two conditions on arg%u (libseccomp allows one per argument; "
+                  "write a second rule)",
+                  cd->arg);
+  *qp = q + 4;
+  return 0;
+}
+
+static int cond_op(parse_ctx *c, const loc *l, char **qp, kc_sc_cond *cd) {
+  static const struct {
+    const char *tok;
+    kc_sc_op op;
+  } ops[] = {{"==", KC_SC_EQ}, {"!=", KC_SC_NE}, {"<=", KC_SC_LE},   {">=", KC_SC_GE},
+             {"<", KC_SC_LT},  {">", KC_SC_GT},  {"&", KC_SC_ANYBIT}};
+  char *q = skip_space(*qp);
+  for (size_t k = 0; k < sizeof ops / sizeof ops[0]; k++)
+    if (!strncmp(q, ops[k].tok, strlen(ops[k].tok))) {
+      cd->op = ops[k].op;
+      *qp = q + strlen(ops[k].tok);
+      return 0;
+    }
+  return perr(c, l, "expected an operator (== != < <= > >= &) after arg%u", cd->arg);
+}
+
+/* The value after the operator; after '&' a mask, and "== VALUE" when given. */
+static int cond_value(parse_ctx *c, const loc *l, char **qp, kc_sc_cond *cd) {
+  uint64_t v;
+  if (value_word(c, l, qp, true, "the operator", cd->arg, &v) < 0)
+    return -1;
+  if (cd->op != KC_SC_ANYBIT) {
+    cd->value = v;
+    return 0;
+  }
+  cd->mask = v;
+  if (!v)
+    return perr(c, l, "arg%u & 0: an empty mask never matches", cd->arg);
+  char *q = skip_space(*qp);
+  if (q[0] != '=' || q[1] != '=')
+    return 0;
+  *qp = q + 2;
+  if (value_word(c, l, qp, false, "'=='", cd->arg, &cd->value) < 0)
+    return -1;
+  if (cd->value & ~cd->mask)
+    return perr(c, l,
+                "arg%u & MASK == VALUE: VALUE has bits outside MASK, never "
+                "matches",
+                cd->arg);
+  cd->op = KC_SC_MASKED;
+  return 0;
+}
+
 /* Conditions: "arg0 == AF_UNIX and arg2 & PROT_EXEC" as one string. */
 static int parse_conds(parse_ctx *c, const loc *l, char *s, kc_sc_rule *r) {
   char *q = s;
   for (;;) {
-    while (isspace((unsigned char)*q))
-      q++;
-    if (strncmp(q, "arg", 3) || q[3] < '0' || q[3] > '5' || isalnum((unsigned char)q[4]))
-      return perr(c, l, "expected a condition argN (N = 0..5) at '%s'", q);
-    if (r->n_conds == KC_SC_MAX_CONDS)
-      return perr(c, l, "too many conditions");
-    kc_sc_cond *cd = &r->conds[r->n_conds];
-    *cd = (kc_sc_cond){.arg = (unsigned)(q[3] - '0')};
-    for (unsigned j = 0; j < r->n_conds; j++)
-      if (r->conds[j].arg == cd->arg)
-        return perr(c, l,
-                    "two conditions on arg%u (libseccomp allows one per argument; "
-                    "write a second rule)",
-                    cd->arg);
-    q += 4;
-    while (isspace((unsigned char)*q))
-      q++;
-    static const struct {
-      const char *tok;
-      kc_sc_op op;
-    } ops[] = {{"==", KC_SC_EQ}, {"!=", KC_SC_NE}, {"<=", KC_SC_LE},   {">=", KC_SC_GE},
-               {"<", KC_SC_LT},  {">", KC_SC_GT},  {"&", KC_SC_ANYBIT}};
-    size_t k;
-    for (k = 0; k < sizeof ops / sizeof ops[0]; k++)
-      if (!strncmp(q, ops[k].tok, strlen(ops[k].tok)))
-        break;
-    if (k == sizeof ops / sizeof ops[0])
-      return perr(c, l, "expected an operator (== != < <= > >= &) after arg%u", cd->arg);
-    cd->op = ops[k].op;
-    q += strlen(ops[k].tok);
-    /* one value word */
-    while (isspace((unsigned char)*q))
-      q++;
-    char *start = q;
-    while (*q && !isspace((unsigned char)*q) && *q != '=' && *q != '!' && *q != '<' && *q != '>' &&
-           *q != '&')
-      q++;
-    char save = *q;
-    *q = '\0';
-    if (!*start) {
-      *q = save;
-      return perr(c, l, "expected a value after the operator on arg%u", cd->arg);
-    }
-    uint64_t v;
-    int rc = parse_value(c, l, start, &v);
-    *q = save;
-    if (rc < 0)
+    if (cond_arg(c, l, &q, r) < 0)
       return -1;
-    if (cd->op == KC_SC_ANYBIT) {
-      cd->mask = v;
-      if (!v)
-        return perr(c, l, "arg%u & 0: an empty mask never matches", cd->arg);
-      while (isspace((unsigned char)*q))
-        q++;
-      if (q[0] == '=' && q[1] == '=') {
-        q += 2;
-        while (isspace((unsigned char)*q))
-          q++;
-        start = q;
-        while (*q && !isspace((unsigned char)*q))
-          q++;
-        save = *q;
-        *q = '\0';
-        if (!*start) {
-          *q = save;
-          return perr(c, l, "expected a value after '==' on arg%u", cd->arg);
-        }
-        rc = parse_value(c, l, start, &cd->value);
-        *q = save;
-        if (rc < 0)
-          return -1;
-        if (cd->value & ~cd->mask)
-          return perr(c, l,
-                      "arg%u & MASK == VALUE: VALUE has bits outside MASK, never "
-                      "matches",
-                      cd->arg);
-        cd->op = KC_SC_MASKED;
-      }
-    } else {
-      cd->value = v;
-    }
+    kc_sc_cond *cd = &r->conds[r->n_conds];
+    if (cond_op(c, l, &q, cd) < 0 || cond_value(c, l, &q, cd) < 0)
+      return -1;
     r->n_conds++;
-    while (isspace((unsigned char)*q))
-      q++;
+    q = skip_space(q);
     if (!*q)
       return 0;
-    if (!strncmp(q, "and", 3) && (isspace((unsigned char)q[3]))) {
-      q += 3;
-      continue;
-    }
-    return perr(c, l, "unexpected '%s' (conditions are joined with 'and')", q);
+    if (strncmp(q, "and", 3) || !isspace((unsigned char)q[3]))
+      return perr(c, l, "unexpected '%s' (conditions are joined with 'and')", q);
+    q += 3;
   }
 }
 

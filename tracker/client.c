@@ -304,26 +304,49 @@ static void pad_to(struct sbuf *b, const char *s, size_t width) {
     sb_add(b, " ");
 }
 
-char *kc_tracker_text_summary(const json_t *data) {
-  struct sbuf b = {0};
-  json_t *si = json_object_get(data, "server_info"), *qi = json_object_get(data, "queue_info");
+/* TVM's total_ct: servers per key (the part of a server's key after its first ':'), in
+ * first-seen order. */
+typedef struct key_counts {
+  char **key;
+  long *count;
+  size_t n;
+} key_counts;
+
+static void count_key(key_counts *kc, const char *server_key) {
+  const char *c1 = strchr(server_key, ':');
+  if (!c1)
+    return; /* TVM would raise IndexError here; we just skip the count */
+  const char *c2 = strchr(c1 + 1, ':');
+  size_t kl = c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
+  size_t t = 0;
+  while (t < kc->n && (strlen(kc->key[t]) != kl || strncmp(kc->key[t], c1 + 1, kl)))
+    t++;
+  if (t == kc->n && !(kc->key[kc->n++] = strndup(c1 + 1, kl))) {
+    kc->n--;
+    return;
+  }
+  kc->count[t]++;
+}
+
+static long key_count(const key_counts *kc, const char *key) {
+  long total = 0;
+  for (size_t t = 0; t < kc->n; t++)
+    if (!strcmp(kc->key[t], key))
+      total = kc->count[t];
+  return total;
+}
+
+/* "Server List": each server's address and key, sorted like TVM's; counts the keys. */
+static void server_list(struct sbuf *b, const json_t *si, struct srv *sv, key_counts *kc) {
   size_t ns = json_array_size(si);
-  struct srv *sv = calloc(ns + 1, sizeof *sv);
-  /* total_ct: per key (the part after the first ':'), in first-seen order. */
-  const char **tkeys = calloc(ns + 1, sizeof *tkeys);
-  long *tcount = calloc(ns + 1, sizeof *tcount);
-  size_t nt = 0;
-  char **owned = calloc(ns + 1, sizeof *owned);
-  if (!sv || !tkeys || !tcount || !owned)
-    goto out;
   for (size_t i = 0; i < ns; i++) {
     const json_t *it = json_array_get(si, i);
     const char *k = json_string_value(json_object_get(it, "key"));
     sv[i] = (struct srv){k ? k : "", it, i};
   }
   qsort(sv, ns, sizeof *sv, srv_cmp);
-  sb_add(&b, "Server List\n------------------------------\nserver-address           key\n"
-             "------------------------------\n");
+  sb_add(b, "Server List\n------------------------------\nserver-address           key\n"
+            "------------------------------\n");
   for (size_t i = 0; i < ns; i++) {
     struct sbuf a = {0};
     json_t *addr = json_object_get(sv[i].info, "addr");
@@ -332,32 +355,27 @@ char *kc_tracker_text_summary(const json_t *data) {
         sb_add(&a, ":");
       py_str(&a, json_array_get(addr, j));
     }
-    pad_to(&b, a.p ? a.p : "", 21);
+    pad_to(b, a.p ? a.p : "", 21);
     free(a.p);
     char e[SHOWN_MAX];
-    sb_add(&b, "    %s\n", shown(sv[i].key, e));
-    const char *c1 = strchr(sv[i].key, ':');
-    if (!c1)
-      continue; /* TVM would raise IndexError here; we just skip the count */
-    const char *c2 = strchr(c1 + 1, ':');
-    size_t kl = c2 ? (size_t)(c2 - c1 - 1) : strlen(c1 + 1);
-    char *k = strndup(c1 + 1, kl);
-    size_t t = 0;
-    while (t < nt && strcmp(tkeys[t], k))
-      t++;
-    if (t == nt) {
-      tkeys[nt] = k;
-      owned[nt] = k;
-      nt++;
-    } else {
-      free(k);
-    }
-    tcount[t]++;
+    sb_add(b, "    %s\n", shown(sv[i].key, e));
+    count_key(kc, sv[i].key);
   }
-  sb_add(&b, "------------------------------\n\n");
+  sb_add(b, "------------------------------\n\n");
+}
 
+static void dashes(struct sbuf *b, size_t n) {
+  for (size_t d = 0; d < n; d++)
+    sb_add(b, "-");
+  sb_add(b, "\n");
+}
+
+/* "Queue Status": each key with servers or pending requests, sorted. */
+static void queue_status(struct sbuf *b, const json_t *qi, const key_counts *kc) {
   size_t nq = json_object_size(qi), maxk = 0, i = 0;
   const char **keys = calloc(nq + 1, sizeof *keys);
+  if (!keys)
+    return;
   const char *k;
   json_t *v;
   char e[SHOWN_MAX];
@@ -370,40 +388,41 @@ char *kc_tracker_text_summary(const json_t *data) {
   struct sbuf title = {0};
   pad_to(&title, "key", maxk);
   sb_add(&title, "   total  free  pending\n");
-  size_t dashes = u8len(title.p);
-  sb_add(&b, "Queue Status\n");
-  for (int rep = 0; rep < 2; rep++) {
-    for (size_t d = 0; d < dashes; d++)
-      sb_add(&b, "-");
-    sb_add(&b, "\n");
-    if (rep == 0)
-      sb_add(&b, "%s", title.p);
-  }
+  size_t n = u8len(title.p);
+  sb_add(b, "Queue Status\n");
+  dashes(b, n);
+  sb_add(b, "%s", title.p);
+  dashes(b, n);
   for (i = 0; i < nq; i++) {
-    long total = 0;
-    for (size_t t = 0; t < nt; t++)
-      if (!strcmp(tkeys[t], keys[i]))
-        total = tcount[t];
+    long total = key_count(kc, keys[i]);
     json_t *q = json_object_get(qi, keys[i]);
     long long fr = json_integer_value(json_object_get(q, "free")),
               pe = json_integer_value(json_object_get(q, "pending"));
     if (total || pe) {
-      pad_to(&b, shown(keys[i], e), maxk);
-      sb_add(&b, "   %-5ld  %-4lld  %-7lld\n", total, fr, pe);
+      pad_to(b, shown(keys[i], e), maxk);
+      sb_add(b, "   %-5ld  %-4lld  %-7lld\n", total, fr, pe);
     }
   }
-  for (size_t d = 0; d < dashes; d++)
-    sb_add(&b, "-");
-  sb_add(&b, "\n");
+  dashes(b, n);
   free(title.p);
   free(keys);
-out:
-  for (size_t t = 0; t < nt; t++)
-    free(owned[t]);
-  free(owned);
+}
+
+char *kc_tracker_text_summary(const json_t *data) {
+  struct sbuf b = {0};
+  json_t *si = json_object_get(data, "server_info"), *qi = json_object_get(data, "queue_info");
+  size_t ns = json_array_size(si);
+  struct srv *sv = calloc(ns + 1, sizeof *sv);
+  key_counts kc = {calloc(ns + 1, sizeof *kc.key), calloc(ns + 1, sizeof *kc.count), 0};
+  if (sv && kc.key && kc.count) {
+    server_list(&b, si, sv, &kc);
+    queue_status(&b, qi, &kc);
+  }
+  for (size_t t = 0; t < kc.n; t++)
+    free(kc.key[t]);
+  free(kc.key);
+  free(kc.count);
   free(sv);
-  free(tkeys);
-  free(tcount);
   return b.p;
 }
 
