@@ -34,6 +34,77 @@ static uint64_t align64(uint64_t x) {
   return (x + 63) & ~(uint64_t)63;
 }
 
+/* The dimensions after '[' at *qp, into t; *qp at the ']' (or where one was wanted).
+ * word (wlen characters) is the whole tensor, for the errors. */
+static int parse_dims(const char **qp, kc_tensor_spec *t, const char *word, int wlen,
+                      kc_error *err) {
+  const char *q = *qp;
+  for (;;) {
+    while (isspace((unsigned char)*q))
+      q++;
+    if (!isdigit((unsigned char)*q))
+      return kc_error_set(err, 0, "expected a dimension in '%.*s'", wlen, word);
+    errno = 0;
+    char *end;
+    unsigned long long d = strtoull(q, &end, 10);
+    if (errno || d == 0 || d > (1ull << 40))
+      return kc_error_set(err, 0, "bad dimension in '%.*s' (must be 1..2^40)", wlen, word);
+    if (t->ndim == KC_ARGS_MAX_NDIM)
+      return kc_error_set(err, 0, "more than %d dimensions in '%.*s'", KC_ARGS_MAX_NDIM, wlen,
+                          word);
+    t->shape[t->ndim++] = (int64_t)d;
+    if (t->numel > KC_ARGS_MAX_BYTES / d)
+      return kc_error_set(err, 0, "tensor '%.*s' is too large", wlen, word);
+    t->numel *= d;
+    q = end;
+    while (isspace((unsigned char)*q))
+      q++;
+    if (*q != ',')
+      break;
+    q++;
+  }
+  *qp = q;
+  return 0;
+}
+
+/* One tensor, "f32[512,512]:out", at *pp into t; *pp past it. */
+static int parse_tensor(const char **pp, kc_tensor_spec *t, kc_error *err) {
+  const char *p = *pp, *word = p;
+  int wlen = 0;
+  while (word[wlen] && !isspace((unsigned char)word[wlen]))
+    wlen++;
+  const char *q = p;
+  while (isalnum((unsigned char)*q))
+    q++;
+  if (q == p)
+    return kc_error_set(err, 0, "expected a dtype at '%.*s'", wlen, word);
+  if (kc_dtype_parse(p, (size_t)(q - p), &t->dtype) < 0)
+    return kc_error_set(err, 0,
+                        "unknown dtype '%.*s' in '%.*s' (known: f32 f64 i32 i64 i8 u8 f16 bf16)",
+                        (int)(q - p), p, wlen, word);
+  if (*q != '[')
+    return kc_error_set(err, 0, "expected '[' after the dtype in '%.*s'", wlen, word);
+  q++;
+  t->numel = 1;
+  while (isspace((unsigned char)*q))
+    q++;
+  if (*q != ']' && parse_dims(&q, t, word, wlen, err) < 0)
+    return -1;
+  if (*q != ']')
+    return kc_error_set(err, 0, "expected ']' in '%.*s'", wlen, word);
+  q++;
+  if (!strncmp(q, ":out", 4) && (q[4] == 0 || isspace((unsigned char)q[4]) || q[4] == ',')) {
+    t->out = true;
+    q += 4;
+  } else if (*q && !isspace((unsigned char)*q) && *q != ',') {
+    return kc_error_set(err, 0, "unexpected '%.*s' after the shape in '%.*s' (only ':out')",
+                        (int)(word + wlen - q), q, wlen, word);
+  }
+  t->nbytes = t->numel * (t->dtype.bits / 8u);
+  *pp = q;
+  return 0;
+}
+
 int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
   memset(a, 0, sizeof *a);
   if (!text)
@@ -45,67 +116,11 @@ int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
       p++;
     if (!*p)
       break;
-    const char *word = p;
-    int wlen = 0;
-    while (word[wlen] && !isspace((unsigned char)word[wlen]))
-      wlen++;
     if (a->n == KC_ARGS_MAX_TENSORS)
       return kc_error_set(err, 0, "more than %d tensors", KC_ARGS_MAX_TENSORS);
     kc_tensor_spec *t = &a->t[a->n];
-    const char *q = p;
-    while (isalnum((unsigned char)*q))
-      q++;
-    if (q == p)
-      return kc_error_set(err, 0, "expected a dtype at '%.*s'", wlen, word);
-    if (kc_dtype_parse(p, (size_t)(q - p), &t->dtype) < 0)
-      return kc_error_set(err, 0,
-                          "unknown dtype '%.*s' in '%.*s' (known: f32 f64 i32 i64 i8 u8 f16 bf16)",
-                          (int)(q - p), p, wlen, word);
-    if (*q != '[')
-      return kc_error_set(err, 0, "expected '[' after the dtype in '%.*s'", wlen, word);
-    q++;
-    t->numel = 1;
-    while (isspace((unsigned char)*q))
-      q++;
-    if (*q != ']') {
-      for (;;) {
-        while (isspace((unsigned char)*q))
-          q++;
-        if (!isdigit((unsigned char)*q))
-          return kc_error_set(err, 0, "expected a dimension in '%.*s'", wlen, word);
-        errno = 0;
-        char *end;
-        unsigned long long d = strtoull(q, &end, 10);
-        if (errno || d == 0 || d > (1ull << 40))
-          return kc_error_set(err, 0, "bad dimension in '%.*s' (must be 1..2^40)", wlen, word);
-        if (t->ndim == KC_ARGS_MAX_NDIM)
-          return kc_error_set(err, 0, "more than %d dimensions in '%.*s'", KC_ARGS_MAX_NDIM, wlen,
-                              word);
-        t->shape[t->ndim++] = (int64_t)d;
-        if (t->numel > KC_ARGS_MAX_BYTES / d)
-          return kc_error_set(err, 0, "tensor '%.*s' is too large", wlen, word);
-        t->numel *= d;
-        q = end;
-        while (isspace((unsigned char)*q))
-          q++;
-        if (*q == ',') {
-          q++;
-          continue;
-        }
-        break;
-      }
-    }
-    if (*q != ']')
-      return kc_error_set(err, 0, "expected ']' in '%.*s'", wlen, word);
-    q++;
-    if (!strncmp(q, ":out", 4) && (q[4] == 0 || isspace((unsigned char)q[4]) || q[4] == ',')) {
-      t->out = true;
-      q += 4;
-    } else if (*q && !isspace((unsigned char)*q) && *q != ',') {
-      return kc_error_set(err, 0, "unexpected '%.*s' after the shape in '%.*s' (only ':out')",
-                          (int)(word + wlen - q), q, wlen, word);
-    }
-    t->nbytes = t->numel * (t->dtype.bits / 8u);
+    if (parse_tensor(&p, t, err) < 0)
+      return -1;
     total += align64(t->nbytes);
     if (total > KC_ARGS_MAX_BYTES)
       return kc_error_set(err, 0, "tensors too large (more than %llu bytes per set)",
@@ -115,7 +130,6 @@ int kc_args_parse(const char *text, kc_args_spec *a, kc_error *err) {
     else
       a->in_bytes += t->nbytes;
     a->n++;
-    p = q;
   }
   if (a->n == 0)
     return kc_error_set(err, 0, "no tensors given");
