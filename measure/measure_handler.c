@@ -492,6 +492,69 @@ void kc_mstate_flush(kc_mstate *s) {
 /* ---- the built-in "measure" handler of kcage-worker ----------------------------- */
 static kc_mstate *g_state;
 
+/* LOAD: the kernel, its entry, the inputs file and the --args text, once per worker. */
+static int op_load(kc_call *call) {
+  if (g_state) {
+    errf(call->error, call->error_cap, "error: a kernel is already loaded in this worker");
+    return 1;
+  }
+  kc_mreq_load req;
+  if (call->arg_len < sizeof req + 4) {
+    errf(call->error, call->error_cap, "error: short load request");
+    return 1;
+  }
+  memcpy(&req, call->arg, sizeof req);
+  const char *p = (const char *)call->arg + sizeof req,
+             *end = (const char *)call->arg + call->arg_len;
+  const char *str[4];
+  for (int i = 0; i < 4; i++) {
+    const char *z = memchr(p, 0, (size_t)(end - p));
+    if (!z) {
+      errf(call->error, call->error_cap, "error: malformed load request");
+      return 1;
+    }
+    str[i] = p;
+    p = z + 1;
+  }
+  if (kc_mstate_load(&g_state, str[0], str[1], str[2], str[3], req.n_sets, true, call->error,
+                     call->error_cap) < 0)
+    return 1;
+  call->out_len = 0;
+  return 0;
+}
+
+static int op_run(kc_call *call) {
+  kc_mreq_run req;
+  if (!g_state || call->arg_len != sizeof req) {
+    errf(call->error, call->error_cap, "error: run before load");
+    return 1;
+  }
+  memcpy(&req, call->arg, sizeof req);
+  size_t len;
+  if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error, call->error_cap) <
+      0)
+    return 1;
+  call->out_len = len;
+  return 0;
+}
+
+static int op_prepare(kc_call *call) {
+  kc_mreq_prepare req;
+  kc_mreply_prepare rep;
+  if (!g_state || call->arg_len != sizeof req || call->out_cap < sizeof rep) {
+    errf(call->error, call->error_cap, "error: prepare before load");
+    return 1;
+  }
+  memcpy(&req, call->arg, sizeof req);
+  if (kc_mstate_prepare(g_state, &req, &rep, call->error, call->error_cap) < 0)
+    return 1;
+  memcpy(call->out, &rep, sizeof rep);
+  call->out_len = sizeof rep;
+  /* the parent stops this process now, then starts the timed request */
+  kc_runtime_spin_next(2000000);
+  return 0;
+}
+
 int kc_handler_measure(kc_call *call) {
   uint32_t hdr[2];
   if (call->arg_len < sizeof hdr) {
@@ -504,65 +567,12 @@ int kc_handler_measure(kc_call *call) {
     return 1;
   }
   switch (hdr[1]) {
-  case KC_MOP_LOAD: {
-    if (g_state) {
-      errf(call->error, call->error_cap, "error: a kernel is already loaded in this worker");
-      return 1;
-    }
-    kc_mreq_load req;
-    if (call->arg_len < sizeof req + 4) {
-      errf(call->error, call->error_cap, "error: short load request");
-      return 1;
-    }
-    memcpy(&req, call->arg, sizeof req);
-    const char *p = (const char *)call->arg + sizeof req,
-               *end = (const char *)call->arg + call->arg_len;
-    const char *str[4];
-    for (int i = 0; i < 4; i++) {
-      const char *z = memchr(p, 0, (size_t)(end - p));
-      if (!z) {
-        errf(call->error, call->error_cap, "error: malformed load request");
-        return 1;
-      }
-      str[i] = p;
-      p = z + 1;
-    }
-    if (kc_mstate_load(&g_state, str[0], str[1], str[2], str[3], req.n_sets, true, call->error,
-                       call->error_cap) < 0)
-      return 1;
-    call->out_len = 0;
-    return 0;
-  }
-  case KC_MOP_RUN: {
-    kc_mreq_run req;
-    if (!g_state || call->arg_len != sizeof req) {
-      errf(call->error, call->error_cap, "error: run before load");
-      return 1;
-    }
-    memcpy(&req, call->arg, sizeof req);
-    size_t len;
-    if (kc_mstate_run(g_state, &req, call->out, call->out_cap, &len, call->error, call->error_cap) <
-        0)
-      return 1;
-    call->out_len = len;
-    return 0;
-  }
-  case KC_MOP_PREPARE: {
-    kc_mreq_prepare req;
-    kc_mreply_prepare rep;
-    if (!g_state || call->arg_len != sizeof req || call->out_cap < sizeof rep) {
-      errf(call->error, call->error_cap, "error: prepare before load");
-      return 1;
-    }
-    memcpy(&req, call->arg, sizeof req);
-    if (kc_mstate_prepare(g_state, &req, &rep, call->error, call->error_cap) < 0)
-      return 1;
-    memcpy(call->out, &rep, sizeof rep);
-    call->out_len = sizeof rep;
-    /* the parent stops this process now, then starts the timed request */
-    kc_runtime_spin_next(2000000);
-    return 0;
-  }
+  case KC_MOP_LOAD:
+    return op_load(call);
+  case KC_MOP_RUN:
+    return op_run(call);
+  case KC_MOP_PREPARE:
+    return op_prepare(call);
   case KC_MOP_WAKE:
     /* the timed request follows within microseconds unless the parent's vCPU is
      * taken away: stay awake for it (2 ms of spinning at most, once per round) */

@@ -190,7 +190,32 @@ typedef struct handler_cache {
   kc_handler_fn fn;
 } handler_cache;
 
-__attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
+/* The handler named fn (len bytes), from the cache or resolved and cached; NULL with
+ * error set when there is none. */
+static kc_handler_fn lookup_handler(handler_cache *cache, size_t *ncache, const char *fn,
+                                    size_t len, char *error, size_t cap) {
+  for (size_t i = 0; i < *ncache; i++)
+    if (cache[i].len == len && !memcmp(cache[i].name, fn, len))
+      return cache[i].fn;
+  kc_handler_fn f = kc_handlers_resolve(fn, len, error, cap);
+  if (f) {
+    handler_cache *e = &cache[*ncache < 16 ? (*ncache)++ : 15];
+    memcpy(e->name, fn, len);
+    e->len = len;
+    e->fn = f;
+  }
+  return f;
+}
+
+/* A call that gave no result: its error text in the result slot out. */
+static void post_exception(kc_ring *r, int evfd, uint64_t head, uint8_t *out, const char *error) {
+  size_t n = strnlen(error, KC_RING_MSG_MAX);
+  memmove(out, error, n);
+  post_completion(r, evfd, head, KC_CQE_EXCEPTION, n);
+}
+
+/* Attached to the ring and locked down, with the parent told so; exits when it cannot. */
+static void start_runtime(const kc_worker_boot *b) {
   kc_error err = {0};
   if (kc_ring_attach(&g_ring, b->memfd, &err) < 0 || lockdown(b, &err) < 0) {
     send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
@@ -203,7 +228,10 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
   }
   close(b->sock);
   g_pol = b->pol;
+}
 
+__attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
+  start_runtime(b);
   kc_ring *r = &g_ring;
   char *arg = malloc(r->max_arg ? r->max_arg : 1);
   char error[KC_RING_MSG_MAX + 1];
@@ -213,7 +241,7 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
   uint32_t uses = 0;
   if (!arg)
     _exit(125);
-  for (;;) {
+  for (;; head++) {
     wait_for_request(r->ctl, head);
     uint8_t *slot = r->base + r->sq_off + (head & r->mask) * r->sq_slot_size;
     kc_sqe h;
@@ -224,28 +252,11 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
     memcpy(arg, slot + sizeof h + h.fn_len, h.arg_len);
     atomic_store_explicit(&r->ctl->sq_head, head + 1, memory_order_relaxed);
 
-    kc_handler_fn f = NULL;
     error[0] = 0;
-    for (size_t i = 0; i < ncache; i++)
-      if (cache[i].len == h.fn_len && !memcmp(cache[i].name, fn, h.fn_len)) {
-        f = cache[i].fn;
-        break;
-      }
-    if (!f) {
-      f = kc_handlers_resolve(fn, h.fn_len, error, sizeof error);
-      if (f) {
-        handler_cache *e = &cache[ncache < 16 ? ncache++ : 15];
-        memcpy(e->name, fn, h.fn_len);
-        e->len = h.fn_len;
-        e->fn = f;
-      }
-    }
+    kc_handler_fn f = lookup_handler(cache, &ncache, fn, h.fn_len, error, sizeof error);
     uint8_t *out = r->base + r->cq_off + (head & r->mask) * r->cq_slot_size + sizeof(kc_cqe);
     if (!f) {
-      size_t n = strnlen(error, KC_RING_MSG_MAX);
-      memcpy(out, error, n);
-      post_completion(r, b->evfd, head, KC_CQE_EXCEPTION, n);
-      head++;
+      post_exception(r, b->evfd, head, out, error);
       continue;
     }
     kc_call call = {.arg = arg,
@@ -261,17 +272,14 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
     uses++;
     if (rc == 0 && call.out_len <= r->max_result) {
       post_completion(r, b->evfd, head, KC_CQE_COMPLETE, call.out_len);
-    } else {
-      error[sizeof error - 1] = 0;
-      if (rc == 0)
-        snprintf(error, sizeof error, "handler result of %zu bytes over the limit of %u",
-                 call.out_len, r->max_result);
-      else if (!error[0])
-        snprintf(error, sizeof error, "handler returned %d", rc);
-      size_t n = strnlen(error, KC_RING_MSG_MAX);
-      memmove(out, error, n);
-      post_completion(r, b->evfd, head, KC_CQE_EXCEPTION, n);
+      continue;
     }
-    head++;
+    error[sizeof error - 1] = 0;
+    if (rc == 0)
+      snprintf(error, sizeof error, "handler result of %zu bytes over the limit of %u",
+               call.out_len, r->max_result);
+    else if (!error[0])
+      snprintf(error, sizeof error, "handler returned %d", rc);
+    post_exception(r, b->evfd, head, out, error);
   }
 }
