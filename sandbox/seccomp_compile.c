@@ -119,19 +119,7 @@ static int add_expanded(scmp_filter_ctx ctx, uint32_t act, const kc_sc_rule *r, 
   return 0;
 }
 
-/* Build the libseccomp context; *out = NULL when the policy filters nothing.
- * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
- * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
- * sends the listener on a socket we do not know). */
-static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error *err) {
-  *out = NULL;
-  if (!has_filter(p))
-    return 0;
-  bool listener = kc_policy_needs_listener(p);
-  uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno) : SCMP_ACT_ALLOW;
-  scmp_filter_ctx ctx = seccomp_init(def);
-  if (!ctx)
-    return kc_error_set(err, ENOMEM, "seccomp_init");
+static int set_attrs(scmp_filter_ctx ctx, bool listener, kc_error *err) {
   int rc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH,
                             listener ? SCMP_ACT_NOTIFY : SCMP_ACT_KILL_PROCESS);
   /* Filter every thread of the caller, not only the calling one.  With a listener
@@ -145,10 +133,11 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
     rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, 2);
   if (rc == 0 && (!listener || seccomp_api_get() >= 6))
     rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
-  if (rc < 0) {
-    seccomp_release(ctx);
-    return kc_error_set(err, -rc, "seccomp_attr_set");
-  }
+  return rc < 0 ? kc_error_set(err, -rc, "seccomp_attr_set") : 0;
+}
+
+/* The policy's rules, but those the default action already does. */
+static int add_rules(scmp_filter_ctx ctx, const kc_policy *p, uint32_t def, kc_error *err) {
   for (size_t i = 0; i < p->n_rules; i++) {
     const kc_sc_rule *r = &p->rules[i];
     uint32_t act = scmp_action(r->action, r->errno_val);
@@ -156,51 +145,70 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
       continue; /* the default already does it; libseccomp refuses such rules */
     struct scmp_arg_cmp cmp[KC_SC_MAX_CONDS];
     unsigned budget = 256;
-    rc = add_expanded(ctx, act, r, 0, cmp, &budget);
-    if (rc < 0) {
-      seccomp_release(ctx);
-      if (rc == -E2BIG)
-        return kc_error_set(err, 0, "%s:%d: %s: bit masks expand to more than 256 rules",
-                            p->files[r->file], r->line, r->name);
+    int rc = add_expanded(ctx, act, r, 0, cmp, &budget);
+    if (rc == -E2BIG)
+      return kc_error_set(err, 0, "%s:%d: %s: bit masks expand to more than 256 rules",
+                          p->files[r->file], r->line, r->name);
+    if (rc < 0)
       return kc_error_set(err, -rc, "%s:%d: %s: libseccomp rejected the rule", p->files[r->file],
                           r->line, r->name);
-    }
   }
-  if (handoff != KC_HANDOFF_NONE && kc_policy_needs_listener(p) && def != SCMP_ACT_ALLOW) {
-    /* The hand-off (kc_seccomp_install_and_send) runs under the filter: it sends on
-     * `handoff` and then closes the listener and may close the socket. */
-    const int nrs[] = {SCMP_SYS(sendmsg), SCMP_SYS(close)};
-    for (size_t k = 0; k < 2; k++) {
-      bool ruled = false;
-      for (size_t i = 0; i < p->n_rules; i++) {
-        const kc_sc_rule *r = &p->rules[i];
-        if (r->nr != nrs[k])
-          continue;
-        ruled = true;
-        if (!r->n_conds && scmp_action(r->action, r->errno_val) != SCMP_ACT_ALLOW) {
-          seccomp_release(ctx);
-          return kc_error_set(err, 0,
-                              "%s:%d: %s: an unconditional rule other than allow leaves no "
-                              "way to hand the listener to the supervisor",
-                              p->files[r->file], r->line, r->name);
-        }
-      }
-      if (k == 0 && handoff == KC_HANDOFF_ANY)
-        rc = ruled ? 0 : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
-      else if (k == 0)
-        rc = seccomp_rule_add(
-            ctx, SCMP_ACT_ALLOW, nrs[k], 1,
-            (struct scmp_arg_cmp){
-                .arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)handoff, .datum_b = 0});
-      else if (!ruled)
-        rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
-      else
-        rc = 0; /* the policy decides about close; it must allow the listener's */
-      if (rc < 0 && rc != -EACCES && rc != -EEXIST) {
-        seccomp_release(ctx);
-        return kc_error_set(err, -rc, "seccomp: hand-off rule");
-      }
+  return 0;
+}
+
+/* The hand-off (kc_seccomp_install_and_send) runs under the filter: it sends on
+ * `handoff` and then closes the listener and may close the socket. */
+static int allow_handoff(scmp_filter_ctx ctx, const kc_policy *p, int handoff, kc_error *err) {
+  const int nrs[] = {SCMP_SYS(sendmsg), SCMP_SYS(close)};
+  for (size_t k = 0; k < 2; k++) {
+    bool ruled = false;
+    for (size_t i = 0; i < p->n_rules; i++) {
+      const kc_sc_rule *r = &p->rules[i];
+      if (r->nr != nrs[k])
+        continue;
+      ruled = true;
+      if (!r->n_conds && scmp_action(r->action, r->errno_val) != SCMP_ACT_ALLOW)
+        return kc_error_set(err, 0,
+                            "%s:%d: %s: an unconditional rule other than allow leaves no "
+                            "way to hand the listener to the supervisor",
+                            p->files[r->file], r->line, r->name);
     }
+    int rc;
+    if (k == 0 && handoff == KC_HANDOFF_ANY)
+      rc = ruled ? 0 : seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
+    else if (k == 0)
+      rc = seccomp_rule_add(
+          ctx, SCMP_ACT_ALLOW, nrs[k], 1,
+          (struct scmp_arg_cmp){
+              .arg = 0, .op = SCMP_CMP_EQ, .datum_a = (scmp_datum_t)handoff, .datum_b = 0});
+    else if (!ruled)
+      rc = seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nrs[k], 0);
+    else
+      rc = 0; /* the policy decides about close; it must allow the listener's */
+    if (rc < 0 && rc != -EACCES && rc != -EEXIST)
+      return kc_error_set(err, -rc, "seccomp: hand-off rule");
+  }
+  return 0;
+}
+
+/* Build the libseccomp context; *out = NULL when the policy filters nothing.
+ * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
+ * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
+ * sends the listener on a socket we do not know). */
+static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error *err) {
+  *out = NULL;
+  if (!has_filter(p))
+    return 0;
+  bool listener = kc_policy_needs_listener(p);
+  uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno) : SCMP_ACT_ALLOW;
+  scmp_filter_ctx ctx = seccomp_init(def);
+  if (!ctx)
+    return kc_error_set(err, ENOMEM, "seccomp_init");
+  bool handing_off = handoff != KC_HANDOFF_NONE && listener && def != SCMP_ACT_ALLOW;
+  if (set_attrs(ctx, listener, err) < 0 || add_rules(ctx, p, def, err) < 0 ||
+      (handing_off && allow_handoff(ctx, p, handoff, err) < 0)) {
+    seccomp_release(ctx);
+    return -1;
   }
   *out = ctx;
   return 0;

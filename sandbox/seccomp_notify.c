@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "fdio.h"
 #include "policy_internal.h"
 #include "sysname.h"
 
@@ -155,33 +156,15 @@ bool kc_policy_always_reports(const kc_policy *p, int nr) {
 
 /* ---- hand-off ------------------------------------------------------------------ */
 
+/* The hand-off: one byte, 'L' with the listener attached or 'N' without. */
 static int send_listener(int sock, int listener) {
   char byte = listener >= 0 ? 'L' : 'N';
-  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  memset(&u, 0, sizeof u);
-  struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
-  if (listener >= 0) {
-    msg.msg_control = u.buf;
-    msg.msg_controllen = sizeof u.buf;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &listener, sizeof(int));
-  }
-  ssize_t n;
-  do
-    n = sendmsg(sock, &msg, MSG_NOSIGNAL);
-  while (n < 0 && errno == EINTR);
-  int saved = n == 1 ? 0 : n < 0 ? errno : EIO;
+  int rc = kc_send_fds(sock, &byte, 1, &listener, listener >= 0 ? 1 : 0);
+  int saved = errno;
   if (listener >= 0)
     close(listener); /* the child must never keep it */
   errno = saved;
-  return saved ? -1 : 0;
+  return rc;
 }
 
 int kc_seccomp_install_and_send(const kc_policy *p, int sock, kc_error *err) {
@@ -212,33 +195,21 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
   if (pr == 0)
     return kc_error_set(err, ETIMEDOUT, "seccomp: wait for the listener");
   char byte = 0;
-  struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-  union {
-    char buf[CMSG_SPACE(sizeof(int))];
-    struct cmsghdr align;
-  } u;
-  struct msghdr msg = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-  ssize_t n;
-  do
-    n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
-  while (n < 0 && errno == EINTR);
+  int fd = -1, nfd = 1;
+  ssize_t n = kc_recv_fds(sock, &byte, 1, &fd, &nfd);
+  if (n < 0 && errno == EPROTO)
+    return kc_error_set(err, EPROTO, "seccomp: listener message truncated");
   if (n < 0)
     return kc_error_set(err, errno, "seccomp: receive the listener");
-  if (n == 0)
+  if (n == 0) {
+    if (nfd)
+      close(fd);
     return kc_error_set(err, ECONNRESET,
                         "seccomp: the child closed before sending its "
                         "listener");
-  int fd = -1;
-  for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c))
-    if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS &&
-        c->cmsg_len == CMSG_LEN(sizeof(int)))
-      memcpy(&fd, CMSG_DATA(c), sizeof fd);
-  if (msg.msg_flags & MSG_CTRUNC) {
-    if (fd >= 0)
-      close(fd);
-    return kc_error_set(err, EPROTO, "seccomp: listener message truncated");
   }
+  if (!nfd)
+    fd = -1;
   if (byte == 'L' && fd < 0)
     return kc_error_set(err, EPROTO, "seccomp: listener announced but not received");
   if (byte != 'L') {

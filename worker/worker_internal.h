@@ -9,6 +9,7 @@
 
 struct kc_seccomp_prog;
 
+#include "fdio.h"
 #include "kcage/error.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
@@ -80,11 +81,6 @@ int kc_handler_python(kc_call *c);
 /* handlers.c */
 kc_handler_fn kc_handlers_resolve(const char *name, size_t len, char *error, size_t cap);
 void kc_handlers_set_builtins(const kc_builtin *builtins);
-
-/* fd passing */
-int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds);
-/* Receives up to *nfds fds (set to the number received; extra ones are closed). */
-ssize_t kc_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds);
 
 /* The seal filter's trap writes the syscall number here for the parent to read. */
 #define KC_SEAL_TRAP_UNSET 0xffffffffu

@@ -1,12 +1,10 @@
-/* SCM_RIGHTS helpers for the zygote and worker sockets. */
+/* SCM_RIGHTS: the zygote and worker sockets, the seccomp listener's hand-off. */
 #include <errno.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "worker_internal.h"
-
-#define KC_MAX_FDS 8
+#include "fdio.h"
 
 int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds) {
   struct iovec iov = {.iov_base = (void *)buf, .iov_len = len};
@@ -33,6 +31,8 @@ int kc_send_fds(int sock, const void *buf, size_t len, const int *fds, int nfds)
   do
     n = sendmsg(sock, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
+  if (n >= 0 && n != (ssize_t)len)
+    errno = EIO;
   return n == (ssize_t)len ? 0 : -1;
 }
 
@@ -68,5 +68,13 @@ ssize_t kc_recv_fds(int sock, void *buf, size_t len, int *fds, int *nfds) {
   }
   if (nfds)
     *nfds = got;
+  if (m.msg_flags & MSG_CTRUNC) {
+    for (int i = 0; i < got; i++)
+      close(fds[i]);
+    if (nfds)
+      *nfds = 0;
+    errno = EPROTO;
+    return -1;
+  }
   return n;
 }
