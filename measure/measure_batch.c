@@ -627,6 +627,181 @@ int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, s
   return kc_bench_run_batch_ex(cfg, kernels, n, records, NULL, err);
 }
 
+/* One local batch: the kernels (then the reference, unless it is one of them), their
+ * session and the two runners. */
+typedef struct batch {
+  const kc_bench_config *cfg;
+  const char *const *kernels;
+  size_t n, total;
+  item *items;
+  size_t ref_index; /* the reference's item; SIZE_MAX without one */
+  session s;
+  bool have_session;
+  kc_mrunner *runner, *ref_runner;
+  char device[512];
+  const char *isolation;
+} batch;
+
+/* What can be refused before anything is read or built. */
+static int check_batch(batch *b, kc_error *err) {
+  const kc_bench_config *cfg = b->cfg;
+  if (kc_args_parse(cfg->args, &b->s.spec, err) < 0)
+    return kc_error_prefix(err, "--args");
+  b->s.n_sets = cfg->sets ? cfg->sets : 4;
+  if (b->s.n_sets > 64)
+    return kc_error_set(err, 0, "too many input sets (at most 64)");
+  b->s.out_region = kc_args_region_bytes(&b->s.spec, true);
+  if (check_fits(cfg, &b->s, err) < 0)
+    return -1;
+  if (b->n == 0)
+    return kc_error_set(err, 0, "no kernels given");
+  for (size_t i = 0; i < b->n; i++)
+    if (access(b->kernels[i], R_OK) < 0)
+      return kc_error_set(err, errno, "%s", b->kernels[i]);
+  if (cfg->reference && access(cfg->reference, R_OK) < 0)
+    return kc_error_set(err, errno, "--reference %s", cfg->reference);
+  return 0;
+}
+
+/* Items: the kernels, then the reference (built and measured like any kernel, for the
+ * speed-up); a source read, and marked when an earlier one is the same text. */
+static int plan_items(batch *b, kc_error *err) {
+  item *items = b->items;
+  for (size_t i = 0; i < b->total; i++) {
+    item *it = &items[i];
+    it->path = i < b->n ? b->kernels[i] : b->cfg->reference;
+    it->dup_of = -1;
+    if (has_suffix(it->path, ".so"))
+      continue;
+    if (!has_suffix(it->path, ".c"))
+      return kc_error_set(err, 0, "%s: not a kernel (want a .c source or a .so shared object)",
+                          it->path);
+    it->is_source = true;
+    if (kc_read_file(it->path, &it->src, &it->src_len, 16u << 20, err) < 0)
+      return -1;
+    for (size_t j = 0; j < i; j++)
+      if (items[j].is_source && items[j].dup_of < 0 && items[j].src_len == it->src_len &&
+          !memcmp(items[j].src, it->src, it->src_len)) {
+        it->dup_of = (int)j;
+        break;
+      }
+  }
+  b->ref_index = SIZE_MAX;
+  if (b->cfg->reference) { /* one of the kernels, or its own item */
+    b->ref_index = b->n;
+    char x[PATH_MAX], y[PATH_MAX];
+    if (realpath(b->cfg->reference, x))
+      for (size_t i = 0; i < b->n; i++)
+        if (realpath(b->kernels[i], y) && !strcmp(x, y)) {
+          b->ref_index = i;
+          break;
+        }
+  }
+  return 0;
+}
+
+/* Every source built once; a copy of another takes its build. */
+static void build_items(batch *b) {
+  build_all(b->cfg, b->items, b->total);
+  for (size_t i = 0; i < b->total; i++) {
+    item *it = &b->items[i];
+    if (it->dup_of < 0)
+      continue;
+    it->build = b->items[it->dup_of].build;
+    it->build_done = true;
+    if (it->build.status == KC_BUILD_OK) { /* compiled once, for the other copy */
+      it->build.status = KC_BUILD_CACHED;
+      it->build.build_s = 0;
+    }
+  }
+}
+
+/* Each kernel that built (or came built) copied into the session. */
+static int stage_items(batch *b, kc_error *err) {
+  for (size_t i = 0; i < b->total; i++) {
+    item *it = &b->items[i];
+    const char *art = it->path;
+    if (it->is_source) {
+      if (!build_verdict(it))
+        continue;
+      art = it->build.artifact;
+    }
+    snprintf(it->staged, sizeof it->staged, "%s/k%zu.so", b->s.dir, i);
+    if (copy_file(art, it->staged, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
+/* The kernels' runner, and the reference's (its outputs are read from its memory too:
+ * nothing large on the ring); the device line says how the kernels were isolated. */
+static int start_runners(batch *b, kc_error *err) {
+  const kc_bench_config *cfg = b->cfg;
+  kc_mrunner_opts ro = {.bind_dir = b->s.view,
+                        .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
+                        .max_arg_bytes = 64 * 1024,
+                        .max_result_bytes = 4096,
+                        .plain = cfg->no_isolation};
+  if (kc_mrunner_new(&ro, &b->runner, err) < 0)
+    return -1;
+  if (cfg->reference && kc_mrunner_new(&ro, &b->ref_runner, err) < 0)
+    return -1;
+  const char *kind = kc_mrunner_kind(b->runner);
+  b->isolation = strcmp(kind, "sandbox") ? "none" : "sandbox";
+  size_t dl = strlen(b->device);
+  snprintf(b->device + dl, sizeof b->device - dl, " [%s]", kind);
+  return 0;
+}
+
+/* The truth, from the reference in its own worker. */
+static int load_reference(batch *b, kc_error *err) {
+  const kc_bench_config *cfg = b->cfg;
+  if (!cfg->reference)
+    return 0;
+  item *ri = &b->items[b->ref_index];
+  if (!ri->staged[0])
+    return kc_error_set(err, 0, "--reference %s: %s", cfg->reference, ri->message);
+  if (reference_load(cfg, &b->s, b->ref_runner, ri->staged, err) < 0)
+    return kc_error_prefix(err, "--reference %s (with --args '%s', %u tensors)", cfg->reference,
+                           cfg->args, b->s.spec.n);
+  return 0;
+}
+
+static int run_steps(batch *b, kc_error *err) {
+  if (plan_items(b, err) < 0)
+    return -1;
+  build_items(b);
+  if (kc_bench_interrupted())
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+  if (make_session(b->cfg, &b->s, err) < 0)
+    return -1;
+  b->have_session = true;
+  if (stage_items(b, err) < 0 || start_runners(b, err) < 0 || load_reference(b, err) < 0)
+    return -1;
+  /* Measure, one kernel per fresh worker (a sealed worker cannot load another): the
+   * reference first (its median is every record's speed-up), then the kernels in input
+   * order, each record handed out as soon as it is final. */
+  return measure_all(b->cfg, &b->s, b->runner, b->ref_runner, b->items, b->n, b->ref_index,
+                     b->device, b->isolation, err);
+}
+
+static void free_batch(batch *b) {
+  kc_mrunner_free(b->runner);
+  kc_mrunner_free(b->ref_runner);
+  for (size_t i = 0; i < b->total; i++) {
+    free(b->items[i].src);
+    kc_kmeasure_clear(&b->items[i].m);
+    json_decref(b->items[i].rec);
+  }
+  free(b->items);
+  if (b->have_session)
+    kc_rm_rf(b->s.dir);
+  if (b->s.in_map)
+    munmap(b->s.in_map, b->s.in_len ? b->s.in_len : 1);
+  if (b->s.in_fd >= 0)
+    close(b->s.in_fd);
+}
+
 int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
                           json_t **records, json_t **reference_record, kc_error *err) {
   *records = NULL;
@@ -634,165 +809,27 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
     *reference_record = NULL;
   if (cfg->tracker)
     return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
-  session s = {0};
-  if (kc_args_parse(cfg->args, &s.spec, err) < 0)
-    return kc_error_prefix(err, "--args");
-  s.n_sets = cfg->sets ? cfg->sets : 4;
-  if (s.n_sets > 64)
-    return kc_error_set(err, 0, "too many input sets (at most 64)");
-  s.out_region = kc_args_region_bytes(&s.spec, true);
-  if (!cfg->tracker && check_fits(cfg, &s, err) < 0)
+  batch b = {.cfg = cfg, .kernels = kernels, .n = n};
+  if (check_batch(&b, err) < 0)
     return -1;
-  if (n == 0)
-    return kc_error_set(err, 0, "no kernels given");
-  for (size_t i = 0; i < n; i++)
-    if (access(kernels[i], R_OK) < 0)
-      return kc_error_set(err, errno, "%s", kernels[i]);
-  if (cfg->reference && access(cfg->reference, R_OK) < 0)
-    return kc_error_set(err, errno, "--reference %s", cfg->reference);
-
-  /* Items: the kernels, then the reference (built and measured like any kernel, for
-   * the speed-up, unless it is one of them). */
-  size_t total = n + (cfg->reference ? 1 : 0);
-  item *items = calloc(total, sizeof *items);
-  if (!items)
+  b.total = n + (cfg->reference ? 1 : 0);
+  b.items = calloc(b.total, sizeof *b.items);
+  if (!b.items)
     return kc_error_set(err, ENOMEM, "batch");
-  int rc = -1;
-  kc_mrunner *runner = NULL, *ref_runner = NULL;
-  s.in_fd = -1;
-  bool have_session = false;
-  char device[512];
-  device_name(device, sizeof device);
-  for (size_t i = 0; i < total; i++) {
-    item *it = &items[i];
-    it->path = i < n ? kernels[i] : cfg->reference;
-    it->dup_of = -1;
-    if (has_suffix(it->path, ".so")) {
-      it->is_source = false;
-    } else if (has_suffix(it->path, ".c")) {
-      it->is_source = true;
-      if (kc_read_file(it->path, &it->src, &it->src_len, 16u << 20, err) < 0)
-        goto out;
-      for (size_t j = 0; j < i; j++)
-        if (items[j].is_source && items[j].dup_of < 0 && items[j].src_len == it->src_len &&
-            !memcmp(items[j].src, it->src, it->src_len)) {
-          it->dup_of = (int)j;
-          break;
-        }
-    } else {
-      kc_error_set(err, 0, "%s: not a kernel (want a .c source or a .so shared object)", it->path);
-      goto out;
+  b.s.in_fd = -1;
+  device_name(b.device, sizeof b.device);
+  int rc = run_steps(&b, err);
+  if (rc == 0) {
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+      json_array_append(arr, b.items[i].rec);
+    if (cfg->reference && reference_record) { /* for the speed-up column */
+      json_t *r = json_deep_copy(b.items[b.ref_index].rec);
+      json_object_set_new(r, "kernel", json_string(cfg->reference));
+      *reference_record = r;
     }
+    *records = arr;
   }
-  size_t ref_index = SIZE_MAX;
-  if (cfg->reference) {
-    ref_index = n;
-    char a[PATH_MAX], b[PATH_MAX];
-    if (realpath(cfg->reference, a))
-      for (size_t i = 0; i < n; i++)
-        if (realpath(kernels[i], b) && !strcmp(a, b)) {
-          ref_index = i;
-          break;
-        }
-  }
-
-  /* Build. */
-  {
-    build_all(cfg, items, total);
-    for (size_t i = 0; i < total; i++)
-      if (items[i].dup_of >= 0) {
-        items[i].build = items[items[i].dup_of].build;
-        items[i].build_done = true;
-        if (items[i].build.status == KC_BUILD_OK) { /* compiled once, for the other copy */
-          items[i].build.status = KC_BUILD_CACHED;
-          items[i].build.build_s = 0;
-        }
-      }
-  }
-
-  if (kc_bench_interrupted()) {
-    kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
-    goto out;
-  }
-  if (make_session(cfg, &s, err) < 0)
-    goto out;
-  have_session = true;
-  for (size_t i = 0; i < total; i++) {
-    item *it = &items[i];
-    const char *art = it->path;
-    if (it->is_source) {
-      if (!build_verdict(it))
-        continue;
-      art = it->build.artifact;
-    }
-    snprintf(it->staged, sizeof it->staged, "%s/k%zu.so", s.dir, i);
-    if (copy_file(art, it->staged, err) < 0)
-      goto out;
-  }
-
-  kc_mrunner_opts ro = {.bind_dir = s.view,
-                        .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
-                        .max_arg_bytes = 64 * 1024,
-                        .max_result_bytes = 4096,
-                        .plain = cfg->no_isolation};
-  if (kc_mrunner_new(&ro, &runner, err) < 0)
-    goto out;
-  /* the reference's outputs are read from its memory too: nothing large on the ring */
-  if (cfg->reference && kc_mrunner_new(&ro, &ref_runner, err) < 0)
-    goto out;
-  const char *isolation = strcmp(kc_mrunner_kind(runner), "sandbox") ? "none" : "sandbox";
-  {
-    /* Say how the kernels were isolated: the pool's sandboxed workers, or the plain
-     * fallback (no namespaces, no cgroup). */
-    size_t dl = strlen(device);
-    snprintf(device + dl, sizeof device - dl, " [%s]", kc_mrunner_kind(runner));
-  }
-
-  /* The truth, from the reference in its own worker. */
-  if (cfg->reference) {
-    item *ri = &items[ref_index];
-    if (!ri->staged[0]) {
-      kc_error_set(err, 0, "--reference %s: %s", cfg->reference, ri->message);
-      goto out;
-    }
-    int r = reference_load(cfg, &s, ref_runner, ri->staged, err);
-    if (r < 0) {
-      kc_error_prefix(err, "--reference %s (with --args '%s', %u tensors)", cfg->reference,
-                      cfg->args, s.spec.n);
-      goto out;
-    }
-  }
-
-  /* Measure, one kernel per fresh worker (a sealed worker cannot load another): the
-   * reference first (its median is every record's speed-up), then the kernels in input
-   * order, each record handed out as soon as it is final. */
-  if (measure_all(cfg, &s, runner, ref_runner, items, n, ref_index, device, isolation, err) < 0)
-    goto out;
-
-  json_t *arr = json_array();
-  for (size_t i = 0; i < n; i++)
-    json_array_append(arr, items[i].rec);
-  if (cfg->reference && reference_record) { /* for the speed-up column */
-    json_t *r = json_deep_copy(items[ref_index].rec);
-    json_object_set_new(r, "kernel", json_string(cfg->reference));
-    *reference_record = r;
-  }
-  *records = arr;
-  rc = 0;
-out:
-  kc_mrunner_free(runner);
-  kc_mrunner_free(ref_runner);
-  for (size_t i = 0; i < total; i++) {
-    free(items[i].src);
-    kc_kmeasure_clear(&items[i].m);
-    json_decref(items[i].rec);
-  }
-  free(items);
-  if (have_session)
-    kc_rm_rf(s.dir);
-  if (s.in_map)
-    munmap(s.in_map, s.in_len ? s.in_len : 1);
-  if (s.in_fd >= 0)
-    close(s.in_fd);
+  free_batch(&b);
   return rc;
 }

@@ -238,6 +238,89 @@ static void prefault_inputs(kc_mstate *s) {
   (void)sink;
 }
 
+/* The inputs file, checked for its size and mapped read-only. */
+static int map_inputs(kc_mstate *s, const char *inputs, char *errbuf, size_t errcap) {
+  int fd = open(inputs, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    errf(errbuf, errcap, "error: open inputs %s: %s", inputs, strerror(errno));
+    return -1;
+  }
+  struct stat st;
+  s->in_len = (size_t)(s->in_region * s->n_sets);
+  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != s->in_len) {
+    close(fd);
+    errf(errbuf, errcap, "error: inputs file has the wrong size");
+    return -1;
+  }
+  /* Shared + read-only descriptor: mprotect can never make it writable. */
+  if (map_views(s, fd) < 0) {
+    close(fd);
+    errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
+    return -1;
+  }
+  close(fd);
+  return 0;
+}
+
+/* The DLTensors of every input set, pristine copies of what each call gets. */
+static int make_tensors(kc_mstate *s, char *errbuf, size_t errcap) {
+  uint32_t n = s->spec.n, n_sets = s->n_sets;
+  s->pristine = calloc((size_t)n_sets * n, sizeof(DLTensor));
+  s->live = calloc((size_t)n_sets * n, sizeof(DLTensor));
+  s->shapes = calloc((size_t)n_sets * n * KC_ARGS_MAX_NDIM, sizeof(int64_t));
+  if (!s->pristine || !s->live || !s->shapes) {
+    errf(errbuf, errcap, "error: out of memory");
+    return -1;
+  }
+  for (uint32_t k = 0; k < n_sets; k++)
+    for (uint32_t i = 0; i < n; i++) {
+      const kc_tensor_spec *t = &s->spec.t[i];
+      DLTensor *d = &s->pristine[k * n + i];
+      int64_t *shape = &s->shapes[((size_t)k * n + i) * KC_ARGS_MAX_NDIM];
+      memcpy(shape, t->shape, sizeof t->shape);
+      /* an output's data is set per call: its region in the area, or in out */
+      d->data = t->out ? NULL : s->in + k * s->in_region + kc_args_offset(&s->spec, i);
+      d->device = (DLDevice){kDLCPU, 0};
+      d->ndim = t->ndim;
+      d->dtype = t->dtype;
+      d->shape = shape;
+      d->strides = NULL;
+      d->byte_offset = 0;
+    }
+  return 0;
+}
+
+/* The kernel loaded and its entry found, between the two halves of the seal when
+ * seal: the plain child's filter before any of the kernel's code runs, the worker's
+ * seal after. */
+static int load_kernel(kc_mstate *s, const char *artifact, const char *entry, bool seal,
+                       char *errbuf, size_t errcap) {
+  if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
+    errf(errbuf, errcap, "error: cannot install the seccomp filter");
+    return -1;
+  }
+  s->dl = dlopen(artifact, RTLD_NOW | RTLD_LOCAL);
+  if (!s->dl) {
+    const char *e = dlerror();
+    errf(errbuf, errcap, "error: cannot load the kernel: %s", e ? e : "?");
+    return -1;
+  }
+  s->fn = (kc_kernel_fn)(uintptr_t)dlsym(s->dl, entry);
+  if (!s->fn) {
+    errf(errbuf, errcap, "error: the kernel has no symbol '%s' (the entry point; see --entry)",
+         entry);
+    return -1;
+  }
+  as_base = vm_size();
+  if (as_base > kc_mhandler_as_limit)
+    as_base = kc_mhandler_as_limit;
+  if (seal && (kc_mhandler_plain ? seal_plain(true) : kc_runtime_seal_exec()) < 0) {
+    errf(errbuf, errcap, "error: cannot seal the worker: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
                    const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap) {
   *out = NULL;
@@ -258,76 +341,12 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
   s->n_sets = n_sets;
   s->in_region = kc_args_region_bytes(&s->spec, false);
   s->out_region = kc_args_region_bytes(&s->spec, true);
-  int fd = open(inputs, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    errf(errbuf, errcap, "error: open inputs %s: %s", inputs, strerror(errno));
+  if (map_inputs(s, inputs, errbuf, errcap) < 0 || make_tensors(s, errbuf, errcap) < 0)
     goto fail;
-  }
-  struct stat st;
-  s->in_len = (size_t)(s->in_region * n_sets);
-  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != s->in_len) {
-    close(fd);
-    errf(errbuf, errcap, "error: inputs file has the wrong size");
-    goto fail;
-  }
-  /* Shared + read-only descriptor: mprotect can never make it writable. */
-  if (map_views(s, fd) < 0) {
-    close(fd);
-    errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
-    goto fail;
-  }
-  close(fd);
-  uint32_t n = s->spec.n;
-  s->pristine = calloc((size_t)n_sets * n, sizeof(DLTensor));
-  s->live = calloc((size_t)n_sets * n, sizeof(DLTensor));
-  s->shapes = calloc((size_t)n_sets * n * KC_ARGS_MAX_NDIM, sizeof(int64_t));
-  if (!s->pristine || !s->live || !s->shapes) {
-    errf(errbuf, errcap, "error: out of memory");
-    goto fail;
-  }
-  for (uint32_t k = 0; k < n_sets; k++)
-    for (uint32_t i = 0; i < n; i++) {
-      const kc_tensor_spec *t = &s->spec.t[i];
-      DLTensor *d = &s->pristine[k * n + i];
-      int64_t *shape = &s->shapes[((size_t)k * n + i) * KC_ARGS_MAX_NDIM];
-      memcpy(shape, t->shape, sizeof t->shape);
-      /* an output's data is set per call: its region in the area, or in out */
-      d->data = t->out ? NULL : s->in + k * s->in_region + kc_args_offset(&s->spec, i);
-      d->device = (DLDevice){kDLCPU, 0};
-      d->ndim = t->ndim;
-      d->dtype = t->dtype;
-      d->shape = shape;
-      d->strides = NULL;
-      d->byte_offset = 0;
-    }
   prefault_inputs(s);
   install_fault_handlers();
-  if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
-    errf(errbuf, errcap, "error: cannot install the seccomp filter");
+  if (load_kernel(s, artifact, entry, seal, errbuf, errcap) < 0)
     goto fail;
-  }
-  s->dl = dlopen(artifact, RTLD_NOW | RTLD_LOCAL);
-  if (!s->dl) {
-    const char *e = dlerror();
-    errf(errbuf, errcap, "error: cannot load the kernel: %s", e ? e : "?");
-    goto fail;
-  }
-  s->fn = (kc_kernel_fn)(uintptr_t)dlsym(s->dl, entry);
-  if (!s->fn) {
-    errf(errbuf, errcap, "error: the kernel has no symbol '%s' (the entry point; see --entry)",
-         entry);
-    goto fail;
-  }
-  as_base = vm_size();
-  if (as_base > kc_mhandler_as_limit)
-    as_base = kc_mhandler_as_limit;
-  if (seal) {
-    int rc = kc_mhandler_plain ? seal_plain(true) : kc_runtime_seal_exec();
-    if (rc < 0) {
-      errf(errbuf, errcap, "error: cannot seal the worker: %s", strerror(errno));
-      goto fail;
-    }
-  }
   *out = s;
   return 0;
 fail:
