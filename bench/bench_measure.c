@@ -197,6 +197,203 @@ static void part_fixed(void) {
   kc_bench_set("measure", "fixed_ratio_min", mratio);
 }
 
+enum { IL_ROUNDS = 31 };
+
+/* The interleaved comparison: the kernel in a sandboxed measure worker (r) and in this
+ * process (s), both kernels on one vCPU when there are two or more. */
+typedef struct interleave {
+  kc_mrunner *r;
+  kc_mstate *s;
+  int wcpu; /* the vCPU both sides' kernels run on; -1: not pinned */
+  cpu_set_t all, on_w, off_w;
+  kc_mreq_run req;
+  /* per round: kcage as kcage bench times it, kcage with the parent asleep, this
+   * process (per call); the pairwise ratio and round differences */
+  double kv[IL_ROUNDS], ov[IL_ROUNDS], uv[IL_ROUNDS], pr[IL_ROUNDS], df[IL_ROUNDS], dfo[IL_ROUNDS];
+} interleave;
+
+static void fail(const char *what) {
+  fprintf(stderr, "bench_measure: %s\n", what);
+  exit(1);
+}
+
+/* The fixed kernel, built, copied to art; its inputs written. */
+static void stage_fixed(const char *src, const char *cache, const char *art, const char *inputs) {
+  kc_build_opts bo = {.cache_dir = cache};
+  kc_build_result br;
+  kc_error err = {0};
+  char *so = NULL;
+  size_t so_len;
+  if (kc_build_kernel(&bo, src, &br, &err) < 0 ||
+      (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED) ||
+      kc_read_file(br.artifact, &so, &so_len, 1u << 30, &err) < 0 ||
+      kc_write_file(art, so, so_len, 0444, &err) < 0) {
+    fprintf(stderr, "bench_measure: %s %s\n", err.msg, br.message);
+    exit(1);
+  }
+  free(so);
+  write_fixed_inputs(inputs);
+}
+
+/* The kernel loaded in the worker; the worker's pid. */
+static pid_t load_in_worker(kc_mrunner *r, const char *art, const char *inputs) {
+  unsigned char lbuf[4096];
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, 4, 0};
+  size_t n = sizeof h;
+  memcpy(lbuf, &h, n);
+  const char *strs[4] = {art, "kernel", inputs, FIXED_ARGS};
+  for (int k = 0; k < 4; k++) {
+    memcpy(lbuf + n, strs[k], strlen(strs[k]) + 1);
+    n += strlen(strs[k]) + 1;
+  }
+  kc_mcall c;
+  kc_error err = {0};
+  if (kc_mrunner_call(r, lbuf, n, 30, &c, &err) < 0 || c.status != KC_MCALL_OK) {
+    fprintf(stderr, "bench_measure: load in the worker failed: %s\n", c.message);
+    exit(1);
+  }
+  pid_t pid = c.pid;
+  kc_mcall_clear(&c);
+  return pid;
+}
+
+/* Both kernels run on the same vCPU: the worker is pinned there, this process moves
+ * there for its own side and off it for the kcage sides (where it is the parent).
+ * Steal by the hypervisor differs between the vCPUs of this VM for seconds at a time
+ * (printed below); on different vCPUs it would look like a sandbox overhead. */
+static void pin_worker(interleave *il, pid_t pid) {
+  il->wcpu = -1;
+  sched_getaffinity(0, sizeof il->all, &il->all);
+  if (CPU_COUNT(&il->all) < 2 || pid <= 0)
+    return;
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &il->all))
+      il->wcpu = i; /* the last one */
+  CPU_ZERO(&il->on_w);
+  CPU_SET(il->wcpu, &il->on_w);
+  il->off_w = il->all;
+  CPU_CLR(il->wcpu, &il->off_w);
+  if (sched_setaffinity(pid, sizeof il->on_w, &il->on_w) < 0)
+    il->wcpu = -1;
+}
+
+/* number: grown on this side until a round lasts >= 20 ms, as TVM would. */
+static void grow_number(interleave *il) {
+  unsigned char out[4096];
+  size_t len;
+  char e[256];
+  il->req = (kc_mreq_run){.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1};
+  for (;;) {
+    double t0 = kc_bench_now();
+    kc_mstate_run(il->s, &il->req, out, sizeof out, &len, e, sizeof e);
+    double ms = (kc_bench_now() - t0) * 1e3;
+    if (ms >= 20)
+      break;
+    uint64_t next = (uint64_t)(20 / (ms / (double)il->req.number) + 1);
+    il->req.number = next > il->req.number * 2 ? next : il->req.number * 2;
+  }
+}
+
+/* One round in the worker: as kcage bench times it (expect: the predicted round, the
+ * parent polling near its end), or the naive way (expect 0: asleep in poll()). */
+static double worker_round(interleave *il, double expect, double *elapsed) {
+  kc_mcall c;
+  kc_error err = {0};
+  double t0 = kc_bench_now();
+  if (kc_mrunner_call_expect(il->r, &il->req, sizeof il->req, 30, expect, &c, &err) < 0 ||
+      c.status != KC_MCALL_OK)
+    fail("round in the worker failed");
+  double t = kc_bench_now() - t0;
+  *elapsed = c.elapsed_s > 0 ? c.elapsed_s : t;
+  kc_mcall_clear(&c);
+  return t;
+}
+
+/* Three sides per round, in rotating order: kcage as kcage bench times a round (an
+ * untimed KC_MOP_WAKE first, then the timed request with the parent polling near the
+ * predicted end, the time from publication to the completion seen), kcage the naive
+ * way (the parent asleep in poll() until the completion wakes it: each round pays two
+ * idle-vCPU wake-ups), and this process. */
+static void run_rounds(interleave *il) {
+  unsigned char out[4096];
+  size_t len;
+  char e[256];
+  double expect = 0;
+  kc_mreq_load wk = {KC_MPROTO_MAGIC, KC_MOP_WAKE, 0, 0};
+  for (int k = 0; k < IL_ROUNDS; k++) {
+    il->req.first_set = (uint32_t)k % 4;
+    il->req.poison_seed = (uint64_t)k;
+    double tk = 0, to = 0, tu = 0, elapsed;
+    for (int side = 0; side < 3; side++) {
+      int which = (k + side) % 3; /* 0 kcage bench, 1 kcage parent asleep, 2 here */
+      kc_sched_slice(which < 2 ? KC_SUPERVISOR_SLICE_NS : 0);
+      if (il->wcpu >= 0)
+        sched_setaffinity(0, sizeof il->on_w, which < 2 ? &il->off_w : &il->on_w);
+      if (which == 0) {
+        kc_mcall c;
+        kc_error err = {0};
+        if (kc_mrunner_call_expect(il->r, &wk, 8, 30, 1e-6, &c, &err) < 0 ||
+            c.status != KC_MCALL_OK)
+          fail("wake in the worker failed");
+        kc_mcall_clear(&c);
+        worker_round(il, expect, &elapsed);
+        tk = expect = elapsed;
+      } else if (which == 1) {
+        to = worker_round(il, 0, &elapsed);
+      } else {
+        double t0 = kc_bench_now();
+        kc_mstate_run(il->s, &il->req, out, sizeof out, &len, e, sizeof e);
+        tu = kc_bench_now() - t0;
+      }
+    }
+    double number = (double)il->req.number;
+    il->kv[k] = tk / number;
+    il->ov[k] = to / number;
+    il->uv[k] = tu / number;
+    il->pr[k] = tk / tu;
+    il->df[k] = (tk - tu) * 1e6;
+    il->dfo[k] = (to - tu) * 1e6;
+  }
+}
+
+static void report_interleaved(interleave *il, const char *kind, const double *steal0,
+                               const double *steal1, int nst) {
+  enum { R = IL_ROUNDS };
+  double km = kc_bench_quantile(il->kv, R, 0.5), om = kc_bench_quantile(il->ov, R, 0.5),
+         um = kc_bench_quantile(il->uv, R, 0.5);
+  double kmin = il->kv[0], omin = il->ov[0], umin = il->uv[0]; /* sorted by the quantile */
+  double pm = kc_bench_quantile(il->pr, R, 0.5), dm = kc_bench_quantile(il->df, R, 0.5),
+         dom = kc_bench_quantile(il->dfo, R, 0.5);
+  double round_ms = um * (double)il->req.number * 1e3;
+  printf("\ninterleaved: %d round triples of number=%llu (%.2f ms), a %s measure worker vs this "
+         "process\n",
+         R, (unsigned long long)il->req.number, round_ms, kind);
+  /* A fixed cost per round (request and completion hand-offs) and a slower kernel
+   * look alike in the ratio; in microseconds per round they do not. */
+  printf("  %-34s %12s %12s %10s %16s\n", "", "median/call", "min/call", "ratio", "round diff");
+  printf("  %-34s %9.3f us %9.3f us %10.4f %+13.1f us\n", "kcage (as kcage bench times it)",
+         km * 1e6, kmin * 1e6, km / um, dm);
+  printf("  %-34s %9.3f us %9.3f us %10.4f %+13.1f us\n", "kcage, parent asleep, no wake-up",
+         om * 1e6, omin * 1e6, om / um, dom);
+  printf("  %-34s %9.3f us %9.3f us %10s %16s\n", "unsandboxed", um * 1e6, umin * 1e6, "1", "0");
+  if (il->wcpu >= 0)
+    printf("  both sides' kernels ran on vCPU %d (the parent on the others)\n", il->wcpu);
+  printf("  hypervisor steal during these rounds:");
+  for (int i = 0; i < nst; i++)
+    printf(" vCPU %d %.0f ms", i, (steal1[i] - steal0[i]) * 1e3);
+  printf("%s\n", nst ? "" : " unknown");
+  printf("  kcage: ratio of medians %.4f (%+.2f %%), median of pairwise ratios %.4f (%+.2f %%); "
+         "target within 1 %%: %s\n",
+         km / um, (km / um - 1) * 100, pm, (pm - 1) * 100,
+         fabs(km / um - 1) <= 0.01 ? "yes" : "NO");
+  kc_bench_set("measure", "interleaved_kcage_median_us", km * 1e6);
+  kc_bench_set("measure", "interleaved_kcage_asleep_median_us", om * 1e6);
+  kc_bench_set("measure", "interleaved_unsandboxed_median_us", um * 1e6);
+  kc_bench_set("measure", "interleaved_ratio", km / um);
+  kc_bench_set("measure", "interleaved_round_diff_us", dm);
+  kc_bench_set("measure", "interleaved_round_diff_asleep_us", dom);
+}
+
 /* The same comparison interleaved round by round: one round timed through a sandboxed
  * measure worker (the request path kcage bench times: parent clock around the call),
  * then one round of the same .so in this process, alternating which goes first, so
@@ -213,176 +410,31 @@ static void part_interleaved(void) {
   chmod(sess, 0755); /* the worker's user must reach it */
   snprintf(inputs, sizeof inputs, "%s/inputs.bin", sess);
   snprintf(art, sizeof art, "%s/k.so", sess);
-  kc_build_opts bo = {.cache_dir = cache};
-  kc_build_result br;
-  kc_error err = {0};
-  char *so = NULL;
-  size_t so_len;
-  if (kc_build_kernel(&bo, src, &br, &err) < 0 ||
-      (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED) ||
-      kc_read_file(br.artifact, &so, &so_len, 1u << 30, &err) < 0 ||
-      kc_write_file(art, so, so_len, 0444, &err) < 0) {
-    fprintf(stderr, "bench_measure: %s %s\n", err.msg, br.message);
-    exit(1);
-  }
-  free(so);
-  write_fixed_inputs(inputs);
-
+  stage_fixed(src, cache, art, inputs);
   kc_mrunner_opts ro = {.bind_dir = sess,
                         .memory_bytes = 1u << 30,
                         .max_arg_bytes = 65536,
                         .max_result_bytes = 65536};
-  kc_mrunner *r;
-  if (kc_mrunner_new(&ro, &r, &err) < 0) {
-    fprintf(stderr, "bench_measure: %s\n", err.msg);
-    exit(1);
-  }
-  unsigned char lbuf[4096];
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, 4, 0};
-  size_t n = sizeof h;
-  memcpy(lbuf, &h, n);
-  const char *strs[4] = {art, "kernel", inputs, FIXED_ARGS};
-  for (int k = 0; k < 4; k++) {
-    memcpy(lbuf + n, strs[k], strlen(strs[k]) + 1);
-    n += strlen(strs[k]) + 1;
-  }
-  kc_mcall c;
-  if (kc_mrunner_call(r, lbuf, n, 30, &c, &err) < 0 || c.status != KC_MCALL_OK) {
-    fprintf(stderr, "bench_measure: load in the worker failed: %s\n", c.message);
-    exit(1);
-  }
-  /* Both kernels run on the same vCPU: the worker is pinned there, this process moves
-   * there for its own side and off it for the kcage sides (where it is the parent).
-   * Steal by the hypervisor differs between the vCPUs of this VM for seconds at a time
-   * (printed below); on different vCPUs it would look like a sandbox overhead. */
-  cpu_set_t all, on_w, off_w;
-  int wcpu = -1;
-  sched_getaffinity(0, sizeof all, &all);
-  if (CPU_COUNT(&all) >= 2 && c.pid > 0) {
-    for (int i = 0; i < CPU_SETSIZE; i++)
-      if (CPU_ISSET(i, &all))
-        wcpu = i; /* the last one */
-    CPU_ZERO(&on_w);
-    CPU_SET(wcpu, &on_w);
-    off_w = all;
-    CPU_CLR(wcpu, &off_w);
-    if (sched_setaffinity(c.pid, sizeof on_w, &on_w) < 0)
-      wcpu = -1;
-  }
-  kc_mcall_clear(&c);
-  kc_mstate *s;
+  interleave il = {.wcpu = -1};
+  kc_error err = {0};
+  if (kc_mrunner_new(&ro, &il.r, &err) < 0)
+    fail(err.msg);
+  pin_worker(&il, load_in_worker(il.r, art, inputs));
   char e[256];
-  if (kc_mstate_load(&s, art, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
-    fprintf(stderr, "bench_measure: %s\n", e);
-    exit(1);
-  }
-
-  /* number: grown on this side until a round lasts >= 20 ms, as TVM would. */
-  unsigned char out[4096];
-  size_t len;
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1};
-  for (;;) {
-    double t0 = kc_bench_now();
-    kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
-    double ms = (kc_bench_now() - t0) * 1e3;
-    if (ms >= 20)
-      break;
-    uint64_t next = (uint64_t)(20 / (ms / (double)req.number) + 1);
-    req.number = next > req.number * 2 ? next : req.number * 2;
-  }
-  /* Three sides per round, in rotating order: kcage as kcage bench times a round (an
-   * untimed KC_MOP_WAKE first, then the timed request with the parent polling near
-   * the predicted end, the time from publication to the completion seen), kcage the
-   * naive way (the parent asleep in poll() until the completion wakes it: each round
-   * pays two idle-vCPU wake-ups), and this process. */
-  enum { R = 31 };
-  double kv[R], ov[R], uv[R], pr[R], df[R], dfo[R];
-  double expect = 0;
-  kc_mreq_load wk = {KC_MPROTO_MAGIC, KC_MOP_WAKE, 0, 0};
+  if (kc_mstate_load(&il.s, art, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0)
+    fail(e);
+  grow_number(&il);
   double steal0[MAX_CPUS], steal1[MAX_CPUS];
   int nst = read_steal(steal0);
-  for (int k = 0; k < R; k++) {
-    req.first_set = (uint32_t)k % 4;
-    req.poison_seed = (uint64_t)k;
-    double tk = 0, to = 0, tu = 0;
-    for (int side = 0; side < 3; side++) {
-      int which = (k + side) % 3; /* 0 kcage bench, 1 kcage parent asleep, 2 here */
-      kc_sched_slice(which < 2 ? KC_SUPERVISOR_SLICE_NS : 0);
-      if (wcpu >= 0)
-        sched_setaffinity(0, sizeof on_w, which < 2 ? &off_w : &on_w);
-      if (which == 0) {
-        if (kc_mrunner_call_expect(r, &wk, 8, 30, 1e-6, &c, &err) < 0 || c.status != KC_MCALL_OK) {
-          fprintf(stderr, "bench_measure: wake in the worker failed\n");
-          exit(1);
-        }
-        kc_mcall_clear(&c);
-      }
-      double t0 = kc_bench_now();
-      if (which < 2) {
-        if (kc_mrunner_call_expect(r, &req, sizeof req, 30, which == 0 ? expect : 0, &c, &err) <
-                0 ||
-            c.status != KC_MCALL_OK) {
-          fprintf(stderr, "bench_measure: round in the worker failed\n");
-          exit(1);
-        }
-        double t = kc_bench_now() - t0;
-        if (which == 0)
-          tk = expect = c.elapsed_s > 0 ? c.elapsed_s : t;
-        else
-          to = t;
-        kc_mcall_clear(&c);
-      } else {
-        kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
-        tu = kc_bench_now() - t0;
-      }
-    }
-    kv[k] = tk / (double)req.number;
-    ov[k] = to / (double)req.number;
-    uv[k] = tu / (double)req.number;
-    pr[k] = tk / tu;
-    df[k] = (tk - tu) * 1e6;
-    dfo[k] = (to - tu) * 1e6;
-  }
-  if (wcpu >= 0)
-    sched_setaffinity(0, sizeof all, &all);
+  run_rounds(&il);
+  if (il.wcpu >= 0)
+    sched_setaffinity(0, sizeof il.all, &il.all);
   nst = read_steal(steal1) < nst ? 0 : nst;
-  const char *kind = kc_mrunner_kind(r);
-  kc_mstate_free(s);
-  kc_mrunner_free(r);
+  const char *kind = kc_mrunner_kind(il.r);
+  report_interleaved(&il, kind, steal0, steal1, nst);
+  kc_mstate_free(il.s);
+  kc_mrunner_free(il.r);
   kc_rm_rf(sess);
-  double km = kc_bench_quantile(kv, R, 0.5), om = kc_bench_quantile(ov, R, 0.5),
-         um = kc_bench_quantile(uv, R, 0.5);
-  double kmin = kv[0], omin = ov[0], umin = uv[0]; /* sorted by the quantile */
-  double pm = kc_bench_quantile(pr, R, 0.5), dm = kc_bench_quantile(df, R, 0.5),
-         dom = kc_bench_quantile(dfo, R, 0.5);
-  double round_ms = um * (double)req.number * 1e3;
-  printf("\ninterleaved: %d round triples of number=%llu (%.2f ms), a %s measure worker vs this "
-         "process\n",
-         R, (unsigned long long)req.number, round_ms, kind);
-  /* A fixed cost per round (request and completion hand-offs) and a slower kernel
-   * look alike in the ratio; in microseconds per round they do not. */
-  printf("  %-34s %12s %12s %10s %16s\n", "", "median/call", "min/call", "ratio", "round diff");
-  printf("  %-34s %9.3f us %9.3f us %10.4f %+13.1f us\n", "kcage (as kcage bench times it)",
-         km * 1e6, kmin * 1e6, km / um, dm);
-  printf("  %-34s %9.3f us %9.3f us %10.4f %+13.1f us\n", "kcage, parent asleep, no wake-up",
-         om * 1e6, omin * 1e6, om / um, dom);
-  printf("  %-34s %9.3f us %9.3f us %10s %16s\n", "unsandboxed", um * 1e6, umin * 1e6, "1", "0");
-  if (wcpu >= 0)
-    printf("  both sides' kernels ran on vCPU %d (the parent on the others)\n", wcpu);
-  printf("  hypervisor steal during these rounds:");
-  for (int i = 0; i < nst; i++)
-    printf(" vCPU %d %.0f ms", i, (steal1[i] - steal0[i]) * 1e3);
-  printf("%s\n", nst ? "" : " unknown");
-  printf("  kcage: ratio of medians %.4f (%+.2f %%), median of pairwise ratios %.4f (%+.2f %%); "
-         "target within 1 %%: %s\n",
-         km / um, (km / um - 1) * 100, pm, (pm - 1) * 100,
-         fabs(km / um - 1) <= 0.01 ? "yes" : "NO");
-  kc_bench_set("measure", "interleaved_kcage_median_us", km * 1e6);
-  kc_bench_set("measure", "interleaved_kcage_asleep_median_us", om * 1e6);
-  kc_bench_set("measure", "interleaved_unsandboxed_median_us", um * 1e6);
-  kc_bench_set("measure", "interleaved_ratio", km / um);
-  kc_bench_set("measure", "interleaved_round_diff_us", dm);
-  kc_bench_set("measure", "interleaved_round_diff_asleep_us", dom);
 }
 
 /* Small generated kernels: an element-wise op with a per-kernel constant, so every

@@ -141,17 +141,10 @@ static int notify_round_trip(const kc_policy *p, int n, double *med, double *p99
   return got;
 }
 
-int main(void) {
-  /* the three profiles, and a one-rule filter for scale */
-  char tiny[] = "/tmp/kcage-bench-tiny-XXXXXX.policy";
-  int tfd = mkstemps(tiny, 7);
-  if (tfd < 0 || write(tfd, "default allow\nkill ptrace\n", 26) != 26)
-    return 1;
-  close(tfd);
-  const char *names[] = {"exec", "build", "measure", tiny};
-  const char *labels[] = {"exec", "build", "measure", "1-rule"};
-  kc_seccomp_prog *progs[4] = {0};
-  kc_policy *pols[4] = {0};
+/* Parse, compile and install times of each profile (and a one-rule filter for scale),
+ * median of 21; progs and pols keep the first of each. */
+static int bench_profiles(const char *const *names, const char *const *labels,
+                          kc_seccomp_prog **progs, kc_policy **pols) {
   printf("%-8s %10s %12s %6s %16s %14s\n", "policy", "parse us", "compile us", "BPF",
          "child compile+load", "child load");
   for (int i = 0; i < 4; i++) {
@@ -162,13 +155,13 @@ int main(void) {
       double t0 = kc_bench_now();
       if (kc_policy_load(names[i], &p, &err) < 0) {
         fprintf(stderr, "bench_policy: %s\n", err.msg);
-        return 1;
+        return -1;
       }
       double t1 = kc_bench_now();
       kc_seccomp_prog *prog;
       if (kc_seccomp_prog_compile(p, HANDOFF, &prog, &err) < 0) {
         fprintf(stderr, "bench_policy: %s\n", err.msg);
-        return 1;
+        return -1;
       }
       double t2 = kc_bench_now();
       parse[r] = (t1 - t0) * 1e6;
@@ -187,21 +180,25 @@ int main(void) {
            d = median_of(inst_pre, 21);
     printf("%-8s %10.1f %12.1f %6zu %16.1f %14.1f   (x%.0f)\n", labels[i], a, b,
            kc_seccomp_prog_len(progs[i]), c, d, d > 0 ? c / d : 0);
-    char key[64];
-    if (i == 3)
-      unlink(tiny);
-    snprintf(key, sizeof key, "%s_parse_us", labels[i]);
-    kc_bench_set("policy", key, a);
-    snprintf(key, sizeof key, "%s_compile_us", labels[i]);
-    kc_bench_set("policy", key, b);
-    snprintf(key, sizeof key, "%s_bpf_insns", labels[i]);
-    kc_bench_set("policy", key, (double)kc_seccomp_prog_len(progs[i]));
-    snprintf(key, sizeof key, "%s_child_compile_load_us", labels[i]);
-    kc_bench_set("policy", key, c);
-    snprintf(key, sizeof key, "%s_child_load_us", labels[i]);
-    kc_bench_set("policy", key, d);
+    const struct {
+      const char *what;
+      double v;
+    } figs[] = {{"parse_us", a},
+                {"compile_us", b},
+                {"bpf_insns", (double)kc_seccomp_prog_len(progs[i])},
+                {"child_compile_load_us", c},
+                {"child_load_us", d}};
+    for (size_t f = 0; f < sizeof figs / sizeof figs[0]; f++) {
+      char key[64];
+      snprintf(key, sizeof key, "%s_%s", labels[i], figs[f].what);
+      kc_bench_set("policy", key, figs[f].v);
+    }
   }
+  return 0;
+}
 
+/* Per-call cost of getppid and mprotect under no filter, exec's and measure's. */
+static void bench_filtered_calls(const char *const *names, kc_seccomp_prog **progs) {
   const int iters = 200000;
   double none_g = syscall_ns(NULL, SYS_getppid, iters);
   double none_m = syscall_ns(NULL, SYS_mprotect, iters);
@@ -220,20 +217,22 @@ int main(void) {
     snprintf(key, sizeof key, "%s_mprotect_ns", names[i]);
     kc_bench_set("policy", key, m);
   }
+}
 
-  /* notify round trip: getppid is "notify", answered EPERM by this process */
+/* Notify round trip: getppid is "notify", answered EPERM by this process. */
+static int bench_notify(void) {
   char path[] = "/tmp/kcage-bench-policy-XXXXXX.policy";
   int fd = mkstemps(path, 7);
   const char *text = "default allow\nnotify getppid\n";
   if (fd < 0 || write(fd, text, strlen(text)) < 0)
-    return 1;
+    return -1;
   close(fd);
   kc_policy *np;
   kc_error err;
   int rc = kc_policy_parse_file(path, &np, &err);
   unlink(path);
   if (rc < 0)
-    return 1;
+    return -1;
   double med = -1, p99 = -1;
   int got = notify_round_trip(np, 5000, &med, &p99);
   printf("\nnotify round trip (supervisor answers errno), n=%d: median %.1f us, p99 %.1f us\n", got,
@@ -241,6 +240,27 @@ int main(void) {
   kc_bench_set("policy", "notify_round_trip_median_us", med);
   kc_bench_set("policy", "notify_round_trip_p99_us", p99);
   kc_policy_free(np);
+  return 0;
+}
+
+int main(void) {
+  /* the three profiles, and a one-rule filter for scale */
+  char tiny[] = "/tmp/kcage-bench-tiny-XXXXXX.policy";
+  int tfd = mkstemps(tiny, 7);
+  if (tfd < 0 || write(tfd, "default allow\nkill ptrace\n", 26) != 26)
+    return 1;
+  close(tfd);
+  const char *names[] = {"exec", "build", "measure", tiny};
+  const char *labels[] = {"exec", "build", "measure", "1-rule"};
+  kc_seccomp_prog *progs[4] = {0};
+  kc_policy *pols[4] = {0};
+  int rc = bench_profiles(names, labels, progs, pols);
+  unlink(tiny);
+  if (rc < 0)
+    return 1;
+  bench_filtered_calls(names, progs);
+  if (bench_notify() < 0)
+    return 1;
   for (int i = 0; i < 4; i++) {
     kc_seccomp_prog_free(progs[i]);
     kc_policy_free(pols[i]);
