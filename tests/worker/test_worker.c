@@ -853,6 +853,90 @@ static bool n_is_zygote(pid_t pid) {
   return !strcmp(la, lb);
 }
 
+/* One result of the "mixed" handler, by the first letter of its argument. */
+static void check_mixed(const char *in, kc_call_result *res) {
+  switch (in[0]) {
+  case 'e':
+    assert_int_equal(res->status, KC_CALL_COMPLETE);
+    assert_int_equal(res->value_len, strlen(in));
+    assert_memory_equal(res->value, in, strlen(in));
+    break;
+  case 'x':
+    assert_int_equal(res->status, KC_CALL_EXCEPTION);
+    assert_string_equal(res->message, "KeyError: x1");
+    break;
+  case 'h':
+    assert_int_equal(res->status, KC_CALL_TIMEOUT);
+    break;
+  case 's':
+    assert_int_equal(res->status, KC_CALL_CHILD_ERROR);
+    assert_int_equal(res->verdict.signal, SIGSEGV);
+    break;
+  case 'n':
+    assert_int_equal(res->status, KC_CALL_CHILD_ERROR);
+    assert_string_equal(res->verdict.syscall, "socket");
+    break;
+  }
+  kc_call_result_clear(res);
+}
+
+/* futures: submit, then wait out of order */
+static void futures_out_of_order(kc_pool *p) {
+  kc_error err = {0};
+  kc_future *f[8];
+  for (int i = 0; i < 8; i++)
+    assert_non_null(f[i] = kc_pool_submit(p, "echo", &i, sizeof i, &err));
+  for (int i = 7; i >= 0; i--) {
+    kc_call_result r;
+    assert_int_equal(kc_future_wait(f[i], -1, &r), 1);
+    assert_true(kc_future_done(f[i]));
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(*(int *)r.value, i);
+    kc_call_result_clear(&r);
+    kc_future_free(f[i]);
+  }
+}
+
+/* The pool's zygote: this process's kcage-worker child that is no worker. */
+static pid_t find_zygote(kc_pool *p) {
+  pid_t w0 = kc_pool_worker_pid(p, 0), w1 = kc_pool_worker_pid(p, 1), zyg = 0;
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+  FILE *cf = fopen(path, "r");
+  int c;
+  while (cf && fscanf(cf, "%d", &c) == 1) {
+    char comm[64] = "", cp[64];
+    snprintf(cp, sizeof cp, "/proc/%d/cmdline", c);
+    FILE *cm = fopen(cp, "r");
+    if (cm) {
+      size_t n = fread(comm, 1, sizeof comm - 1, cm);
+      comm[n] = 0;
+      fclose(cm);
+    }
+    if (c != w0 && c != w1 && strstr(comm, "kcage-worker") && n_is_zygote(c))
+      zyg = c;
+  }
+  if (cf)
+    fclose(cf);
+  return zyg;
+}
+
+/* the zygote killed from outside: the next spawn starts a new one */
+static void zygote_killed(kc_pool *p) {
+  pid_t zyg = find_zygote(p);
+  assert_true(zyg > 0);
+  kill(zyg, SIGKILL);
+  waitpid(zyg, NULL, 0);
+  kc_error err = {0};
+  kc_blob crash = {"s", 1}, ok = {"e-after", 7};
+  kc_call_result rr;
+  assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &crash, 1, &rr, &err), 0);
+  assert_int_equal(rr.status, KC_CALL_CHILD_ERROR);
+  assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &ok, 1, &rr, &err), 0);
+  assert_int_equal(rr.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&rr);
+}
+
 static void test_pool_map(void **state) {
   (void)state;
   kc_pool_opts o;
@@ -871,76 +955,10 @@ static void test_pool_map(void **state) {
     args[i] = (kc_blob){in[i], strlen(in[i])};
   kc_call_result res[N];
   assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), args, N, res, &err), 0);
-  for (int i = 0; i < N; i++) {
-    switch (in[i][0]) {
-    case 'e':
-      assert_int_equal(res[i].status, KC_CALL_COMPLETE);
-      assert_int_equal(res[i].value_len, strlen(in[i]));
-      assert_memory_equal(res[i].value, in[i], strlen(in[i]));
-      break;
-    case 'x':
-      assert_int_equal(res[i].status, KC_CALL_EXCEPTION);
-      assert_string_equal(res[i].message, "KeyError: x1");
-      break;
-    case 'h':
-      assert_int_equal(res[i].status, KC_CALL_TIMEOUT);
-      break;
-    case 's':
-      assert_int_equal(res[i].status, KC_CALL_CHILD_ERROR);
-      assert_int_equal(res[i].verdict.signal, SIGSEGV);
-      break;
-    case 'n':
-      assert_int_equal(res[i].status, KC_CALL_CHILD_ERROR);
-      assert_string_equal(res[i].verdict.syscall, "socket");
-      break;
-    }
-    kc_call_result_clear(&res[i]);
-  }
-  /* futures: submit, then wait out of order */
-  kc_future *f[8];
-  for (int i = 0; i < 8; i++)
-    assert_non_null(f[i] = kc_pool_submit(p, "echo", &i, sizeof i, &err));
-  for (int i = 7; i >= 0; i--) {
-    kc_call_result r;
-    assert_int_equal(kc_future_wait(f[i], -1, &r), 1);
-    assert_true(kc_future_done(f[i]));
-    assert_int_equal(r.status, KC_CALL_COMPLETE);
-    assert_int_equal(*(int *)r.value, i);
-    kc_call_result_clear(&r);
-    kc_future_free(f[i]);
-  }
-  /* the zygote killed from outside: the next spawn starts a new one */
-  {
-    pid_t w0 = kc_pool_worker_pid(p, 0), w1 = kc_pool_worker_pid(p, 1), zyg = 0;
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
-    FILE *cf = fopen(path, "r");
-    int c;
-    while (cf && fscanf(cf, "%d", &c) == 1) {
-      char comm[64] = "", cp[64];
-      snprintf(cp, sizeof cp, "/proc/%d/cmdline", c);
-      FILE *cm = fopen(cp, "r");
-      if (cm) {
-        size_t n = fread(comm, 1, sizeof comm - 1, cm);
-        comm[n] = 0;
-        fclose(cm);
-      }
-      if (c != w0 && c != w1 && strstr(comm, "kcage-worker") && n_is_zygote(c))
-        zyg = c;
-    }
-    if (cf)
-      fclose(cf);
-    assert_true(zyg > 0);
-    kill(zyg, SIGKILL);
-    waitpid(zyg, NULL, 0);
-    kc_blob crash = {"s", 1}, ok = {"e-after", 7};
-    kc_call_result rr;
-    assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &crash, 1, &rr, &err), 0);
-    assert_int_equal(rr.status, KC_CALL_CHILD_ERROR);
-    assert_int_equal(kc_pool_map_with_error_catching(p, H("mixed"), &ok, 1, &rr, &err), 0);
-    assert_int_equal(rr.status, KC_CALL_COMPLETE);
-    kc_call_result_clear(&rr);
-  }
+  for (int i = 0; i < N; i++)
+    check_mixed(in[i], &res[i]);
+  futures_out_of_order(p);
+  zygote_killed(p);
   /* a future freed before it is done, and one still pending at shutdown */
   kc_future *g = kc_pool_submit(p, H("mixed"), "h", 1, &err);
   kc_future *h = kc_pool_submit(p, "echo", "x", 1, &err);
