@@ -87,51 +87,41 @@ static int plain_send(int sock, int fd) {
 }
 #define HANDOFF_FD 100
 
-static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, outcome *o) {
-  memset(o, 0, sizeof *o);
-  int sv[2], rep[2];
-  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
-  assert_int_equal(pipe2(rep, O_CLOEXEC), 0);
-  pid_t pid = fork();
-  assert_true(pid >= 0);
-  if (pid == 0) {
-    close(sv[0]);
-    close(rep[0]);
-    prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-    kc_error err = {0};
-    if (g_plain) {
-      int l = -1;
-      if (kc_policy_install_seccomp(p, &l, &err) < 0 || plain_send(sv[1], l) < 0)
-        _exit(123);
-      if (l >= 0)
-        close(l);
-    } else if (g_prog) {
-      if (dup2(sv[1], HANDOFF_FD) < 0 || kc_seccomp_prog_load_and_send(g_prog, HANDOFF_FD) < 0) {
-        dprintf(2, "child: load: %s\n", strerror(errno));
-        _exit(122);
-      }
-      close(HANDOFF_FD);
-    } else if (kc_seccomp_install_and_send(p, sv[1], &err) < 0) {
-      dprintf(2, "child: %s\n", err.msg);
-      _exit(120);
-    }
-    close(sv[1]);
-    if (argv) {
-      execv(argv[0], argv);
-      _exit(121);
-    }
-    _exit(fn(rep[1], arg));
-  }
-  close(sv[1]);
-  close(rep[1]);
-  int listener = -1;
+/* The child: the filter installed and its listener handed over on sock (plainly, from
+ * a compiled program, or by the hand-off helper), then argv or fn. */
+__attribute__((noreturn)) static void child_main(const kc_policy *p, child_fn fn, void *arg,
+                                                 char *const *argv, int sock, int rep) {
+  prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
   kc_error err = {0};
-  if (kc_seccomp_recv_listener(sv[0], 5000, &listener, &err) < 0)
-    fail_msg("%s", err.msg);
-  close(sv[0]);
-  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  assert_true(pidfd >= 0);
-  bool exec_allowed = argv != NULL;
+  if (g_plain) {
+    int l = -1;
+    if (kc_policy_install_seccomp(p, &l, &err) < 0 || plain_send(sock, l) < 0)
+      _exit(123);
+    if (l >= 0)
+      close(l);
+  } else if (g_prog) {
+    if (dup2(sock, HANDOFF_FD) < 0 || kc_seccomp_prog_load_and_send(g_prog, HANDOFF_FD) < 0) {
+      dprintf(2, "child: load: %s\n", strerror(errno));
+      _exit(122);
+    }
+    close(HANDOFF_FD);
+  } else if (kc_seccomp_install_and_send(p, sock, &err) < 0) {
+    dprintf(2, "child: %s\n", err.msg);
+    _exit(120);
+  }
+  close(sock);
+  if (argv) {
+    execv(argv[0], argv);
+    _exit(121);
+  }
+  _exit(fn(rep, arg));
+}
+
+/* The supervisor's side until the child ends or is killed for its first violation
+ * (one exec is let through when exec_allowed). */
+static void supervise(const kc_policy *p, pid_t pid, int pidfd, int listener, bool exec_allowed,
+                      outcome *o) {
+  kc_error err = {0};
   for (;;) {
     struct pollfd fds[2] = {{.fd = pidfd, .events = POLLIN}, {.fd = listener, .events = POLLIN}};
     int n = poll(fds, listener >= 0 ? 2 : 1, 10000);
@@ -166,6 +156,30 @@ static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, o
     kill(pid, SIGKILL);
     break;
   }
+}
+
+static void run(const kc_policy *p, child_fn fn, void *arg, char *const *argv, outcome *o) {
+  memset(o, 0, sizeof *o);
+  int sv[2], rep[2];
+  assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+  assert_int_equal(pipe2(rep, O_CLOEXEC), 0);
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    close(sv[0]);
+    close(rep[0]);
+    child_main(p, fn, arg, argv, sv[1], rep[1]);
+  }
+  close(sv[1]);
+  close(rep[1]);
+  int listener = -1;
+  kc_error err = {0};
+  if (kc_seccomp_recv_listener(sv[0], 5000, &listener, &err) < 0)
+    fail_msg("%s", err.msg);
+  close(sv[0]);
+  int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  assert_true(pidfd >= 0);
+  supervise(p, pid, pidfd, listener, argv != NULL, o);
   int st;
   assert_int_equal(waitpid(pid, &st, 0), pid);
   o->status = st;
