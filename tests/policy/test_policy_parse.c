@@ -170,6 +170,68 @@ static void test_include_cycle(void **state) {
   expect_error("self.policy", "\ninclude self\n", 2, "include cycle: self.policy -> self.policy");
 }
 
+/* g.policy's namespaces, limits and working directory. */
+static void check_good_limits(const kc_policy_spec *s) {
+  assert_string_equal(s->name, "g");
+  assert_true(s->ns.user && s->ns.pid && s->ns.mount);
+  assert_false(s->ns.net || s->ns.ipc || s->ns.uts || s->ns.cgroup);
+  assert_int_equal(s->memory_bytes, 256ull << 20);
+  assert_true(s->cpu_s == 1.5 && s->wall_s == 10 && s->cpus == 0.5);
+  assert_int_equal(s->pids, 32);
+  assert_int_equal(s->output_bytes, 1 << 20);
+  assert_string_equal(s->cwd, "/work");
+  assert_int_equal(s->n_rlimits, 3);
+  assert_int_equal(s->rlimits[0].resource, RLIMIT_NOFILE);
+  assert_int_equal(s->rlimits[0].soft, 256);
+  assert_int_equal(s->rlimits[0].hard, 512);
+  assert_int_equal(s->rlimits[1].soft, 0);
+  assert_int_equal(s->rlimits[2].hard, RLIM_INFINITY);
+}
+
+/* g.policy's mounts, in order, the base's /tmp replaced in place. */
+static void check_good_mounts(const kc_policy_spec *s) {
+  assert_int_equal(s->n_mounts, 7);
+  assert_int_equal(s->mounts[0].kind, KC_POLICY_MOUNT_RO);
+  assert_string_equal(s->mounts[0].src, "/usr");
+  assert_string_equal(s->mounts[0].dst, "/usr");
+  assert_int_equal(s->mounts[1].kind, KC_POLICY_MOUNT_TMPFS);
+  assert_int_equal(s->mounts[1].size, 8 << 20);
+  assert_true(s->mounts[2].optional);
+  assert_string_equal(s->mounts[2].dst, "/lib2");
+  assert_int_equal(s->mounts[3].kind, KC_POLICY_MOUNT_RW);
+  assert_int_equal(s->mounts[4].kind, KC_POLICY_MOUNT_PROC);
+  assert_string_equal(s->mounts[4].dst, "/proc");
+  assert_int_equal(s->mounts[5].kind, KC_POLICY_MOUNT_DEV);
+  assert_int_equal(s->mounts[6].kind, KC_POLICY_MOUNT_SYMLINK);
+  assert_string_equal(s->mounts[6].src, "usr/bin");
+  assert_string_equal(s->mounts[6].dst, "/bin");
+}
+
+/* g.policy's rules after the includes and overrides. */
+static void check_good_rules(const kc_policy *p) {
+  /* overrides: ptrace is allowed, bpf kept from the base, getpid from g_other */
+  int ptrace_rules = 0;
+  bool bpf = false, getpid_ = false;
+  for (size_t i = 0; i < p->n_rules; i++) {
+    if (!strcmp(p->rules[i].name, "ptrace")) {
+      ptrace_rules++;
+      assert_int_equal(p->rules[i].action, KC_SC_ALLOW);
+    }
+    bpf |= !strcmp(p->rules[i].name, "bpf");
+    getpid_ |= !strcmp(p->rules[i].name, "getpid");
+  }
+  assert_int_equal(ptrace_rules, 1);
+  const kc_sc_rule *last = &p->rules[p->n_rules - 1];
+  assert_string_equal(last->name, "mmap");
+  assert_int_equal(last->n_conds, 2);
+  assert_int_equal(last->conds[0].arg, 4);
+  assert_int_equal(last->conds[0].value, UINT64_MAX);
+  assert_int_equal(last->line, 29);
+  assert_true(bpf && getpid_);
+  assert_int_equal(p->default_action, KC_SC_ERRNO);
+  assert_int_equal(p->default_errno, ENOSYS);
+}
+
 static void test_good_file_and_spec(void **state) {
   (void)state;
   put("g_base.policy", "namespaces all\nro-bind /usr\ntmpfs /tmp 64M\nkill ptrace\n"
@@ -204,58 +266,9 @@ static void test_good_file_and_spec(void **state) {
                                       "kill mmap arg2 & PROT_EXEC and arg3 & MAP_ANONYMOUS\n"
                                       "notify execve\n"
                                       "allow mmap arg4 == -1 and arg3 & MAP_ANONYMOUS\n");
-  const kc_policy_spec *s = kc_policy_get_spec(p);
-  assert_string_equal(s->name, "g");
-  assert_true(s->ns.user && s->ns.pid && s->ns.mount);
-  assert_false(s->ns.net || s->ns.ipc || s->ns.uts || s->ns.cgroup);
-  assert_int_equal(s->memory_bytes, 256ull << 20);
-  assert_true(s->cpu_s == 1.5 && s->wall_s == 10 && s->cpus == 0.5);
-  assert_int_equal(s->pids, 32);
-  assert_int_equal(s->output_bytes, 1 << 20);
-  assert_string_equal(s->cwd, "/work");
-  assert_int_equal(s->n_mounts, 7);
-  assert_int_equal(s->mounts[0].kind, KC_POLICY_MOUNT_RO);
-  assert_string_equal(s->mounts[0].src, "/usr");
-  assert_string_equal(s->mounts[0].dst, "/usr");
-  assert_int_equal(s->mounts[1].kind, KC_POLICY_MOUNT_TMPFS);
-  assert_int_equal(s->mounts[1].size, 8 << 20);
-  assert_true(s->mounts[2].optional);
-  assert_string_equal(s->mounts[2].dst, "/lib2");
-  assert_int_equal(s->mounts[3].kind, KC_POLICY_MOUNT_RW);
-  assert_int_equal(s->mounts[4].kind, KC_POLICY_MOUNT_PROC);
-  assert_string_equal(s->mounts[4].dst, "/proc");
-  assert_int_equal(s->mounts[5].kind, KC_POLICY_MOUNT_DEV);
-  assert_int_equal(s->mounts[6].kind, KC_POLICY_MOUNT_SYMLINK);
-  assert_string_equal(s->mounts[6].src, "usr/bin");
-  assert_string_equal(s->mounts[6].dst, "/bin");
-  assert_int_equal(s->n_rlimits, 3);
-  assert_int_equal(s->rlimits[0].resource, RLIMIT_NOFILE);
-  assert_int_equal(s->rlimits[0].soft, 256);
-  assert_int_equal(s->rlimits[0].hard, 512);
-  assert_int_equal(s->rlimits[1].soft, 0);
-  assert_int_equal(s->rlimits[2].hard, RLIM_INFINITY);
-
-  /* overrides: ptrace is allowed, bpf kept from the base, getpid from g_other */
-  int ptrace_rules = 0;
-  bool bpf = false, getpid_ = false;
-  for (size_t i = 0; i < p->n_rules; i++) {
-    if (!strcmp(p->rules[i].name, "ptrace")) {
-      ptrace_rules++;
-      assert_int_equal(p->rules[i].action, KC_SC_ALLOW);
-    }
-    bpf |= !strcmp(p->rules[i].name, "bpf");
-    getpid_ |= !strcmp(p->rules[i].name, "getpid");
-  }
-  assert_int_equal(ptrace_rules, 1);
-  const kc_sc_rule *last = &p->rules[p->n_rules - 1];
-  assert_string_equal(last->name, "mmap");
-  assert_int_equal(last->n_conds, 2);
-  assert_int_equal(last->conds[0].arg, 4);
-  assert_int_equal(last->conds[0].value, UINT64_MAX);
-  assert_int_equal(last->line, 29);
-  assert_true(bpf && getpid_);
-  assert_int_equal(p->default_action, KC_SC_ERRNO);
-  assert_int_equal(p->default_errno, ENOSYS);
+  check_good_limits(kc_policy_get_spec(p));
+  check_good_mounts(kc_policy_get_spec(p));
+  check_good_rules(p);
   assert_true(kc_policy_needs_listener(p));
   /* 3 files read, g_base once */
   assert_int_equal(p->n_files, 3);
