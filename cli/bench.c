@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "env_path.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/policy.h"
@@ -278,7 +279,8 @@ static int parse_memory(const char *name, const char *a, uint64_t *out) {
 }
 
 /* The cache directory (root must not use one that others can write), the compiler
- * (when a kernel is a source) and the sandbox policies of a local batch. */
+ * (when a kernel is a source), the sandbox policies and the worker binary of a local
+ * batch (a $KCAGE_WORKER others could change is refused here, not once per kernel). */
 static int preflight(const kc_bench_config *cfg, const char *const *kernels, size_t nk,
                      kc_error *err) {
   bool sources = false;
@@ -301,7 +303,8 @@ static int preflight(const kc_bench_config *cfg, const char *const *kernels, siz
       return -1;
     kc_policy_free(p);
   }
-  return 0;
+  const char *worker;
+  return kc_env_path("KCAGE_WORKER", KC_ENV_FILE, &worker, err);
 }
 
 /* A batch refused for what the caller gave it (a path, --args, the reference), rather

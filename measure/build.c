@@ -18,10 +18,10 @@
 
 #include <nettle/sha2.h>
 
-#include "build_fs.h"
 #include "clock.h"
 #include "fdio.h"
 #include "kcage/cleanup.h"
+#include "safe_fs.h"
 
 /* Paths are built from directories whose length was checked when they were made; a
  * truncated name fails at open(), never silently. */

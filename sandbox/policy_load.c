@@ -1,7 +1,9 @@
 /* Finding a policy by name: $KCAGE_POLICY_DIR, then kcage's own policies (the source
  * tree when running from a build directory, else the installed copy next to the
- * binary: install_dirs.c).  A value with a '/' or ending in ".policy" is a path and is
- * read as given. */
+ * binary: install_dirs.c).  $KCAGE_POLICY_DIR and the policy found there are used only
+ * when nobody but root and the caller can change them (env_path.h): a policy is the
+ * sandbox.  A value with a '/' or ending in ".policy" is a path and is read as given. */
+#include "env_path.h"
 #include "install_dirs.h"
 #include "policy_internal.h"
 #include "sysname.h"
@@ -33,14 +35,20 @@ int kc_policy_resolve(const char *name, char *path, size_t len, kc_error *err) {
   char own[4096] = "";
   if (kc_install_dir_get(KC_DIR_POLICIES, own, sizeof own) < 0)
     own[0] = '\0';
-  const char *dirs[] = {getenv("KCAGE_POLICY_DIR"), own};
+  const char *env = NULL;
+  if (kc_env_path("KCAGE_POLICY_DIR", KC_ENV_DIR, &env, err) < 0)
+    return kc_error_prefix(err, "policy %s", name);
+  const char *dirs[] = {env, own};
   for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
     if (!dirs[i] || !*dirs[i])
       continue;
     if ((size_t)snprintf(path, len, "%s/%s.policy", dirs[i], name) >= len)
       continue;
-    if (access(path, R_OK) == 0)
-      return 0;
+    if (access(path, R_OK) != 0)
+      continue;
+    if (dirs[i] == env && kc_env_path_file("KCAGE_POLICY_DIR", path, err) < 0)
+      return kc_error_prefix(err, "policy %s", name);
+    return 0;
   }
   return kc_error_set(err, ENOENT, "policy %s: not found in $KCAGE_POLICY_DIR or %s", name,
                       own[0] ? own : "(kcage's own policy directory: unknown)");

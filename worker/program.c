@@ -5,12 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "env_path.h"
 #include "worker_internal.h"
 
 /* kcage-worker zygote FD [--policy NAME] [--fs] [--ro-bind|--bind SRC:DST]...
  * [--tmpfs DST[:SIZE]]... [--python LIBPYTHON BOOT_SOURCE] */
 int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
   kc_handlers_set_builtins(builtins);
+  /* The kcage that started us checked $KCAGE_POLICY_DIR before the exec; inside the
+   * pool's user namespace ownership reads as the overflow id and cannot be checked. */
+  kc_env_path_checked_by_parent();
   if (argc < 3 || strcmp(argv[1], "zygote")) {
     fprintf(stderr, "kcage-worker: started by the kcage library only\n");
     return 2;

@@ -121,7 +121,9 @@ int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *e
 void kc_zygote_stop(kc_zygote *z);
 /* A slot zygote forked from z (see zygote.c): a kc_zygote of its own. */
 int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err);
-const char *kc_worker_binary(const kc_worker_opts *o);
+/* The kcage-worker to exec: o->worker_path, a checked $KCAGE_WORKER, or the one next to
+ * kcage; -1 when $KCAGE_WORKER names a file others could change. */
+int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err);
 
 /* worker.c: used by the pool, which shares one zygote between its workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,

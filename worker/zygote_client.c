@@ -19,6 +19,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "env_path.h"
 #include "install_dirs.h"
 #include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
@@ -33,16 +34,21 @@ static void find_worker(void) {
     snprintf(worker_path, sizeof worker_path, "%s/kcage-worker", dir);
 }
 
-const char *kc_worker_binary(const kc_worker_opts *o) {
-  if (o && o->worker_path)
-    return o->worker_path;
-  const char *e = getenv("KCAGE_WORKER");
-  if (e && *e)
-    return e;
+int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err) {
+  if (o && o->worker_path) {
+    *out = o->worker_path;
+    return 0;
+  }
+  /* every sandbox runs this binary: only from a place nobody else can write */
+  if (kc_env_path("KCAGE_WORKER", KC_ENV_FILE, out, err) < 0)
+    return -1;
+  if (*out)
+    return 0;
   /* Next to this binary or library (install_dirs.c); found once, never changes. */
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   pthread_once(&once, find_worker);
-  return worker_path[0] ? worker_path : "kcage-worker (not found next to kcage)";
+  *out = worker_path[0] ? worker_path : "kcage-worker (not found next to kcage)";
+  return 0;
 }
 
 /* One empty network namespace with loopback up per process, joined by every zygote: a
@@ -178,7 +184,9 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   static _Atomic int reaped;
   if (!atomic_exchange(&reaped, 1))
     kc_cgroup_reap_stale(NULL);
-  const char *bin = kc_worker_binary(o);
+  const char *bin;
+  if (kc_worker_binary(o, &bin, err) < 0)
+    return kc_error_prefix(err, "zygote");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
   bool as_root = geteuid() == 0;
   int netns = sandboxed ? shared_netns() : -1;

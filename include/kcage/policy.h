@@ -70,7 +70,9 @@ int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
 /* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
 bool kc_policy_is_path(const char *name_or_path);
 /* The file kc_policy_load would read: a path as given, else NAME.policy in
- * $KCAGE_POLICY_DIR, then in kcage's own policies: <datadir>/kcage/policies relative
+ * $KCAGE_POLICY_DIR (an error, not a fall-through, when someone other than root and
+ * the caller could change that directory or the file found in it), then in kcage's
+ * own policies: <datadir>/kcage/policies relative
  * to where the library or binary is installed (the source tree's policies/ only for
  * a binary that runs from its build directory). */
 int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);

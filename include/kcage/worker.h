@@ -162,8 +162,9 @@ typedef struct kc_worker_opts {
   size_t max_arg_bytes;    /* largest request payload; 0 = 1 MiB */
   size_t max_result_bytes; /* largest result payload; 0 = 1 MiB */
   kc_isolation isolation;
-  const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER, then the
-                              one next to kcage (<libexecdir>/kcage, relative to
+  const char *worker_path; /* kcage-worker binary; NULL = $KCAGE_WORKER (refused
+                              unless only root and the caller can change it), then
+                              the one next to kcage (<libexecdir>/kcage, relative to
                               the installed binary or library; the build dir for a
                               binary that runs from it) */
   /* An embedded CPython for the "python" handler (the Python package's workers):

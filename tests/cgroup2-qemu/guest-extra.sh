@@ -43,7 +43,8 @@ case_ ok ok - -- /payload hostile ok
 case_ memory memory - --memory 32M -- /payload hostile memory
 case_ cpu timeout limit=cpu --time 0.5 -- /payload hostile spin
 case_ wall timeout limit=wall --wall 0.5 -- /payload hostile sleep
-case_ pids pids - --pids 16 -- /payload hostile forkbomb
+# (the bomb's parent spins on the refused fork: --wall ends it, the pids verdict wins)
+case_ pids pids - --pids 16 --wall 3 -- /payload hostile forkbomb
 case_ output output - --output 64K -- /payload hostile flood
 case_ segfault signaled - -- /payload hostile segv
 case_ daemon ok - -- /payload hostile daemon

@@ -2,7 +2,7 @@
 # Boot a Debian bookworm kernel under qemu (TCG) with cgroup v1 disabled and run the
 # cgroup limit cases through kcage's pure-v2 code path (reference/environment.md §4.1).
 #
-#   run.sh WORKDIR PAYLOAD [KCAGE POLICY_DIR]
+#   run.sh WORKDIR PAYLOAD [KCAGE POLICY_DIR [WORKER KERNELS]]
 #
 # WORKDIR  scratch + cache (the kernel is downloaded once and kept in WORKDIR/cache;
 #          $KCAGE_QEMU_CACHE overrides the cache directory).
@@ -11,6 +11,10 @@
 # KCAGE    optional: the kcage binary; it is copied into the guest with its shared
 #          libraries and ld.so, with POLICY_DIR as /policies, and guest-extra.sh runs
 #          the hostile limit cases through `kcage run` ("KC2 ..." lines).
+# WORKER   optional, with KERNELS (a directory of example kernels built as .so, the guest
+#          has no compiler): kcage-worker, copied in the same way, and guest-rootless.sh
+#          runs kcage run and kcage bench as a plain user with and without a delegated
+#          cgroup ("KR2 ..." lines).
 #
 # What the host must offer is probed first: without root, qemu, busybox-static or a
 # kernel package that apt can fetch, the test is skipped (exit 77) with the reason on
@@ -21,6 +25,8 @@ work=$1
 payload=$2
 kcage=${4:+$3}
 policies=${4:-}
+worker=${6:+$5}
+kernels=${6:-}
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${KCAGE_QEMU_CACHE:-$work/cache}
 mkdir -p "$work" "$cache"
@@ -105,13 +111,26 @@ mkdir -p "$root/bin" "$root/dev" "$root/proc" "$root/sys" "$root/tmp"
 cp "$busybox" "$root/bin/busybox"
 cp "$payload" "$root/payload"
 chmod 755 "$root/payload"
-if [ -n "$kcage" ]; then
-  cp "$kcage" "$root/kcage"
-  # its shared libraries and the dynamic loader, at the paths ldd resolves them to
-  for lib in $(ldd "$kcage" | awk '/=> \//{print $3} /^[ \t]*\//{print $1}'); do
+# copy_in BINARY PATH: BINARY as /PATH, with its shared libraries and the dynamic
+# loader at the paths ldd resolves them to
+copy_in() {
+  mkdir -p "$root/$(dirname "$2")"
+  cp "$1" "$root/$2"
+  for lib in $(ldd "$1" | awk '/=> \//{print $3} /^[ \t]*\//{print $1}'); do
     mkdir -p "$root$(dirname "$lib")"
     cp -L "$lib" "$root$lib"
   done
+}
+# the libraries where the host has them: with a merged /usr, /lib is a link into it
+# (kcage bench trusts executable code from /usr only)
+for d in lib lib32 lib64; do
+  if [ -L "/$d" ]; then
+    mkdir -p "$root/usr/$d"
+    ln -s "usr/$d" "$root/$d"
+  fi
+done
+if [ -n "$kcage" ]; then
+  copy_in "$kcage" kcage
   mkdir -p "$root/policies" "$root/etc"
   cp "$policies"/*.policy "$root/policies/" 2>/dev/null || true
   echo 'root:x:0:0:root:/:/bin/sh' > "$root/etc/passwd"
@@ -119,6 +138,21 @@ if [ -n "$kcage" ]; then
   echo 'root:x:0:' > "$root/etc/group"
   cp "$here/guest-extra.sh" "$root/guest-extra.sh"
   chmod 755 "$root/guest-extra.sh"
+fi
+if [ -n "$worker" ]; then
+  # an installed kcage (/usr prefix) for the plain user: it finds its policies and
+  # worker from where it is, no environment variable involved
+  copy_in "$kcage" usr/bin/kcage
+  copy_in "$worker" usr/libexec/kcage/kcage-worker
+  mkdir -p "$root/usr/share/kcage/policies"
+  cp "$policies"/*.policy "$root/usr/share/kcage/policies/"
+  mkdir -p "$root/kernels"
+  cp "$kernels"/*.so "$root/kernels/"
+  # the plain user (no useradd in busybox: its passwd and group lines)
+  echo 'kcu:x:1000:1000:kcu:/home/kcu:/bin/sh' >> "$root/etc/passwd"
+  echo 'kcu:x:1000:' >> "$root/etc/group"
+  cp "$here/guest-rootless.sh" "$root/guest-rootless.sh"
+  chmod 755 "$root/guest-rootless.sh"
 fi
 cat > "$root/init" <<'EOF'
 #!/bin/busybox sh
@@ -149,6 +183,10 @@ if [ -x /guest-extra.sh ]; then
   /guest-extra.sh
   echo "EXTRA_EXIT=$?"
 fi
+if [ -x /guest-rootless.sh ]; then
+  /guest-rootless.sh
+  echo "ROOTLESS_EXIT=$?"
+fi
 poweroff -f
 EOF
 chmod 755 "$root/init"
@@ -166,12 +204,16 @@ timeout "${KCAGE_QEMU_TIMEOUT:-400}" qemu-system-x86_64 -accel tcg -cpu max -m 7
   </dev/null >"$console" 2>&1
 qrc=$?
 set -e
-tr -d '\r' < "$console" | grep -E '(GUEST_UP|^CG2 |^KC2 |^PAYLOAD_EXIT|^EXTRA_EXIT)' >&2 || true
+tr -d '\r' < "$console" | grep -aE '(GUEST_UP|^CG2 |^KC2 |^KR2 |^PAYLOAD_EXIT|^EXTRA_EXIT|^ROOTLESS_EXIT)' >&2 || true
 [ $qrc = 0 ] || { tail -40 "$console" >&2; die "qemu exited with $qrc (124 = timeout)"; }
 grep -q 'GUEST_UP' "$console" || die "guest did not start /init"
-tr -d '\r' < "$console" | grep -q '^CG2 MODE v2$' || die "guest did not detect pure cgroup v2"
-tr -d '\r' < "$console" | grep -qE '^CG2 DONE pass=[1-9][0-9]* fail=0$' || die "cgroup v2 cases failed"
+tr -d '\r' < "$console" | grep -aq '^CG2 MODE v2$' || die "guest did not detect pure cgroup v2"
+tr -d '\r' < "$console" | grep -aqE '^CG2 DONE pass=[1-9][0-9]* fail=0$' || die "cgroup v2 cases failed"
 if [ -n "$kcage" ]; then
-  tr -d '\r' < "$console" | grep -qE '^KC2 DONE pass=[1-9][0-9]* fail=0$' || die "kcage run cases failed in the guest"
+  tr -d '\r' < "$console" | grep -aqE '^KC2 DONE pass=[1-9][0-9]* fail=0$' || die "kcage run cases failed in the guest"
+fi
+if [ -n "$worker" ]; then
+  tr -d '\r' < "$console" | grep -aqE '^KR2 DONE pass=[1-9][0-9]* fail=0$' ||
+    die "kcage as a plain user failed in the guest"
 fi
 log "PASS"

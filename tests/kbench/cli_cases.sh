@@ -75,6 +75,37 @@ missing_compiler)
   # error record per kernel.
   WANT_RC=3 bad "compiler 'no-such-cc' not found" --cc no-such-cc --args "$small" "$ex/naive.c"
   ;;
+env_overrides)
+  # $KCAGE_WORKER and $KCAGE_POLICY_DIR replace what every sandbox rests on: a place
+  # someone else could change is refused up front, in one line (exit 3), never used and
+  # never silently skipped; a trusted one is used, and the use is logged.
+  worker=$(dirname "$kcage")/kcage-worker
+  chmod 0755 "$tmp" # (the pool's ids must reach the worker's copy)
+  mkdir -m 0777 "$tmp/open" "$tmp/mine" && chmod 0777 "$tmp/open" && chmod 0755 "$tmp/mine"
+  cp "$worker" "$tmp/open/kcage-worker" && cp "$worker" "$tmp/mine/kcage-worker" || exit 1
+  KCAGE_WORKER=$tmp/open/kcage-worker WANT_RC=3 \
+    bad "[$]KCAGE_WORKER: $tmp/open: writable by others" --args "$small" "$ex/naive.c"
+  chmod 0666 "$tmp/mine/kcage-worker"
+  KCAGE_WORKER=$tmp/mine/kcage-worker WANT_RC=3 \
+    bad "[$]KCAGE_WORKER: $tmp/mine/kcage-worker: writable by others" --args "$small" "$ex/naive.c"
+  chmod 0755 "$tmp/mine/kcage-worker"
+  cp "$ex/../../policies/"*.policy "$tmp/open/" || exit 1
+  KCAGE_POLICY_DIR=$tmp/open WANT_RC=3 \
+    bad "[$]KCAGE_POLICY_DIR: $tmp/open: writable by others" --args "$small" "$ex/naive.c"
+  KCAGE_POLICY_DIR=$tmp/open "$kcage" run -- /bin/true 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err"
+  [[ $rc == 125 ]] && grep -q 'KCAGE_POLICY_DIR.*writable by others' "$tmp/err" || exit 1
+  # (a worker copied elsewhere finds no policies of its own: both variables)
+  mkdir -m 0755 "$tmp/pol" && cp "$tmp/open/"*.policy "$tmp/pol/" || exit 1
+  KCAGE_WORKER=$tmp/mine/kcage-worker KCAGE_POLICY_DIR=$tmp/pol "$kcage" bench --args "$small" \
+    --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err" "$tmp/r.jsonl"
+  [[ $rc == 0 ]] && grep -q '"status": *"ok"' "$tmp/r.jsonl" &&
+    grep -q "KCAGE_WORKER=$tmp/mine/kcage-worker in use" "$tmp/err" &&
+    grep -q "KCAGE_POLICY_DIR=$tmp/pol in use" "$tmp/err"
+  ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
 json_lines)

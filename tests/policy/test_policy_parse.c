@@ -377,6 +377,43 @@ static void test_lookup(void **state) {
   assert_non_null(strstr(path, "/policies/measure.policy"));
 }
 
+/* $KCAGE_POLICY_DIR is a policy, so a sandbox: a directory or policy that someone
+ * other than root and the caller could change is refused, never skipped. */
+static void test_lookup_untrusted_dir(void **state) {
+  (void)state;
+  put("loose.policy", "namespaces none\n");
+  setenv("KCAGE_POLICY_DIR", dir, 1);
+  kc_policy *p = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_policy_load("loose", &p, &err), 0);
+  kc_policy_free(p);
+
+  assert_int_equal(chmod(dir, 0777), 0); /* anyone may plant a policy */
+  assert_int_equal(kc_policy_load("loose", &p, &err), -1);
+  assert_non_null(strstr(err.msg, "$KCAGE_POLICY_DIR"));
+  assert_non_null(strstr(err.msg, "writable by others"));
+  /* refused even for a name only kcage's own directory has */
+  assert_int_equal(kc_policy_load("exec", &p, &err), -1);
+  assert_int_equal(chmod(dir, 0755), 0);
+
+  char f[128];
+  snprintf(f, sizeof f, "%s/loose.policy", dir);
+  assert_int_equal(chmod(f, 0666), 0); /* the policy itself writable by anyone */
+  assert_int_equal(kc_policy_load("loose", &p, &err), -1);
+  assert_non_null(strstr(err.msg, "loose.policy: writable by others"));
+  assert_int_equal(chmod(f, 0644), 0);
+
+  if (geteuid() == 0) { /* another user's directory */
+    assert_int_equal(chown(dir, 4242, 4242), 0);
+    assert_int_equal(kc_policy_load("loose", &p, &err), -1);
+    assert_non_null(strstr(err.msg, "owned by uid 4242"));
+    assert_int_equal(chown(dir, 0, 0), 0);
+  }
+  assert_int_equal(kc_policy_load("loose", &p, &err), 0);
+  kc_policy_free(p);
+  unsetenv("KCAGE_POLICY_DIR");
+}
+
 static void test_classify_and_names(void **state) {
   (void)state;
   char buf[48];
@@ -416,6 +453,7 @@ int main(void) {
       cmocka_unit_test(test_shipped_profiles),
       cmocka_unit_test(test_dump_round_trip),
       cmocka_unit_test(test_lookup),
+      cmocka_unit_test(test_lookup_untrusted_dir),
       cmocka_unit_test(test_classify_and_names),
   };
   return cmocka_run_group_tests(tests, setup, teardown);

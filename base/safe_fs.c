@@ -1,11 +1,12 @@
-/* Root-safe directories for the build cache and scratch space.
+/* Root-safe directories for the build cache and scratch space, and the check of a file
+ * kcage would run or load from a place it was told about (an environment variable).
  *
  * kcage bench runs as root and hands files to sandboxes whose host uid is not root.
  * A directory someone else can write is one where a symbolic link can appear between
  * a check and a use, so root refuses such a directory outright, walks every path from
  * "/" with O_NOFOLLOW checking each step, and below a checked directory uses only
  * *at() calls on its fd. */
-#include "build_fs.h"
+#include "safe_fs.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -27,11 +28,11 @@ static int check_dir(int fd, const char *shown, bool last, kc_dir_use use, kc_er
   if (!S_ISDIR(st.st_mode))
     return kc_error_set(err, ENOTDIR, "%s", shown);
   uid_t me = geteuid();
-  bool own = last && use == KC_DIR_OWN;
+  bool own = last && use == KC_DIR_OWN, strict = own || (last && use == KC_DIR_TRUSTED);
   if (own ? st.st_uid != me : st.st_uid != me && st.st_uid != 0)
     return kc_error_set(err, 0, "%s: owned by uid %u, not by uid %u: refusing to use it", shown,
                         (unsigned)st.st_uid, (unsigned)me);
-  if ((st.st_mode & 022) && (own || !(st.st_mode & S_ISVTX)))
+  if ((st.st_mode & 022) && (strict || !(st.st_mode & S_ISVTX)))
     return kc_error_set(err, 0, "%s: writable by others (mode %04o): refusing to use it", shown,
                         (unsigned)(st.st_mode & 07777));
   return 0;
@@ -126,6 +127,34 @@ int kc_safe_dir_open(const char *path, kc_dir_use use, bool create, char *resolv
   if (resolved && snprintf(resolved, rlen, "%s", shown) >= (int)rlen)
     return kc_error_set(err, ENAMETOOLONG, "%s", shown);
   return kc_steal_fd(fd);
+}
+
+int kc_trusted_file_check(const char *path, kc_error *err) {
+  char real[PATH_MAX];
+  if (!path || !*path)
+    return kc_error_set(err, EINVAL, "empty file name");
+  if (!realpath(path, real))
+    return kc_error_set(err, errno, "%s", path);
+  char *slash = strrchr(real, '/');
+  *slash = '\0';
+  kc_cleanup_close int dir =
+      kc_safe_dir_open(real[0] ? real : "/", KC_DIR_TRUSTED, false, NULL, 0, err);
+  *slash = '/';
+  if (dir < 0)
+    return -1;
+  kc_cleanup_close int fd = openat(dir, slash + 1, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  struct stat st;
+  if (fd < 0 || fstat(fd, &st) < 0)
+    return kc_error_set(err, errno, "%s", real);
+  if (!S_ISREG(st.st_mode))
+    return kc_error_set(err, 0, "%s: not a regular file: refusing it", real);
+  if (st.st_uid != 0 && st.st_uid != geteuid())
+    return kc_error_set(err, 0, "%s: owned by uid %u, not by root or uid %u: refusing it", real,
+                        (unsigned)st.st_uid, (unsigned)geteuid());
+  if (st.st_mode & 022)
+    return kc_error_set(err, 0, "%s: writable by others (mode %04o): refusing it", real,
+                        (unsigned)(st.st_mode & 07777));
+  return 0;
 }
 
 int kc_safe_subdir(int dirfd, const char *name, const char *shown, kc_error *err) {

@@ -1,8 +1,8 @@
-/* Directories that root may write into and read back from: the build cache and the
- * build's scratch space.  Everything below a checked directory is opened relative to
- * its fd, never following a symbolic link. */
-#ifndef KCAGE_BUILD_FS_H
-#define KCAGE_BUILD_FS_H
+/* Directories that root may write into and read back from (the build cache and the
+ * build's scratch space), or load code and policies from.  Everything below a checked
+ * directory is opened relative to its fd, never following a symbolic link. */
+#ifndef KCAGE_SAFE_FS_H
+#define KCAGE_SAFE_FS_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -11,8 +11,10 @@
 #include "kcage/error.h"
 
 typedef enum kc_dir_use {
-  KC_DIR_OWN,    /* must be the caller's own and writable by nobody else (the cache) */
-  KC_DIR_SHARED, /* may be a sticky shared directory such as /tmp (the scratch parent) */
+  KC_DIR_OWN,     /* must be the caller's own and writable by nobody else (the cache) */
+  KC_DIR_SHARED,  /* may be a sticky shared directory such as /tmp (the scratch parent) */
+  KC_DIR_TRUSTED, /* root's or the caller's, writable by nobody else, sticky or not: a
+                     directory kcage runs or loads files from */
 } kc_dir_use;
 
 /* Opens PATH (O_PATH) after checking every directory on the way: owned by root or the
@@ -21,6 +23,11 @@ typedef enum kc_dir_use {
  * `resolved` (may be NULL).  Errors are one line naming the directory. */
 int kc_safe_dir_open(const char *path, kc_dir_use use, bool create, char *resolved, size_t rlen,
                      kc_error *err);
+
+/* A regular file that nobody but root and the caller can change: PATH's symbolic links
+ * resolved, its directories walked as KC_DIR_TRUSTED, the file owned by root or the
+ * caller and writable by nobody else.  Errors are one line naming the file. */
+int kc_trusted_file_check(const char *path, kc_error *err);
 
 /* NAME inside the checked DIRFD, made when missing, held to KC_DIR_OWN's rules. */
 int kc_safe_subdir(int dirfd, const char *name, const char *shown, kc_error *err);
