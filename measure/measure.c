@@ -191,88 +191,26 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   return 0;
 }
 
-/* A timed round's outputs must be what they are in an ordinary program: freshly
- * written memory, in the cache, when a call writes it.  One output area for a whole
- * round of large outputs is out of the cache long before its last calls, and each
- * call's writes would be timed with the memory traffic of fetching it.  So the round
- * runs in chunks of calls whose outputs fit KC_CHUNK_BYTES: between two chunks, the
- * worker stopped, the parent reads the chunk's outputs and poisons the area again
- * itself (the worker runs nothing but timed calls once the round's inputs exist).  The
- * calls continue the round's sets and input views from chunk to chunk, and which calls
- * the reference judges is still drawn after the last one.  Outputs beyond
- * KC_CHUNK_MAX_REGION are beyond any cache anyway, and --flush-cache wants them cold. */
-#define KC_CHUNK_BYTES (1ull << 20)
-#define KC_CHUNK_MAX_REGION (64ull << 20)
-static uint64_t chunk_calls(const kc_mctx *x, uint64_t number, bool timed) {
-  uint64_t region = kc_args_region_bytes(x->spec, true);
-  if (!timed || x->flush_cache || !region || region > KC_CHUNK_MAX_REGION)
-    return number;
-  uint64_t c = KC_CHUNK_BYTES / region;
-  c = c ? c : 1;
-  return c < number ? c : number;
-}
-
-/* The parent poisons the chunk's regions, the worker stopped: call i's region holds
- * kc_poison_word(poison_seed, i), as PREPARE would have left it. */
-static int poison_chunk(const kc_round_view *v, unsigned char *buf, kc_error *err) {
-  for (uint64_t j = 0; j < v->count; j++) {
-    kc_poison_fill(buf, (size_t)v->region, kc_poison_word(v->poison_seed, v->first + j));
-    if (kc_observe_write(v->pid, v->base + j * v->region, buf, (size_t)v->region, err) < 0)
-      return -1;
-  }
-  return 0;
-}
-
-/* One timed request: the chunk's calls, the worker stopped before and after.  *dt: the
- * parent's clock, request published -> completion seen.  1 passed, 0 status set, -1
- * parent error. */
-static int run_chunk(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, double expect_s, double *dt,
-                     kc_error *err) {
-  const char *what = v->timed ? "timed run" : "verify";
-  int64_t cpu0 = kc_observe_cpu_ns(v->pid);
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                     .op = KC_MOP_RUN,
-                     .number = v->count,
-                     .n_sets = v->n_sets,
-                     .flags = KC_MRUN_AREA,
-                     .first_call = v->first};
-  kc_mcall c;
-  const char *limit;
-  double left = limit_for(x, x->call_s * (double)v->count, &limit);
-  *dt = 0;
-  if (left <= 0) {
-    kc_observe_cont(v->pid);
-    timed_out(x, m, limit, what);
-    return 0;
-  }
-  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
-    return -1;
-  *dt = c.elapsed_s > 0 ? c.elapsed_s : 0;
-  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
-  if (c.status == KC_MCALL_TIMEOUT)
-    timed_out(x, m, limit, what);
-  if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v->pid)) {
-    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
-    ok = false;
-  }
-  kc_mcall_clear(&c);
-  if (!ok)
-    return 0;
-  int r = check_cpu(m, v->pid, cpu0, *dt, what);
-  return r > 0 ? kc_verify_chunk(x, m, v, err) : r;
-}
-
-/* PREPARE (and --flush-cache) for a round whose chunks have `chunk` calls: the view of
- * the worker's area.  1 done, 0 status set, -1 parent error. */
-static int prepare(kc_mctx *x, kc_kmeasure *m, uint64_t chunk, bool timed, uint64_t *st,
-                   kc_round_view *v, kc_error *err) {
+/* One round (see the top of this file).  *dt: the parent's clock, request published
+ * -> completion seen, for `want` calls.  1 passed, 0 status set, -1 parent error.
+ *
+ * A timed round of one call would hold no near-copy, and a memoiser keyed on a sample
+ * of the input would meet one only in the untimed round, where a sample that happens
+ * to cover a changed element lets it through: such a round makes a second call, on the
+ * near-copy of the first one's input, and its time is the mean of the two. */
+static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, double expect_s,
+                      uint64_t *st, double *dt, kc_error *err) {
+  uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
+  expect_s *= (double)number / (double)want;
+  uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
+                          : (uint32_t)(number < x->n_sets ? number : x->n_sets);
   const char *what = timed ? "timed run" : "verify";
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
-  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, chunk, pseed};
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
   kc_mreply_prepare rep;
-  uint64_t area = chunk * kc_args_region_bytes(x->spec, true);
+  uint64_t area = number * kc_args_region_bytes(x->spec, true);
   int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
   if (r <= 0)
     return r;
@@ -285,60 +223,49 @@ static int prepare(kc_mctx *x, kc_kmeasure *m, uint64_t chunk, bool timed, uint6
     if ((r = untimed(x, m, &f, 8, untimed_limit(x, area), NULL, 0, "flush", err)) <= 0)
       return r;
   }
-  v->pid = kc_mrunner_pid(x->runner);
-  v->base = rep.base;
-  v->region = rep.region;
-  v->poison_seed = pseed;
-  v->timed = timed;
-  v->dup = UINT32_MAX;
-  return 1;
-}
-
-/* One round (see the top of this file).  *dt: the parent's clock, summed over the
- * round's requests, for `number` calls.  1 passed, 0 status set, -1 parent error.
- *
- * A timed round of one call would hold no near-copy, and a memoiser keyed on a sample
- * of the input would meet one only in the untimed round, where a sample that happens
- * to cover a changed element lets it through: such a round makes a second call, on the
- * near-copy of the first one's input, and its time is the mean of the two. */
-static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, double expect_s,
-                      uint64_t *st, double *dt, kc_error *err) {
-  uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
-  expect_s *= (double)number / (double)want;
-  uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
-                          : (uint32_t)(number < x->n_sets ? number : x->n_sets);
-  uint64_t chunk = chunk_calls(x, number, timed);
-  kc_round_view v = {.number = number, .n_sets = n_sets};
-  int r = prepare(x, m, chunk, timed, st, &v, err);
-  if (r <= 0)
-    return r;
-  kc_cleanup_free unsigned char *keep = NULL, *poison = NULL;
-  if (chunk < number) {
-    keep = malloc((size_t)(n_sets * v.region));
-    poison = malloc((size_t)v.region);
-    if (!keep || !poison)
-      return kc_error_set(err, ENOMEM, "the outputs of a round");
-    v.keep = keep;
-  }
+  kc_round_view v = {.pid = kc_mrunner_pid(x->runner),
+                     .base = rep.base,
+                     .region = rep.region,
+                     .number = number,
+                     .n_sets = n_sets,
+                     .poison_seed = pr.poison_seed,
+                     .timed = timed};
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
   v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
                           x->data_seed, x->round++, x->flush_cache);
-  *dt = 0;
-  for (uint64_t first = 0; first < number; first += chunk) {
-    v.first = first;
-    v.count = number - first < chunk ? number - first : chunk;
-    if (poison && poison_chunk(&v, poison, err) < 0)
-      return -1;
-    double t;
-    r = run_chunk(x, m, &v, expect_s * (double)v.count / (double)number, &t, err);
-    *dt += t;
-    if (r <= 0)
-      return r;
+  int64_t cpu0 = kc_observe_cpu_ns(v.pid);
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = number,
+                     .n_sets = n_sets,
+                     .flags = KC_MRUN_AREA};
+  kc_mcall c;
+  const char *limit;
+  double left = limit_for(x, x->call_s * (double)number, &limit);
+  if (left <= 0) {
+    kc_observe_cont(v.pid);
+    timed_out(x, m, limit, what);
+    return 0;
   }
-  *dt *= (double)want / (double)number;
-  r = kc_verify_reference(x, m, &v, st, err);
+  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
+    return -1;
+  double wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  *dt = wall * (double)want / (double)number;
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
+  if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v.pid)) {
+    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    ok = false;
+  }
+  kc_mcall_clear(&c);
+  if (!ok)
+    return 0;
+  r = check_cpu(m, v.pid, cpu0, wall, what);
+  if (r > 0)
+    r = kc_verify_round(x, m, &v, st, err);
   if (r > 0 && timed)
     m->timed_calls += number;
   kc_observe_cont(v.pid);

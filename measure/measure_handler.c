@@ -393,11 +393,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     return -1;
   }
   fault_armed = 1;
-  /* Where a round split into several requests would be at call first_call: the set,
-   * and the pass over the sets (each pass reads them through the next view). */
-  uint64_t start = req->first_set + req->first_call;
-  uint32_t set = (uint32_t)(start % n_sets);
-  size_t view = (size_t)(start / n_sets % s->n_views) * s->in_stride;
+  uint32_t set = req->first_set;
+  size_t view = 0; /* byte offset of this pass's view of the inputs */
   for (uint64_t i = 0; i < req->number; i++) {
     unsigned char *o;
     DLTensor *args = &s->live[set * n];

@@ -52,18 +52,14 @@ typedef struct kc_mreq_run {
   uint32_t n_checks;  /* calls whose outputs come back */
   uint64_t poison_seed;
   uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
-  uint32_t n_sets;     /* sets the calls rotate through; 0 = all the inputs file holds */
-  uint32_t flags;      /* KC_MRUN_AREA */
-  uint64_t first_call; /* this request's calls continue a round at call first_call: call i
-                          uses set (first_set + first_call + i) % n_sets, and the input
-                          view that call of the round would use */
+  uint32_t n_sets; /* sets the calls rotate through; 0 = all the inputs file holds */
+  uint32_t flags;  /* KC_MRUN_AREA */
 } kc_mreq_run;
 
-/* Call i writes region i of the output area that the last PREPARE poisoned (or that the
- * parent poisoned since, the worker stopped), and the calls themselves touch nothing
- * else: the parent reads every call's output from outside once the request is over.  Without it
- * (the reference, tests) each set has one output region, poisoned before every call, and only
- * `checks` come back. */
+/* Call i writes region i of the output area that the last PREPARE poisoned, and the
+ * calls themselves touch nothing else: the parent reads every call's output from
+ * outside once the round is over.  Without it (the reference, tests) each set has one
+ * output region, poisoned before every call, and only `checks` come back. */
 #define KC_MRUN_AREA 1u
 
 typedef struct kc_mreq_prepare {
@@ -161,8 +157,6 @@ void kc_observe_cont(pid_t pid);
 double kc_observe_cont_arrived(pid_t pid);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
-/* Write into its memory (while it is stopped: the parent re-poisons outputs itself). */
-int kc_observe_write(pid_t pid, uint64_t addr, const void *buf, size_t len, kc_error *err);
 
 /* The process that answers the next call (0 when none is running yet). */
 pid_t kc_mrunner_pid(kc_mrunner *r);

@@ -89,31 +89,21 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
 uint32_t kc_round_inputs(const kc_args_spec *a, unsigned char *map, uint64_t in_region,
                          uint32_t n_sets, uint64_t seed, uint64_t round, bool flush);
 
-/* A round as the parent sees it, the worker stopped.  A timed round may run as several
- * requests (chunks), each writing the same output area again: the parent reads each
- * chunk's outputs before the next one, and keeps its own copy of the first call of
- * every set (what later calls of the set must equal, and what the reference judges). */
+/* A finished round as the parent sees it, the worker stopped. */
 typedef struct kc_round_view {
   pid_t pid;
-  uint64_t base, region; /* the area: the chunk's call first + j writes region j */
-  uint64_t number;       /* calls in the whole round */
-  uint64_t first, count; /* this chunk's calls */
-  uint32_t n_sets;       /* call i used set i % n_sets */
-  uint32_t dup;          /* the near-copy of set 0, or UINT32_MAX */
-  uint64_t poison_seed;  /* call i's region held kc_poison_word(poison_seed, i) */
+  uint64_t base, region; /* call i's outputs: region bytes at base + i * region */
+  uint64_t number;
+  uint32_t n_sets; /* call i used set i % n_sets */
+  uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
+  uint64_t poison_seed;
   bool timed;
-  unsigned char *keep; /* n_sets regions, the first call of each set; NULL: one chunk, read
-                          from the area */
-  uint32_t must[KC_MPROTO_MAX_CHECKS / 2]; /* sets the reference must judge */
-  uint32_t n_must;
 } kc_round_view;
 
-/* measure_verify.c: 1 passed, 0 the kernel's status was set, -1 a parent failure (err).
- * kc_verify_chunk: every output of the chunk written, calls of the same input equal;
- * kc_verify_reference, once the round is over: sets drawn now compared with the
- * reference. */
-int kc_verify_chunk(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, kc_error *err);
-int kc_verify_reference(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t *st, kc_error *err);
+/* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent
+ * failure (err). */
+int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+                    kc_error *err);
 
 /* measure_audit.c.  0 fine; -1 refused (msg says why: status `suspicious`); -2 the
  * audit could not be made (msg: status `error`). */

@@ -99,21 +99,3 @@ int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *e
   }
   return 0;
 }
-
-int kc_observe_write(pid_t pid, uint64_t addr, const void *buf, size_t len, kc_error *err) {
-  const unsigned char *p = buf;
-  while (len) {
-    struct iovec l = {(void *)(uintptr_t)p, len}, r = {(void *)(uintptr_t)addr, len};
-    ssize_t n = process_vm_writev(pid, &l, 1, &r, 1, 0);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0)
-      return kc_error_set(err, n < 0 ? errno : EFAULT,
-                          "write %zu bytes of the worker's memory at %#llx", len,
-                          (unsigned long long)addr);
-    p += n;
-    addr += (uint64_t)n;
-    len -= (size_t)n;
-  }
-  return 0;
-}

@@ -76,95 +76,77 @@ static bool poison_partly(const unsigned char *p, uint64_t len, uint64_t word) {
   return false;
 }
 
-/* Read region j of the area (call v->first + j).  1 read, 0 the worker's memory is not
- * there (its own doing: status set), -1 the parent cannot read it at all. */
-static int read_region(const kc_round_view *v, kc_kmeasure *m, uint64_t j, unsigned char *buf,
-                       kc_error *err) {
-  if (kc_observe_read(v->pid, v->base + j * v->region, buf, v->region, err) == 0)
+/* Read call i's output region.  1 read, 0 the worker's memory is not there (its own
+ * doing: status set), -1 the parent cannot read it at all. */
+static int read_call(const kc_round_view *v, kc_kmeasure *m, uint64_t i, unsigned char *buf,
+                     kc_error *err) {
+  if (kc_observe_read(v->pid, v->base + i * v->region, buf, v->region, err) == 0)
     return 1;
   if (err->code != EFAULT)
     return -1;
   kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
                      "the outputs of call %llu are gone from the worker's memory",
-                     (unsigned long long)(v->first + j));
+                     (unsigned long long)i);
   return 0;
 }
 
-/* The output of the first call of `set` (call `set` of the round): the parent's copy,
- * taken when its chunk was read, or (one chunk: v->first is 0) the area itself. */
-static int read_first(const kc_round_view *v, kc_kmeasure *m, uint32_t set, unsigned char *buf,
-                      kc_error *err) {
-  if (!v->keep)
-    return read_region(v, m, set, buf, err);
-  memcpy(buf, v->keep + (uint64_t)set * v->region, v->region);
-  return 1;
-}
-
-/* Call i's outputs (in cur) hold none of its poison: 1, or 0 with the status set.  An
- * output still all poison with the all-ones word may be honest: its set joins v->must. */
-static int check_written(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t i,
-                         const unsigned char *cur) {
-  const kc_args_spec *a = x->spec;
-  uint64_t word = kc_poison_word(v->poison_seed, i);
-  for (uint32_t t = 0; t < a->n; t++) {
-    const unsigned char *o = cur + kc_args_offset(a, t);
-    if (a->t[t].out && v->timed && !kc_poison_equal(o, a->t[t].nbytes, word) &&
-        poison_partly(o, a->t[t].nbytes, word)) {
-      kc_kmeasure_status(
-          m, KC_BENCH_SUSPICIOUS,
-          "timed run: the worker said the round was done while output %u of call %llu of %llu "
-          "was only partly written (it ended the round before finishing its work)",
-          t, (unsigned long long)i, (unsigned long long)v->number);
-      return 0;
-    }
-    if (!a->t[t].out || !kc_poison_equal(o, a->t[t].nbytes, word))
-      continue;
-    if (word == ~0ull && x->ref) {
-      /* All ones is also an honest answer (-1 everywhere, NaN): the reference decides,
-       * for the first few such sets; a kernel that skips the calls poisoned with all
-       * ones cannot tell which of them those are. */
-      uint32_t set = (uint32_t)(i % v->n_sets);
-      bool have = v->n_must == KC_MPROTO_MAX_CHECKS / 2;
-      for (uint32_t q = 0; q < v->n_must; q++)
-        have |= v->must[q] == set;
-      if (!have)
-        v->must[v->n_must++] = set;
-      continue;
-    }
-    if (v->timed)
-      kc_kmeasure_status(
-          m, KC_BENCH_SUSPICIOUS,
-          "timed run: the worker said the round was done, but output %u of call %llu of %llu "
-          "was never written (it skipped calls, or ended the round before finishing them)",
-          t, (unsigned long long)i, (unsigned long long)v->number);
-    else
-      kc_kmeasure_status(
-          m, KC_BENCH_SUSPICIOUS,
-          "verify: output %u is still the poison (the kernel skipped its work, or its result "
-          "depends on the output's old contents)",
-          t);
-    return 0;
-  }
-  return 1;
-}
-
-int kc_verify_chunk(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, kc_error *err) {
+/* Every output written; calls of the same input equal bit for bit. */
+static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint32_t *must,
+                          uint32_t *n_must, kc_error *err) {
   const kc_args_spec *a = x->spec;
   kc_cleanup_free unsigned char *cur = malloc(v->region ? v->region : 1);
   kc_cleanup_free unsigned char *first = malloc(v->region ? v->region : 1);
   if (!cur || !first)
     return kc_error_set(err, ENOMEM, "verify");
-  for (uint64_t j = 0; j < v->count; j++) {
-    uint64_t i = v->first + j;
-    int r = read_region(v, m, j, cur, err);
-    if (r <= 0 || (r = check_written(x, m, v, i, cur)) <= 0)
+  for (uint64_t i = 0; i < v->number; i++) {
+    int r = read_call(v, m, i, cur, err);
+    if (r <= 0)
       return r;
-    if (i < v->n_sets) {
-      if (v->keep)
-        memcpy(v->keep + i * v->region, cur, v->region);
-      continue;
+    uint64_t word = kc_poison_word(v->poison_seed, i);
+    for (uint32_t t = 0; t < a->n; t++) {
+      const unsigned char *o = cur + kc_args_offset(a, t);
+      if (a->t[t].out && v->timed && !kc_poison_equal(o, a->t[t].nbytes, word) &&
+          poison_partly(o, a->t[t].nbytes, word)) {
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "timed run: the worker said the round was done while output %u of call %llu of %llu "
+            "was only partly written (it ended the round before finishing its work)",
+            t, (unsigned long long)i, (unsigned long long)v->number);
+        return 0;
+      }
+      if (!a->t[t].out || !kc_poison_equal(o, a->t[t].nbytes, word))
+        continue;
+      if (word == ~0ull && x->ref) {
+        /* All ones is also an honest answer (-1 everywhere, NaN): the reference decides,
+         * for the first few such sets; a kernel that skips the calls poisoned with all
+         * ones cannot tell which of them those are. */
+        uint32_t set = (uint32_t)(i % v->n_sets);
+        if (*n_must == KC_MPROTO_MAX_CHECKS / 2)
+          continue;
+        bool have = false;
+        for (uint32_t q = 0; q < *n_must; q++)
+          have |= must[q] == set;
+        if (!have)
+          must[(*n_must)++] = set;
+        continue;
+      }
+      if (v->timed)
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "timed run: the worker said the round was done, but output %u of call %llu of %llu "
+            "was never written (it skipped calls, or ended the round before finishing them)",
+            t, (unsigned long long)i, (unsigned long long)v->number);
+      else
+        kc_kmeasure_status(
+            m, KC_BENCH_SUSPICIOUS,
+            "verify: output %u is still the poison (the kernel skipped its work, or its result "
+            "depends on the output's old contents)",
+            t);
+      return 0;
     }
-    r = read_first(v, m, (uint32_t)(i % v->n_sets), first, err);
+    if (i < v->n_sets)
+      continue;
+    r = read_call(v, m, i % v->n_sets, first, err);
     if (r <= 0)
       return r;
     for (uint32_t t = 0; t < a->n; t++) {
@@ -185,7 +167,8 @@ int kc_verify_chunk(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, kc_error *err)
 /* Which sets to compare: all of them in the untimed round; after a timed one, the sets
  * of calls drawn now (the kernel could not know them) plus the near-copy and its
  * original. */
-static uint32_t pick_sets(kc_mctx *x, const kc_round_view *v, uint64_t *st, uint32_t *sets) {
+static uint32_t pick_sets(kc_mctx *x, const kc_round_view *v, uint64_t *st, const uint32_t *must,
+                          uint32_t n_must, uint32_t *sets) {
   uint32_t n = 0;
   if (!v->timed) {
     for (uint32_t j = 0; j < v->n_sets && n < KC_MPROTO_MAX_CHECKS; j++)
@@ -193,8 +176,8 @@ static uint32_t pick_sets(kc_mctx *x, const kc_round_view *v, uint64_t *st, uint
     return n;
   }
   uint32_t want = x->checks ? x->checks : 1;
-  for (uint32_t q = 0; q < v->n_must; q++)
-    sets[n++] = v->must[q];
+  for (uint32_t q = 0; q < n_must; q++)
+    sets[n++] = must[q];
   if (v->dup != UINT32_MAX) {
     for (uint32_t j = 0, add = 0; j < 2; j++, add = 0) {
       uint32_t set = j ? v->dup : 0;
@@ -260,11 +243,10 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
                        "verify: output %u differs from the reference (max abs err %.3g)", t, e);
 }
 
-int kc_verify_reference(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t *st, kc_error *err) {
-  if (!x->ref)
-    return 1;
+static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+                           const uint32_t *must, uint32_t n_must, kc_error *err) {
   uint32_t sets[KC_MPROTO_MAX_CHECKS];
-  uint32_t n = pick_sets(x, v, st, sets);
+  uint32_t n = pick_sets(x, v, st, must, n_must, sets);
   kc_cleanup_free unsigned char *ref = malloc(n * v->region + 1);
   kc_cleanup_free unsigned char *got = malloc(v->region + 1);
   kc_cleanup_free unsigned char *got0 = malloc(v->region + 1);
@@ -280,11 +262,11 @@ int kc_verify_reference(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t *
     return -1;
   if (x->deadline > 0)
     x->deadline += kc_now_s() - t0;
-  int r = read_first(v, m, 0, got0, err);
+  int r = read_call(v, m, 0, got0, err);
   if (r <= 0)
     return r;
   for (uint32_t k = 0; k < n; k++) {
-    r = read_first(v, m, sets[k], got, err);
+    r = read_call(v, m, sets[k], got, err);
     if (r <= 0)
       return r;
     for (uint32_t t = 0; t < x->spec->n; t++) {
@@ -306,4 +288,13 @@ int kc_verify_reference(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t *
       m->checked_calls += v->number / v->n_sets + (sets[k] < v->number % v->n_sets);
   }
   return 1;
+}
+
+int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+                    kc_error *err) {
+  uint32_t must[KC_MPROTO_MAX_CHECKS / 2], n_must = 0;
+  int r = check_complete(x, m, v, must, &n_must, err);
+  if (r <= 0 || !x->ref)
+    return r;
+  return check_reference(x, m, v, st, must, n_must, err);
 }
