@@ -192,9 +192,16 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
 }
 
 /* One round (see the top of this file).  *dt: the parent's clock, request published
- * -> completion seen.  1 passed, 0 status set, -1 parent error. */
-static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, double expect_s,
+ * -> completion seen, for `want` calls.  1 passed, 0 status set, -1 parent error.
+ *
+ * A timed round of one call would hold no near-copy, and a memoiser keyed on a sample
+ * of the input would meet one only in the untimed round, where a sample that happens
+ * to cover a changed element lets it through: such a round makes a second call, on the
+ * near-copy of the first one's input, and its time is the mean of the two. */
+static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, double expect_s,
                       uint64_t *st, double *dt, kc_error *err) {
+  uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
+  expect_s *= (double)number / (double)want;
   uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
                           : (uint32_t)(number < x->n_sets ? number : x->n_sets);
   const char *what = timed ? "timed run" : "verify";
@@ -244,7 +251,8 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   }
   if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
     return -1;
-  *dt = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  double wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  *dt = wall * (double)want / (double)number;
   bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
   if (c.status == KC_MCALL_TIMEOUT)
     timed_out(x, m, limit, what);
@@ -255,7 +263,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t number, bool timed, d
   kc_mcall_clear(&c);
   if (!ok)
     return 0;
-  r = check_cpu(m, v.pid, cpu0, *dt, what);
+  r = check_cpu(m, v.pid, cpu0, wall, what);
   if (r > 0)
     r = kc_verify_round(x, m, &v, st, err);
   if (r > 0 && timed)

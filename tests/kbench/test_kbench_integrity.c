@@ -196,6 +196,32 @@ static void test_view(void **state) {
   json_decref(recs);
 }
 
+/* A memoiser keyed on a sample of the content, honest until the untimed round is over,
+ * in rounds of one call (--number 1, no growth): each timed round still holds a
+ * near-copy of its first input, so it is caught in every run, not only when the untimed
+ * round happens to fool its sample. */
+static void test_memo_one_call_rounds(void **state) {
+  (void)state;
+  kc_bench_config cfg;
+  init_cfg(&cfg, "f32[4096] f32[4096] f32[4096]:out");
+  cfg.reference = KC_HONEST_DIR "/vadd_f32.c";
+  cfg.number = 1;
+  cfg.min_repeat_ms = 0;
+  const char *k[] = {KC_PROBES_DIR "/late_memo.c", KC_PROBES_DIR "/late_memo.c",
+                     KC_PROBES_DIR "/late_memo.c", KC_PROBES_DIR "/late_memo.c",
+                     KC_PROBES_DIR "/late_memo.c"};
+  json_t *recs = run(&cfg, k, 5);
+  for (size_t i = 0; i < 5; i++) {
+    json_t *r = json_array_get(recs, i);
+    const char *st = json_string_value(json_object_get(r, "status"));
+    const char *msg = json_string_value(json_object_get(r, "message"));
+    printf("late_memo run %zu: %s  %s\n", i, st, msg ? msg : "");
+    assert_string_equal(st, "suspicious");
+    assert_non_null(strstr(msg, "timed run"));
+  }
+  json_decref(recs);
+}
+
 /* seed ("secret" unless given), isolation, and the verified calls out of the timed ones. */
 static void test_record_fields(void **state) {
   (void)state;
@@ -270,7 +296,7 @@ int main(void) {
       cmocka_unit_test(test_maps_lines), cmocka_unit_test(test_elf_segments),
       cmocka_unit_test(test_elf_real),   cmocka_unit_test(test_observe),
       cmocka_unit_test(test_view),       cmocka_unit_test(test_record_fields),
-      cmocka_unit_test(test_honest),
+      cmocka_unit_test(test_honest),     cmocka_unit_test(test_memo_one_call_rounds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
