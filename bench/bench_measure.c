@@ -151,7 +151,8 @@ static void part_fixed(void) {
   free(in);
   kc_mstate *s;
   char e[256];
-  if (kc_mstate_load(&s, br.artifact, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
+  if (kc_mstate_load(&s, br.artifact, KC_ABI_DLPACK, "kernel", inputs, FIXED_ARGS, 4, false, e,
+                     sizeof e) < 0) {
     fprintf(stderr, "bench_measure: %s\n", e);
     exit(1);
   }
@@ -273,7 +274,8 @@ static void part_interleaved(void) {
   kc_mcall_clear(&c);
   kc_mstate *s;
   char e[256];
-  if (kc_mstate_load(&s, art, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
+  if (kc_mstate_load(&s, art, KC_ABI_DLPACK, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) <
+      0) {
     fprintf(stderr, "bench_measure: %s\n", e);
     exit(1);
   }
