@@ -52,6 +52,16 @@ def _elementwise(te, tvm):
     return [a, b, honest], [a, b, wrong]
 
 
+def _calls_packed(te, tvm):
+    """A module that calls another packed function (TVM's runtime would find it)."""
+    a = te.placeholder((64,), "float32", name="A")
+    c = te.extern(
+        (64,), [a], lambda ins, outs: tvm.tirx.call_packed("my.fill", ins[0], outs[0]),
+        name="C", dtype="float32",
+    )
+    return [a, c]
+
+
 def _build(tvm, func, name, path, schedule=None):
     mod = func.with_attr("global_symbol", name)
     if schedule:
@@ -96,6 +106,9 @@ def modules(tmp_path_factory):
         ("ew_wrong", ew_wrong, "ew", None),
     ]:
         out[key] = _build(tvm, te.create_prim_func(args), name, str(d / (key + ".so")), sched)
+    out["packed"] = _build(
+        tvm, te.create_prim_func(_calls_packed(te, tvm)), "packed", str(d / "packed.so")
+    )
     return out
 
 
@@ -139,6 +152,22 @@ def test_honest_ok_and_wrong_detected(modules, tmp_path, prefix, entry, args):
     assert ok["max_abs_err"] <= 1e-3
     assert wrong["status"] == "wrong_result", wrong
     assert wrong["abi"] == "tvm-ffi"
+
+
+def test_parallel_module_runs_serially(modules):
+    """The parallel elementwise module asks its loader for a parallel launcher (the
+    worker serves a serial one): the honest test above ran through it."""
+    with open(modules["ew"], "rb") as f:
+        assert b"__TVMBackendParallelLaunch" in f.read()
+
+
+def test_module_needing_the_runtime_is_refused(modules, tmp_path):
+    recs = _sandbox_or_skip(*bench(
+        tmp_path, "--abi", "tvm-ffi", "--entry", "packed", "--args", "f32[64] f32[64]:out",
+        modules["packed"],
+    ))
+    r = recs["packed.so"]
+    assert r["status"] == "error" and "__TVMFFIFunctionCall" in r["message"], r
 
 
 def test_default_entry_is_main(modules, tmp_path):
