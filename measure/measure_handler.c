@@ -253,6 +253,10 @@ static int resolve_entry(kc_mstate *s, const char *entry, char *errbuf, size_t e
     }
     return 0;
   }
+  if (s->abi != KC_ABI_TVM_FFI) {
+    errf(errbuf, errcap, "error: unknown kernel ABI %d", (int)s->abi);
+    return -1;
+  }
   char sym[256];
   if (snprintf(sym, sizeof sym, KC_TVMFFI_SYMBOL_PREFIX "%s", entry) >= (int)sizeof sym) {
     errf(errbuf, errcap, "error: --entry is too long");
@@ -279,10 +283,6 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, kc_kernel_abi abi, con
   }
   kc_error err;
   s->abi = abi;
-  if (abi != KC_ABI_DLPACK && abi != KC_ABI_TVM_FFI) {
-    errf(errbuf, errcap, "error: unknown kernel ABI %d", (int)abi);
-    goto fail;
-  }
   if (kc_args_parse(args, &s->spec, &err) < 0) {
     errf(errbuf, errcap, "error: --args: %s", err.msg);
     goto fail;
