@@ -52,6 +52,15 @@ def _elementwise(te, tvm):
     return [a, b, honest], [a, b, wrong]
 
 
+def _two_stages(te):
+    """The honest elementwise op through an intermediate tensor: TVM allocates it with
+    TVMBackendAllocWorkspace (too large for the stack)."""
+    a = te.placeholder(EW, "float32", name="A")
+    b = te.placeholder(EW, "float32", name="B")
+    d = te.compute(EW, lambda i, j: a[i, j] * b[i, j], name="D")
+    return [a, b, te.compute(EW, lambda i, j: d[i, j] + a[i, j], name="C")]
+
+
 def _calls_packed(te, tvm):
     """A module that calls another packed function (TVM's runtime would find it)."""
     a = te.placeholder((64,), "float32", name="A")
@@ -106,6 +115,7 @@ def modules(tmp_path_factory):
         ("ew_wrong", ew_wrong, "ew", None),
     ]:
         out[key] = _build(tvm, te.create_prim_func(args), name, str(d / (key + ".so")), sched)
+    out["ew_ws"] = _build(tvm, te.create_prim_func(_two_stages(te)), "ew", str(d / "ew_ws.so"))
     out["packed"] = _build(
         tvm, te.create_prim_func(_calls_packed(te, tvm)), "packed", str(d / "packed.so")
     )
@@ -159,6 +169,17 @@ def test_parallel_module_runs_serially(modules):
     worker serves a serial one): the honest test above ran through it."""
     with open(modules["ew"], "rb") as f:
         assert b"__TVMBackendParallelLaunch" in f.read()
+
+
+def test_workspace_module(modules, tmp_path):
+    """A module that asks its loader for workspace memory gets it (malloc) and is ok."""
+    with open(modules["ew_ws"], "rb") as f:
+        assert b"__TVMBackendAllocWorkspace" in f.read()
+    recs = _sandbox_or_skip(*bench(
+        tmp_path, "--abi", "tvm-ffi", "--entry", "ew", "--args", EW_ARGS,
+        "--reference", modules["ew_ref"], modules["ew_ws"],
+    ))
+    assert recs["ew_ws.so"]["status"] == "ok", recs
 
 
 def test_module_needing_the_runtime_is_refused(modules, tmp_path):
