@@ -240,6 +240,19 @@ def test_dlpack_abi_refuses_a_tvm_module(modules, tmp_path):
     assert recs["mm.so"]["status"] == "error" and recs["mm.so"]["abi"] == "dlpack"
 
 
+def test_input_writer_is_caught(tmp_path):
+    """A hand-written TVM-FFI kernel (built from source by kcage) that uses an input as
+    scratch: the read-only input mapping names it, as for a DLPack kernel."""
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "kbench", "tvmffi")
+    recs = _sandbox_or_skip(*bench(
+        tmp_path, "--abi", "tvm-ffi", "--entry", "add", "--args",
+        "f32[1000] f32[1000] f32[1000]:out", "--reference", os.path.join(src, "add.c"),
+        os.path.join(src, "add_input_write.c"),
+    ))
+    r = recs["add_input_write.c"]
+    assert r["status"] == "suspicious" and "read-only input" in r["message"], r
+
+
 def test_no_isolation(modules, tmp_path):
     """The plain process (kcage itself, forked) serves the error setter too."""
     recs = _sandbox_or_skip(*bench(
