@@ -157,7 +157,8 @@ static void part_fixed(void) {
   write_fixed_inputs(inputs);
   kc_mstate *s;
   char e[256];
-  if (kc_mstate_load(&s, br.artifact, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0) {
+  if (kc_mstate_load(&s, br.artifact, KC_ABI_DLPACK, "kernel", inputs, FIXED_ARGS, 4, false, e,
+                     sizeof e) < 0) {
     fprintf(stderr, "bench_measure: %s\n", e);
     exit(1);
   }
@@ -421,7 +422,8 @@ static void part_interleaved(void) {
     fail(err.msg);
   pin_worker(&il, load_in_worker(il.r, art, inputs));
   char e[256];
-  if (kc_mstate_load(&il.s, art, "kernel", inputs, FIXED_ARGS, 4, false, e, sizeof e) < 0)
+  if (kc_mstate_load(&il.s, art, KC_ABI_DLPACK, "kernel", inputs, FIXED_ARGS, 4, false, e,
+                     sizeof e) < 0)
     fail(e);
   grow_number(&il);
   double steal0[MAX_CPUS], steal1[MAX_CPUS];

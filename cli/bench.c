@@ -22,8 +22,9 @@ static void usage(FILE *out) {
           "usage: kcage bench [OPTIONS] KERNEL...\n"
           "\n"
           "Build (inside a `build` sandbox, cached) and time (in `measure` workers) kernels\n"
-          "exporting `int kernel(DLTensor *args, int32_t num_args)`.  KERNEL is a .c source\n"
-          "or a .so.  Prints a table; exit 0 when the batch ran, whatever the kernels did.\n"
+          "exporting `int kernel(DLTensor *args, int32_t num_args)`, or TVM-FFI functions\n"
+          "(--abi tvm-ffi).  KERNEL is a .c source or a .so.  Prints a table; exit 0 when\n"
+          "the batch ran, whatever the kernels did.\n"
           "\n"
           "problem:\n"
           "  --args SPEC          tensors, e.g. 'f32[512,512] f32[512,512] f32[512,512]:out'\n"
@@ -33,7 +34,11 @@ static void usage(FILE *out) {
           "                       say so)\n"
           "  --reference FILE     trusted kernel whose outputs are the truth\n"
           "  --rtol X, --atol X   tolerances against the reference (default 1e-4, 1e-5)\n"
-          "  --entry SYMBOL       the kernel's entry point (default kernel)\n"
+          "  --entry SYMBOL       the kernel's entry point (default kernel; with --abi\n"
+          "                       tvm-ffi the function's name, default main)\n"
+          "  --abi ABI            how every kernel and the reference are called: dlpack\n"
+          "                       (default) or tvm-ffi (a module TVM exported: the packed\n"
+          "                       function __tvm_ffi_ENTRY, each tensor a DLTensor pointer)\n"
           "timing (TVM's time evaluator):\n"
           "  --number N           calls per round to start from (default 1), grown until a\n"
           "                       round lasts --min-repeat-ms\n"
@@ -90,6 +95,7 @@ enum {
   O_RTOL,
   O_ATOL,
   O_ENTRY,
+  O_ABI,
   O_NUMBER,
   O_REPEAT,
   O_MINMS,
@@ -127,6 +133,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"rtol", 1, 0, O_RTOL},
                                      {"atol", 1, 0, O_ATOL},
                                      {"entry", 1, 0, O_ENTRY},
+                                     {"abi", 1, 0, O_ABI},
                                      {"number", 1, 0, O_NUMBER},
                                      {"repeat", 1, 0, O_REPEAT},
                                      {"min-repeat-ms", 1, 0, O_MINMS},
@@ -416,6 +423,12 @@ static int problem_option(bench_args *b, int c, const char *a) {
     if (!*a)
       return bad_value(c, a);
     b->cfg.entry = a;
+    return 0;
+  case O_ABI:
+    if (kc_abi_parse(a, &b->cfg.abi) < 0) {
+      kc_cli_error("bench", "--abi: bad value '%s' (want dlpack or tvm-ffi)", a);
+      return KC_EXIT_USAGE;
+    }
     return 0;
   }
   return NOT_MINE;

@@ -27,6 +27,9 @@ _kcage() {
   --limits-fallback)
     mapfile -t COMPREPLY < <(compgen -W "rlimit none" -- "$cur")
     return ;;
+  --abi)
+    mapfile -t COMPREPLY < <(compgen -W "dlpack tvm-ffi" -- "$cur")
+    return ;;
   --json | --report | --reference | --cache-dir | --cwd | --ro-bind | --bind | --cc)
     mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     return ;;

@@ -133,7 +133,7 @@ static double untimed_limit(const kc_mctx *x, uint64_t bytes) {
 }
 
 static size_t fill_load(kc_mctx *x, unsigned char *buf, size_t cap) {
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_slots, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, x->n_slots, (uint32_t)x->abi};
   size_t n = sizeof h;
   memcpy(buf, &h, n);
   const char *strs[4] = {x->artifact, x->entry, x->inputs, x->args_text};

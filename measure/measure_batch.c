@@ -329,6 +329,7 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
       .seed = cfg->seed,
       .seed_set = cfg->seed_set,
       .isolation = isolation,
+      .abi = cfg->abi,
       .cc = it->is_source ? bo.cc : NULL,
       .cflags = it->is_source ? bo.cflags : NULL,
       .started = it->started,
@@ -485,7 +486,8 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->spec = &s->spec;
   x->args_text = cfg->args;
   x->artifact = artifact;
-  x->entry = cfg->entry ? cfg->entry : "kernel";
+  x->abi = cfg->abi;
+  x->entry = cfg->entry ? cfg->entry : kc_abi_default_entry(cfg->abi);
   x->inputs = s->inputs;
   x->n_sets = s->n_sets;
   x->n_slots = s->n_slots;
@@ -516,7 +518,7 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
   kc_mctx x;
   fill_ctx(&x, cfg, s, r, s->kernel, NULL);
   unsigned char lbuf[4 * 4096 + 64];
-  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_slots, 0};
+  kc_mreq_load h = {KC_MPROTO_MAGIC, KC_MOP_LOAD, s->n_slots, (uint32_t)x.abi};
   size_t n = sizeof h;
   memcpy(lbuf, &h, n);
   const char *strs[4] = {s->kernel, x.entry, s->inputs, cfg->args};

@@ -20,6 +20,7 @@
 
 #include "measure_internal.h"
 #include "measure_kernel.h"
+#include "tvmffi.h"
 
 typedef int (*kc_kernel_fn)(DLTensor *args, int32_t num_args);
 
@@ -43,7 +44,10 @@ struct kc_mstate {
   size_t area_len;
   uint64_t area_calls;
   void *dl;
-  kc_kernel_fn fn;
+  kc_kernel_abi abi;
+  kc_kernel_fn fn;     /* dlpack */
+  kc_tvmffi_fn ffi_fn; /* tvm-ffi */
+  kc_tvmffi_any ffi_args[KC_ARGS_MAX_TENSORS];
 };
 
 /* Set by the plain-process runner: seal with our own filter (the pool's worker runtime
@@ -290,6 +294,36 @@ static int make_tensors(kc_mstate *s, char *errbuf, size_t errcap) {
   return 0;
 }
 
+/* The entry point, as the ABI names it; 0, or -1 with errbuf. */
+static int resolve_entry(kc_mstate *s, const char *entry, char *errbuf, size_t errcap) {
+  if (s->abi == KC_ABI_DLPACK) {
+    s->fn = (kc_kernel_fn)(uintptr_t)dlsym(s->dl, entry);
+    if (!s->fn) {
+      errf(errbuf, errcap, "error: the kernel has no symbol '%s' (the entry point; see --entry)",
+           entry);
+      return -1;
+    }
+    return 0;
+  }
+  if (s->abi != KC_ABI_TVM_FFI) {
+    errf(errbuf, errcap, "error: unknown kernel ABI %d", (int)s->abi);
+    return -1;
+  }
+  char sym[256];
+  if (snprintf(sym, sizeof sym, KC_TVMFFI_SYMBOL_PREFIX "%s", entry) >= (int)sizeof sym) {
+    errf(errbuf, errcap, "error: --entry is too long");
+    return -1;
+  }
+  s->ffi_fn = (kc_tvmffi_fn)(uintptr_t)dlsym(s->dl, sym);
+  if (!s->ffi_fn) {
+    errf(errbuf, errcap,
+         "error: the module has no TVM-FFI function '%s' (no symbol '%s'; see --entry)", entry,
+         sym);
+    return -1;
+  }
+  return kc_tvmffi_bind(s->dl, errbuf, errcap);
+}
+
 /* The kernel loaded and its entry found, between the two halves of the seal when
  * seal: the plain child's filter before any of the kernel's code runs, the worker's
  * seal after. */
@@ -305,12 +339,8 @@ static int load_kernel(kc_mstate *s, const char *artifact, const char *entry, bo
     errf(errbuf, errcap, "error: cannot load the kernel: %s", e ? e : "?");
     return -1;
   }
-  s->fn = (kc_kernel_fn)(uintptr_t)dlsym(s->dl, entry);
-  if (!s->fn) {
-    errf(errbuf, errcap, "error: the kernel has no symbol '%s' (the entry point; see --entry)",
-         entry);
+  if (resolve_entry(s, entry, errbuf, errcap) < 0)
     return -1;
-  }
   as_base = vm_size();
   if (as_base > kc_mhandler_as_limit)
     as_base = kc_mhandler_as_limit;
@@ -321,8 +351,9 @@ static int load_kernel(kc_mstate *s, const char *artifact, const char *entry, bo
   return 0;
 }
 
-int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
-                   const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap) {
+int kc_mstate_load(kc_mstate **out, const char *artifact, kc_kernel_abi abi, const char *entry,
+                   const char *inputs, const char *args, uint32_t n_sets, bool seal, char *errbuf,
+                   size_t errcap) {
   *out = NULL;
   kc_mstate *s = calloc(1, sizeof *s);
   if (!s) {
@@ -330,6 +361,7 @@ int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, con
     return -1;
   }
   kc_error err;
+  s->abi = abi;
   if (kc_args_parse(args, &s->spec, &err) < 0) {
     errf(errbuf, errcap, "error: --args: %s", err.msg);
     goto fail;
@@ -363,6 +395,29 @@ static void input_fault_message(kc_mstate *s, char *errbuf, size_t errcap) {
         off < kc_args_offset(&s->spec, i) + s->spec.t[i].nbytes)
       which = (int)i;
   errf(errbuf, errcap, "suspicious: the kernel wrote to its read-only input tensor %d", which);
+}
+
+/* One call of the kernel with these tensors: its return value, and (non-zero) what it
+ * said in errbuf.  A TVM-FFI call gets every tensor as a DLTensor pointer, the argument
+ * array rebuilt each call (the callee could have written it) and an empty result. */
+static int call_kernel(kc_mstate *s, DLTensor *args, char *errbuf, size_t errcap) {
+  uint32_t n = s->spec.n;
+  int rc;
+  if (s->abi == KC_ABI_DLPACK) {
+    rc = s->fn(args, (int32_t)n);
+    if (rc != 0)
+      errf(errbuf, errcap, "error: the kernel returned %d", rc);
+    return rc;
+  }
+  for (uint32_t t = 0; t < n; t++)
+    s->ffi_args[t] = (kc_tvmffi_any){.type_index = KC_TVMFFI_DLTENSOR_PTR, .v_ptr = &args[t]};
+  kc_tvmffi_any result = {.type_index = KC_TVMFFI_NONE};
+  rc = s->ffi_fn(NULL, s->ffi_args, (int32_t)n, &result);
+  if (rc != 0) {
+    const char *why = kc_tvmffi_take_error();
+    errf(errbuf, errcap, "error: the kernel returned %d%s%s", rc, *why ? ": " : "", why);
+  }
+  return rc;
 }
 
 /* The per-set output regions of runs without the area (the timed rounds never use
@@ -430,10 +485,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     for (uint32_t t = 0; t < n; t++)
       if (s->spec.t[t].out)
         args[t].data = o + kc_args_offset(&s->spec, t);
-    int rc = s->fn(args, (int32_t)n);
-    if (rc != 0) {
+    if (call_kernel(s, args, errbuf, errcap) != 0) {
       fault_armed = 0;
-      errf(errbuf, errcap, "error: the kernel returned %d", rc);
       return -1;
     }
     if (ci < req->n_checks && req->checks[ci] == i) {
@@ -535,8 +588,8 @@ static int op_load(kc_call *call) {
     str[i] = p;
     p = z + 1;
   }
-  if (kc_mstate_load(&g_state, str[0], str[1], str[2], str[3], req.n_sets, true, call->error,
-                     call->error_cap) < 0)
+  if (kc_mstate_load(&g_state, str[0], (kc_kernel_abi)req.abi, str[1], str[2], str[3], req.n_sets,
+                     true, call->error, call->error_cap) < 0)
     return 1;
   call->out_len = 0;
   return 0;

@@ -40,7 +40,7 @@ enum kc_mop {
 typedef struct kc_mreq_load {
   uint32_t magic, op;
   uint32_t n_sets;
-  uint32_t pad;
+  uint32_t abi; /* kc_kernel_abi */
   /* then four NUL-terminated strings: artifact path, entry symbol, inputs file,
    * --args text */
 } kc_mreq_load;
@@ -88,8 +88,9 @@ typedef struct kc_mreply_run {
 /* The in-worker half, callable directly (tests, and the unsandboxed comparison in
  * bench_measure): same code as the handler without the call plumbing. */
 typedef struct kc_mstate kc_mstate;
-int kc_mstate_load(kc_mstate **out, const char *artifact, const char *entry, const char *inputs,
-                   const char *args, uint32_t n_sets, bool seal, char *errbuf, size_t errcap);
+int kc_mstate_load(kc_mstate **out, const char *artifact, kc_kernel_abi abi, const char *entry,
+                   const char *inputs, const char *args, uint32_t n_sets, bool seal, char *errbuf,
+                   size_t errcap);
 /* out receives n_checks output regions; returns 0, or -1 with errbuf filled. */
 int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_cap, size_t *out_len,
                   char *errbuf, size_t errcap);

@@ -13,6 +13,7 @@ typedef struct kc_mctx {
   const kc_args_spec *spec;
   const char *args_text;
   const char *artifact; /* path readable inside the worker */
+  kc_kernel_abi abi;
   const char *entry;
   const char *inputs;    /* inputs file */
   uint32_t n_sets;       /* sets of the first (untimed) round, each called twice */
@@ -71,8 +72,9 @@ typedef struct kc_mrecord_in {
   double reference_median_s; /* NAN without a reference */
   double max_cv;             /* unstable above it; 0 = 0.1, negative = never */
   uint64_t seed;
-  bool seed_set;                  /* false: the record says "secret" */
-  const char *isolation;          /* "sandbox" or "none" */
+  bool seed_set;         /* false: the record says "secret" */
+  const char *isolation; /* "sandbox" or "none" */
+  kc_kernel_abi abi;
   const char *cc, *cflags;        /* NULL for a .so */
   struct timespec started, ended; /* CLOCK_REALTIME */
 } kc_mrecord_in;

@@ -118,6 +118,7 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
                                       "timed", (json_int_t)in->m->timed_calls)
                           : json_null());
   json_object_set_new(o, "isolation", json_string(in->isolation ? in->isolation : "sandbox"));
+  json_object_set_new(o, "abi", json_string(kc_abi_name(in->abi)));
   return o;
 }
 

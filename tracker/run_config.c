@@ -26,6 +26,7 @@ json_t *kc_run_config_encode(const kc_bench_config *cfg) {
     json_object_del(c, "seed");
   if (cfg->entry)
     json_object_set_new(c, "entry", json_string(cfg->entry));
+  json_object_set_new(c, "abi", json_string(kc_abi_name(cfg->abi)));
   if (cfg->build.cc)
     json_object_set_new(c, "cc", json_string(cfg->build.cc));
   if (cfg->build.cflags)
@@ -102,6 +103,10 @@ int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
   cfg->seed = (uint64_t)json_integer_value(seed);
   cfg->seed_set = json_is_integer(seed);
   cfg->entry = str(c, "entry", &bad);
+  /* absent: an older client's, whose kernels are all DLPack ones */
+  const char *abi = str(c, "abi", &bad);
+  if (abi && kc_abi_parse(abi, &cfg->abi) < 0)
+    bad = "abi";
   cfg->rtol = num(c, "rtol", cfg->rtol, -1, 1e6, &bad);
   cfg->atol = num(c, "atol", cfg->atol, -1, 1e6, &bad);
   cfg->number = (uint32_t)num(c, "number", cfg->number, 0, 1e9, &bad);

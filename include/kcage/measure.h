@@ -4,7 +4,8 @@
  * device agent).
  *
  * A kernel exports `int kernel(DLTensor *args, int32_t num_args)` (symbol settable) and
- * returns 0 on success.  Everything it writes is untrusted: the parent takes the time,
+ * returns 0 on success, or (KC_ABI_TVM_FFI) a function of TVM-FFI's packed C ABI, as a
+ * module exported by TVM holds it.  Everything it writes is untrusted: the parent takes the time,
  * checks outputs against a reference computed in a different process, and accepts only
  * verdicts that make a kernel look worse, never better. */
 #ifndef KCAGE_MEASURE_H
@@ -147,13 +148,27 @@ typedef enum kc_bench_status {
 const char *kc_bench_status_name(kc_bench_status s);
 int kc_bench_status_parse(const char *name, kc_bench_status *out);
 
+/* How a kernel is called. */
+typedef enum kc_kernel_abi {
+  KC_ABI_DLPACK = 0, /* int ENTRY(DLTensor *args, int32_t num_args) */
+  /* int __tvm_ffi_ENTRY(void *self, const TVMFFIAny *args, int32_t num_args, TVMFFIAny
+   * *result), each tensor a DLTensor pointer (type index kTVMFFIDLTensorPtr) */
+  KC_ABI_TVM_FFI = 1,
+} kc_kernel_abi;
+const char *kc_abi_name(kc_kernel_abi a); /* "dlpack", "tvm-ffi" */
+int kc_abi_parse(const char *name, kc_kernel_abi *out);
+/* The entry a config without one means: "kernel" (dlpack), "main" (tvm-ffi: the
+ * module's entry function). */
+const char *kc_abi_default_entry(kc_kernel_abi a);
+
 typedef struct kc_bench_config {
   const char *args;      /* the --args text (required) */
   uint64_t seed;         /* used only with seed_set */
   bool seed_set;         /* false: inputs from a secret seed (getrandom), per run */
   const char *reference; /* trusted kernel (.c or .so) or NULL */
   double rtol, atol;     /* negative (as init leaves them) = 1e-4, 1e-5 */
-  const char *entry;     /* NULL = "kernel" */
+  kc_kernel_abi abi;     /* of every kernel and the reference alike */
+  const char *entry;     /* NULL = kc_abi_default_entry(abi); tvm-ffi: the function's name */
   uint32_t number;       /* starting calls per round; 0 = 1 */
   uint32_t repeat;       /* rounds; 0 = 5 */
   double min_repeat_ms;  /* grow number until a round lasts this long; < 0 = 20 */
@@ -190,7 +205,7 @@ void kc_bench_config_init(kc_bench_config *c);
  * with the fields of docs/contracts.md (kernel, status, message, run_secs, median_s,
  * min_s, cv, number, repeat, max_abs_err, build_s, device, limits), then mean_s,
  * stddev_s, max_s, warmup_secs, unstable, timeout ("call"/"budget"), reference_median_s,
- * speedup, seed (or "secret"), checked_calls, isolation, cc, cflags, kcage_version,
+ * speedup, seed (or "secret"), checked_calls, isolation, abi, cc, cflags, kcage_version,
  * started_at, ended_at (README.md).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */

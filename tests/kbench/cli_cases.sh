@@ -122,7 +122,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"build_s":"cc":"cflags":"checked_calls":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"abi":"build_s":"cc":"cflags":"checked_calls":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
   # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
   # in their shortest form (never 17 digits).
   head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1
@@ -166,6 +166,41 @@ no_isolation)
   "$kcage" bench --args "$small" --no-isolation --tracker 127.0.0.1:1 --key k "$ex/tiled.c" \
     >"$tmp/out" 2>"$tmp/err"
   [[ $? == 2 ]] && grep -q 'no-isolation' "$tmp/err"
+  ;;
+bad_abi)
+  bad "--abi: bad value 'tvm' \\(want dlpack or tvm-ffi\\)" --abi tvm --args "$small" "$ex/naive.c" ;;
+tvm_ffi_source)
+  # A TVM-FFI kernel built from source: verified and timed, "abi" in its record; the
+  # error it raises through TVMFFIErrorSetRaisedFromCStr (served by the worker program,
+  # and by kcage itself for --no-isolation) is its record's message.
+  tv=$(dirname "$0")/tvmffi
+  { cat "$tv/add.c"; echo "/* the reference */"; } >"$tmp/ref.c"
+  vec='f32[1000] f32[1000] f32[1000]:out'
+  "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tmp/ref.c" --repeat 2 \
+    --min-repeat-ms 1 --json "$tmp/r.jsonl" "$tv/add.c" "$tv/add_wrong.c" >"$tmp/out" 2>"$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+  cat "$tmp/out"
+  grep '/add.c"' "$tmp/r.jsonl" | grep '"status": *"ok"' | grep -q '"abi": *"tvm-ffi"' || exit 1
+  grep '/add_wrong.c"' "$tmp/r.jsonl" | grep -q '"status": *"wrong_result"' || exit 1
+  # The defences do not depend on the ABI: a cheat is caught as such.  (The input
+  # writer, add_input_write.c, is the Python suite's: under ASan a fault in the worker
+  # ends as `syscall`, for a DLPack kernel too.)
+  "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tmp/ref.c" --repeat 2 \
+    --min-repeat-ms 1 --json "$tmp/c.jsonl" "$tv/add_skip.c" >"$tmp/out" 2>"$tmp/err" ||
+    { cat "$tmp/err"; exit 1; }
+  cat "$tmp/out"
+  grep -q '"status": *"suspicious"' "$tmp/c.jsonl" || exit 1
+  for iso in "" --no-isolation; do
+    "$kcage" bench $iso --abi tvm-ffi --entry add --args 'f32[1000] f32[1000]:out' \
+      --json "$tmp/e.jsonl" "$tv/add.c" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+    cat "$tmp/e.jsonl"
+    grep '"status": *"error"' "$tmp/e.jsonl" |
+      grep -q 'the kernel returned -1: TypeError: add wants 3 tensors' || exit 1
+  done
+  # Called as a DLPack kernel, the same source has no entry point.
+  "$kcage" bench --entry add --args "$vec" --json "$tmp/d.jsonl" "$tv/add.c" >"$tmp/out" 2>&1
+  grep -q '"abi": *"dlpack"' "$tmp/d.jsonl" && grep -q '"status": *"error"' "$tmp/d.jsonl" ||
+    grep -q '"status": *"crash"' "$tmp/d.jsonl"
   ;;
 seed_record)
   # A secret seed by default; --seed N is recorded (the inputs were predictable).

@@ -82,8 +82,9 @@ static void test_state_runs_and_checks(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(
-      kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), KC_ABI_DLPACK, "kernel", inputs, ARGS, 2,
+                                  false, e, sizeof e),
+                   0);
   uint64_t region = kc_args_region_bytes(&spec, true);
   size_t cap = sizeof(kc_mreply_run) + 2 * region;
   unsigned char *out = malloc(cap);
@@ -117,8 +118,9 @@ static void test_state_prepare_area(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(
-      kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), KC_ABI_DLPACK, "kernel", inputs, ARGS, 2,
+                                  false, e, sizeof e),
+                   0);
   uint64_t region = kc_args_region_bytes(&spec, true);
   kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, 5, 7};
   kc_mreply_prepare rep;
@@ -165,9 +167,9 @@ static void test_state_input_mutation(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(
-      kc_mstate_load(&s, build("input_mutation.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e),
-      0);
+  assert_int_equal(kc_mstate_load(&s, build("input_mutation.c"), KC_ABI_DLPACK, "kernel", inputs,
+                                  ARGS, 2, false, e, sizeof e),
+                   0);
   unsigned char out[8192];
   size_t len;
   kc_mreq_run req = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1, .n_checks = 0};
@@ -180,16 +182,18 @@ static void test_state_load_errors(void **state) {
   (void)state;
   kc_mstate *s;
   char e[512];
-  assert_int_equal(
-      kc_mstate_load(&s, build("no_entry.c"), "kernel", inputs, ARGS, 2, false, e, sizeof e), -1);
+  assert_int_equal(kc_mstate_load(&s, build("no_entry.c"), KC_ABI_DLPACK, "kernel", inputs, ARGS, 2,
+                                  false, e, sizeof e),
+                   -1);
   assert_non_null(strstr(e, "no symbol 'kernel'"));
   /* --entry finds it */
-  assert_int_equal(
-      kc_mstate_load(&s, build("no_entry.c"), "matmul", inputs, ARGS, 2, false, e, sizeof e), 0);
+  assert_int_equal(kc_mstate_load(&s, build("no_entry.c"), KC_ABI_DLPACK, "matmul", inputs, ARGS, 2,
+                                  false, e, sizeof e),
+                   0);
   kc_mstate_free(s);
   /* inputs of the wrong size for --args */
-  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), "kernel", inputs, "f32[4] f32[4]:out", 2,
-                                  false, e, sizeof e),
+  assert_int_equal(kc_mstate_load(&s, build("tiled.c"), KC_ABI_DLPACK, "kernel", inputs,
+                                  "f32[4] f32[4]:out", 2, false, e, sizeof e),
                    -1);
   assert_non_null(strstr(e, "wrong size"));
 }

@@ -321,6 +321,47 @@ static void test_remote_bench_same_records(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
 }
 
+/* --abi and --entry reach the agent: a TVM-FFI reference and kernels, called as such. */
+static void test_remote_bench_tvm_ffi(void **state) {
+  fixture *f = *state;
+  char out[] = "/tmp/kc-trk-tvmffi-XXXXXX";
+  close(mkstemp(out));
+  const char *argv[] = {"bench",
+                        "--abi",
+                        "tvm-ffi",
+                        "--entry",
+                        "add",
+                        "--args",
+                        "f32[100] f32[100] f32[100]:out",
+                        "--reference",
+                        KC_TVMFFI "/add.c",
+                        "--repeat",
+                        "2",
+                        "--json",
+                        out,
+                        "--tracker",
+                        f->tracker,
+                        "--key",
+                        "cpu",
+                        "--session-timeout",
+                        "60",
+                        KC_TVMFFI "/add.c",
+                        KC_TVMFFI "/add_wrong.c",
+                        NULL};
+  assert_int_equal(proc_run(argv, 60), 0);
+  json_t *r = load_jsonl(out);
+  unlink(out);
+  assert_int_equal(json_array_size(r), 2);
+  const char *want[] = {"ok", "wrong_result"};
+  for (size_t i = 0; i < 2; i++) {
+    json_t *rec = json_array_get(r, i);
+    assert_string_equal(json_string_value(json_object_get(rec, "status")), want[i]);
+    assert_string_equal(json_string_value(json_object_get(rec, "abi")), "tvm-ffi");
+  }
+  json_decref(r);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
+}
+
 /* A session that runs past its timeout in the middle of a batch (a kernel that never
  * returns) is ended by the agent; the client hears of it and the device comes back. */
 static void test_session_timeout_mid_batch(void **state) {
@@ -513,6 +554,7 @@ int main(void) {
       cmocka_unit_test(test_tracker_restart),
       cmocka_unit_test(test_agent_wire_like_rpc_server),
       cmocka_unit_test_setup_teardown(test_remote_bench_same_records, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_remote_bench_tvm_ffi, setup, teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_killed_mid_batch, setup, teardown),
   };

@@ -29,6 +29,7 @@ static void test_run_config_roundtrip(void **state) {
   a.rtol = 0.25;
   a.atol = 0.5;
   a.entry = "go";
+  a.abi = KC_ABI_TVM_FFI;
   a.number = 3;
   a.repeat = 9;
   a.min_repeat_ms = 12.5;
@@ -59,6 +60,7 @@ static void test_run_config_roundtrip(void **state) {
   assert_true(b.budget_s == a.budget_s && b.max_cv == a.max_cv);
   assert_true(b.rtol == a.rtol && b.atol == a.atol);
   assert_string_equal(b.entry, a.entry);
+  assert_int_equal(b.abi, KC_ABI_TVM_FFI);
   assert_int_equal(b.number, a.number);
   assert_int_equal(b.repeat, a.repeat);
   assert_true(b.min_repeat_ms == a.min_repeat_ms && b.cooldown_ms == a.cooldown_ms);
@@ -95,7 +97,12 @@ static void test_run_config_roundtrip(void **state) {
   assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
   assert_null(b.build.cc);
   assert_null(b.entry);
+  assert_int_equal(b.abi, KC_ABI_DLPACK);
   assert_false(b.build.no_cache);
+  /* An older client sends no ABI: its kernels are DLPack ones. */
+  json_object_del(c, "abi");
+  assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
+  assert_int_equal(b.abi, KC_ABI_DLPACK);
   assert_true(b.rtol == a.rtol && b.min_repeat_ms == a.min_repeat_ms);
   json_decref(c);
 }
@@ -115,6 +122,8 @@ static void test_run_config_hostile(void **state) {
       "{\"args\": \"f32[]\", \"no_cache\": 1}",
       "{\"args\": \"f32[]\", \"seed\": 1.5}",
       "{\"args\": \"f32[]\", \"build_memory_bytes\": 1e300}",
+      "{\"args\": \"f32[]\", \"abi\": \"tvm\"}",
+      "{\"args\": \"f32[]\", \"abi\": 1}",
   };
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     json_t *c = json_loads(bad[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
