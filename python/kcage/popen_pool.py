@@ -31,9 +31,13 @@ import threading
 from collections import namedtuple
 from enum import IntEnum
 
-from . import _lib, _pickle, _sandbox
+from . import _child, _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
+
+# the per-call functions, looked up once
+_send, _recv, _clear = lib.kc_worker_send, lib.kc_worker_recv, lib.kc_call_result_clear
+_string_at = ctypes.string_at
 
 
 class StatusKind(IntEnum):
@@ -184,19 +188,21 @@ class PopenWorker:
                 self._live = False
                 raise exc
         res, err = self._res, self._err
-        lib.kc_call_result_init(res)
-        if not self._w or lib.kc_worker_recv(self._w, res, err) < 0:
+        # kc_worker_recv fills res whenever it returns 0
+        if not self._w or _recv(self._w, res, err) < 0:
             self._live = False
             raise ChildProcessError("Subprocess terminated: " + err.text())
+        status = res.status
         try:
-            if res.status == _lib.CALL_COMPLETE:
-                data = ctypes.string_at(res.value, res.value_len) if res.value_len else b""
-            elif res.status == _lib.CALL_TIMEOUT:
+            if status == _lib.CALL_COMPLETE:
+                n = res.value_len
+                data = _string_at(res.value, n) if n else b""
+            elif status == _lib.CALL_TIMEOUT:
                 # kcage killed the worker at the deadline and is starting its
                 # replacement; like TVM, the next send runs the initializer
                 self._mark_replaced()
                 raise TimeoutError()
-            elif res.status == _lib.CALL_EXCEPTION:
+            elif status == _lib.CALL_EXCEPTION:
                 self.kill()
                 raise ChildProcessError(
                     "Subprocess terminated: " + res.message.decode(errors="replace"))
@@ -204,7 +210,7 @@ class PopenWorker:
                 self._mark_replaced()
                 raise _verdict_error(res)
         finally:
-            lib.kc_call_result_clear(res)
+            _clear(res)
         if self._unsafe_results:
             status, value = _pickle.loads(data)
         else:
@@ -242,10 +248,10 @@ class PopenWorker:
         _count("workers_started")
 
     def _send(self, op, fn, args, kwargs, timeout):
-        data = _pickle.dumps((op, fn, args, kwargs))
+        data = _child.encode(op, fn, args, kwargs)
         t = 0.0 if timeout is None else max(float(timeout), 1e-6)
         err = self._err
-        if lib.kc_worker_send(self._w, b"python", data, len(data), t, err) < 0:
+        if _send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
             self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
         else:
