@@ -14,6 +14,7 @@ their type and carry the child's formatted traceback as their message.
 import os
 import sys
 import traceback
+import types
 
 from . import _pickle
 
@@ -31,6 +32,8 @@ def encode(op, fn, args, kwargs):
     """The parent's side: the request bytes of fn(*args, **kwargs)."""
     ref = _pickle.fn_ref(fn)
     if ref is None:
+        if isinstance(fn, types.FunctionType):
+            return _pickle.dumps_by_value((op, fn, args, kwargs))
         return _pickle.dumps((op, fn, args, kwargs))
     head = _heads.get((op, ref))
     if head is None:

@@ -34,6 +34,13 @@ def dumps(obj):
     return cloudpickle.dumps(obj, protocol=_PROTO)
 
 
+def dumps_by_value(obj):
+    """cloudpickle's pickle, for what holds a function that does not travel by
+    reference (fn_ref gave None): trying the C pickler first would only fail or be
+    refused."""
+    return cloudpickle.dumps(obj, protocol=_PROTO)
+
+
 # --- a callable sent by reference, pickled once -------------------------------------
 #
 # TVM pickles the function on every send.  A module-level function, class or builtin

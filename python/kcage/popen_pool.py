@@ -25,6 +25,7 @@ What differs (on purpose):
 
 import concurrent.futures
 import ctypes
+import itertools
 import os
 import signal as _signal
 import threading
@@ -271,6 +272,7 @@ class PopenPoolExecutor:
                  max_payload=16 << 20, result_types=(), unsafe_results=False):
         if max_workers is None:
             max_workers = os.cpu_count()
+        self._max_workers = max_workers
         self._threadpool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
         self._timeout = timeout
         self._worker_map = {}
@@ -328,6 +330,67 @@ class PopenPoolExecutor:
 
     def map_with_error_catching(self, fn, iterator):
         """fn over every item, in input order, each a MapResult (COMPLETE, TIMEOUT or
-        EXCEPTION, ChildProcessError included)."""
-        worker = lambda x: self._worker_run_with_error_catching(fn, (x,), None)
-        return self._threadpool.map(worker, iterator)
+        EXCEPTION, ChildProcessError included).
+
+        As TVM's (Executor.map): the iterator is read at the call, every item runs
+        whether or not the results are read, and closing the returned generator early
+        drops the items not started yet.  Unlike it, the items are not one future each:
+        one task per pool thread takes the next item as soon as its worker is free, so
+        at most max_workers calls are in flight and a long map costs no queue of
+        futures."""
+        run = _MapRun(self._worker_run_with_error_catching, fn, list(iterator))
+        for _ in range(min(self._max_workers, len(run.items))):
+            self._threadpool.submit(run.drain)
+        return run.results()
+
+
+_PENDING = object()
+
+
+class _Raised:
+    def __init__(self, exc):
+        self.exc = exc
+
+
+class _MapRun:
+    """One map_with_error_catching: the items, their results as they come, and the
+    reader's place."""
+
+    def __init__(self, call, fn, items):
+        self.items = items
+        self._call = call
+        self._fn = fn
+        self._next = itertools.count()  # its next() is atomic: each item taken once
+        self._out = [_PENDING] * len(items)
+        self._cond = threading.Condition()
+        self._want = -1
+        self._stopped = False
+
+    def drain(self):
+        """On a pool thread: run items until there are none left (or the reader left)."""
+        n = len(self.items)
+        for i in self._next:
+            if i >= n or self._stopped:
+                return
+            try:
+                result = self._call(self._fn, (self.items[i],), None)
+            except BaseException as e:  # pylint: disable=broad-except
+                result = _Raised(e)  # what a future's result() would raise
+            with self._cond:
+                self._out[i] = result
+                if self._want == i:
+                    self._cond.notify()
+
+    def results(self):
+        try:
+            for i in range(len(self.items)):
+                with self._cond:
+                    while self._out[i] is _PENDING:
+                        self._want = i
+                        self._cond.wait()
+                result, self._out[i] = self._out[i], None
+                if isinstance(result, _Raised):
+                    raise result.exc
+                yield result
+        finally:
+            self._stopped = True
