@@ -20,7 +20,9 @@ What differs (on purpose):
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
   * results are unpickled with an allow-list (see PopenWorker), so a compromised
     worker cannot run code in the parent through its answer;
-  * stdout=subprocess.PIPE is refused (nothing could read it).
+  * stdout=subprocess.PIPE is refused (nothing could read it);
+  * map_with_error_catching keeps at most max_workers calls in flight, not a future
+    per item (see there).
 """
 
 import concurrent.futures
