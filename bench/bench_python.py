@@ -7,7 +7,8 @@
             tvm; kcage: a fork of the pool's zygote, which already imported it)
   timeout   send(sleep, timeout=T) -> TimeoutError, then send(noop) -> result: the
             cycle minus T (what each adds past the deadline), and the whole cycle
-  pool      map_with_error_catching(noop) over N items with 2 workers: calls/s
+  pool      map_with_error_catching over N items with 2 workers: calls/s, fn by
+            reference (abs) and by value (a lambda)
 """
 
 import json
@@ -87,11 +88,11 @@ def timeout_cycle(cls, n, limit):
     return statistics.median(ts)
 
 
-def pool(cls, n):
+def pool(cls, n, fn):
     p = cls(max_workers=2)
-    list(p.map_with_error_catching(lambda x: x, range(20)))
+    list(p.map_with_error_catching(fn, range(20)))
     t0 = time.perf_counter()
-    out = list(p.map_with_error_catching(lambda x: x, range(n)))
+    out = list(p.map_with_error_catching(fn, range(n)))
     dt = time.perf_counter() - t0
     p.shutdown()
     assert len(out) == n and all(r.status == 1 for r in out)
@@ -103,6 +104,7 @@ def main():
     n_warm, n_cold, n_to, n_pool = (300, 3, 3, 500) if quick else (2000, 8, 8, 3000)
     limit = 0.05
     rows = []
+    load0 = os.getloadavg()[0]
     # by reference: an importable function (int() -> 0), what TVM's own callers send
     t_warm = warm(tvm_pool.PopenWorker, n_warm, int)
     k_warm = warm(kcage.PopenWorker, n_warm, int)
@@ -124,10 +126,18 @@ def main():
     rows.append(("timeout+next result, past the %g s deadline" % limit,
                  (t_to - limit) * 1e3, (k_to - limit) * 1e3, "ms", 15))
     rows.append(("timeout+next result, whole cycle", t_to * 1e3, k_to * 1e3, "ms", None))
-    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool)
-    k_pool = pool(kcage.PopenPoolExecutor, n_pool)
-    rows.append(("pool of 2, map_with_error_catching", t_pool, k_pool, "calls/s", None))
-    print("load average before: %.1f; %d CPUs" % (os.getloadavg()[0], os.cpu_count()))
+    # by reference (abs, as TVM's own callers send module functions), then by value (a
+    # lambda, cloudpickled per item on both sides)
+    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool, abs)
+    k_pool = pool(kcage.PopenPoolExecutor, n_pool, abs)
+    rows.append(("pool of 2, map_with_error_catching (by ref)", t_pool, k_pool, "calls/s",
+                 None))
+    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool, lambda x: x)
+    k_pool = pool(kcage.PopenPoolExecutor, n_pool, lambda x: x)
+    rows.append(("pool of 2, map_with_error_catching (by value)", t_pool, k_pool, "calls/s",
+                 None))
+    print("load average before: %.1f, after: %.1f; %d CPUs" % (load0, os.getloadavg()[0],
+                                                            os.cpu_count()))
     print("%-46s %12s %12s %8s  %s" % ("python (TVM popen_pool vs kcage)", "TVM", "kcage",
                                        "ratio", "target"))
     results = {}

@@ -1,9 +1,10 @@
 #!/bin/sh
 # make python: BUILD/venv with the kcage package installed for development (editable)
 # and its pinned test dependencies.  The interpreter is $PYTHON, else python3 on PATH;
-# when kcage runs as root its sandboxes run as nobody, so an interpreter under a
-# directory others cannot enter (pyenv in /root) cannot run inside them: then the
-# system's /usr/bin/python3 is used instead, and said so.
+# when kcage runs as root each sandbox runs as host ids of its own (a reserved range no
+# account uses), so an interpreter under a directory others cannot enter (pyenv in
+# /root) cannot run inside them: then the system's /usr/bin/python3 is used instead,
+# and said so.
 set -eu
 build=${1:-build}
 venv="$build/venv"
@@ -21,7 +22,7 @@ while True:
 PY
 }
 if [ "$(id -u)" -eq 0 ] && unreadable "$py" && [ -x /usr/bin/python3 ]; then
-  echo "kcage: $py lives where the sandbox's user cannot read; using /usr/bin/python3" >&2
+  echo "kcage: $py lives where others (the sandboxes' host ids) cannot read; using /usr/bin/python3" >&2
   py=/usr/bin/python3
 fi
 stamp="$venv/.kcage-requirements"

@@ -128,11 +128,10 @@ int kc_handler_python(kc_call *c) {
   }
   if (ret)
     g_py.dec_ref(ret);
-  /* Between calls other Python threads of the call's own (a runner's pool) may run. */
+  /* Between calls other Python threads of the call's own (a runner's pool) may run.
+   * The wait for the next request is the runtime's own: a longer spin here would take
+   * the CPU from the parent (or from anyone) on a busy host, where blocking on the
+   * futex is what keeps the round trip short. */
   g_py.released = g_py.save_thread();
-  /* The parent unpickles this answer and pickles the next request in Python (tens of
-   * microseconds on a loaded machine): wait for it spinning (yielding) a little longer
-   * than the default, so a tight send/recv loop rarely pays a futex wake. */
-  kc_runtime_spin_next(300000);
   return rc;
 }

@@ -3,7 +3,10 @@
 kcage-worker's zygote runs the boot code (kcage._sandbox.boot_source) once, then every
 worker forked from it passes each request's bytes to `call` and returns the bytes it
 gives back.  A request is pickle((op, fn, args, kwargs)) (kcage._pickle: the C pickler
-where it is exact, else cloudpickle); the answer is
+where it is exact, else cloudpickle), or, for a function that travels by reference,
+"K", op, the length of fn's pickle (4 bytes, little-endian), fn's pickle, and
+pickle((args, kwargs)) unless both are empty: fn's pickle is made once in the parent
+and the arguments are all that is pickled per call.  The answer is
 pickle((status, value)) as TVM's popen_worker sends it, so exceptions keep
 their type and carry the child's formatted traceback as their message.
 """
@@ -11,6 +14,7 @@ their type and carry the child's formatted traceback as their message.
 import os
 import sys
 import traceback
+import types
 
 from . import _pickle
 
@@ -18,6 +22,49 @@ COMPLETE, EXCEPTION = 1, 2
 OP_CALL, OP_INIT = 0, 1
 
 _initialized = False
+_REF = b"K"[0]
+_NO_ARGS = ((), {})
+_heads = {}  # (op, fn's pickle) -> the request's first bytes, in the parent
+_names = {}  # fn's pickle -> (module, qualname parts), in the worker
+
+
+def encode(op, fn, args, kwargs):
+    """The parent's side: the request bytes of fn(*args, **kwargs)."""
+    ref = _pickle.fn_ref(fn)
+    if ref is None:
+        if isinstance(fn, types.FunctionType):
+            return _pickle.dumps_by_value((op, fn, args, kwargs))
+        return _pickle.dumps((op, fn, args, kwargs))
+    head = _heads.get((op, ref))
+    if head is None:
+        if len(_heads) >= 512:
+            _heads.clear()
+        head = _heads[(op, ref)] = b"K" + bytes((op,)) + len(ref).to_bytes(4, "little") + ref
+    return head + _pickle.dumps((args, kwargs)) if args or kwargs else head
+
+
+def _load_fn(ref):
+    """A function sent by reference: unpickled (imported) the first time, then found by
+    the same names in the modules already imported, as the unpickler would find it."""
+    names = _names.get(ref)
+    if names is not None:
+        fn = _pickle.resolve(*names)
+        if fn is not None:
+            return fn
+    fn = _pickle.loads(ref)
+    names = (getattr(fn, "__module__", None), tuple(getattr(fn, "__qualname__", "").split(".")))
+    if isinstance(names[0], str) and _pickle.resolve(*names) is fn:
+        _names[ref] = names
+    return fn
+
+
+def _decode(data):
+    if data[0] != _REF:
+        return _pickle.loads(data)
+    end = 6 + int.from_bytes(data[2:6], "little")
+    fn = _load_fn(data[6:end])
+    args, kwargs = _pickle.loads(memoryview(data)[end:]) if len(data) > end else _NO_ARGS
+    return data[1], fn, args, kwargs
 
 
 def boot(paths, modules):
@@ -43,7 +90,7 @@ def _flush():
 def _run(data):
     global _initialized
     try:
-        op, fn, args, kwargs = _pickle.loads(data)
+        op, fn, args, kwargs = _decode(data)
         if op == OP_INIT:
             if _initialized:
                 return (COMPLETE, None)

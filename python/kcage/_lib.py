@@ -2,9 +2,11 @@
 
 ctypes rather than cffi: it is in the standard library, so `pip install ./python`
 needs neither a compiler nor Python headers nor a build step, and the package works
-with any libkcage of the same API without being rebuilt.  The binding is a handful of
-calls per round trip; ctypes' ~1 us per call is small next to pickling, and every
-blocking call releases the GIL.
+with any libkcage of the same API without being rebuilt.  The binding is two or three
+calls per round trip.  Calls that may block (send can start a worker, recv waits)
+go through a CDLL handle, which releases the GIL; the few that never block go through
+a PyDLL handle on the same library, which keeps it: releasing and taking the GIL back
+around a call of a microsecond lets another pool thread take it in between.
 """
 
 import ctypes
@@ -169,7 +171,11 @@ _sigs = {
     "kc_zygote_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
     "kc_zygote_free": (None, [ctypes.c_void_p]),
 }
+# never block: called with the GIL held (see above)
+_held = {"kc_call_result_clear", "kc_worker_is_alive", "kc_worker_pid", "kc_status_name"}
+_lib_held = ctypes.PyDLL(lib._name, handle=lib._handle)  # pylint: disable=protected-access
 for _name, (_res, _args) in _sigs.items():
-    _f = getattr(lib, _name)
+    _f = getattr(_lib_held if _name in _held else lib, _name)
     _f.restype = _res
     _f.argtypes = _args
+    setattr(lib, _name, _f)

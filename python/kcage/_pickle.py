@@ -9,6 +9,8 @@ __main__ (by value in cloudpickle, a dangling reference in pickle) is detected i
 bytes.  Loading needs no choice: cloudpickle's output is a plain pickle stream."""
 
 import pickle
+import sys
+import types
 
 import cloudpickle
 
@@ -21,6 +23,7 @@ def _by_value_registered():
 
 
 def dumps(obj):
+    """obj's pickle: by the C pickler where that keeps cloudpickle's meaning."""
     if not _by_value_registered():
         try:
             data = pickle.dumps(obj, protocol=_PROTO)
@@ -29,6 +32,65 @@ def dumps(obj):
         if data is not None and b"__main__" not in data:
             return data
     return cloudpickle.dumps(obj, protocol=_PROTO)
+
+
+def dumps_by_value(obj):
+    """cloudpickle's pickle, for what holds a function that does not travel by
+    reference (fn_ref gave None): trying the C pickler first would only fail or be
+    refused."""
+    return cloudpickle.dumps(obj, protocol=_PROTO)
+
+
+# --- a callable sent by reference, pickled once -------------------------------------
+#
+# TVM pickles the function on every send.  A module-level function, class or builtin
+# travels by reference (its module and qualified name), so its pickle never changes
+# while that name still resolves to that very object: the pickle is kept per callable
+# and the name is resolved again at every use, as pickle itself checks it (a rebound
+# name falls back to dumps, which then pickles by value as cloudpickle would).
+
+_REF_TYPES = (types.FunctionType, types.BuiltinFunctionType, type)
+_refs = {}  # id(fn) -> (fn, module, qualname parts, pickle); fn is kept so the id stays its own
+_REFS_MAX = 256
+
+
+def resolve(module, parts):
+    """module.qualname among the modules already imported (None when not there)."""
+    obj = sys.modules.get(module)
+    for part in parts:
+        obj = getattr(obj, part, None)
+    return obj
+
+
+def fn_ref(fn):
+    """fn's pickle by reference, or None when fn does not travel by reference."""
+    if _by_value_registered():
+        return None
+    hit = _refs.get(id(fn))
+    if hit is not None and hit[0] is fn:
+        return hit[3] if resolve(hit[1], hit[2]) is fn else None
+    if type(fn) not in _REF_TYPES:  # bound methods and partials carry state
+        return None
+    module = getattr(fn, "__module__", None)
+    qualname = getattr(fn, "__qualname__", None)
+    if not isinstance(module, str) or not isinstance(qualname, str) or module == "__main__":
+        return None
+    self = getattr(fn, "__self__", None)
+    if isinstance(fn, types.BuiltinFunctionType) and not isinstance(self, types.ModuleType):
+        return None
+    parts = tuple(qualname.split("."))
+    if resolve(module, parts) is not fn:
+        return None
+    try:
+        data = pickle.dumps(fn, protocol=_PROTO)
+        if b"__main__" in data or pickle.loads(data) is not fn:
+            return None
+    except Exception:  # pylint: disable=broad-except
+        return None
+    if len(_refs) >= _REFS_MAX:
+        _refs.clear()
+    _refs[id(fn)] = (fn, module, parts, data)
+    return data
 
 
 # --- the parent's side: results come from a hostile process ---------------------------
@@ -44,7 +106,6 @@ import builtins  # noqa: E402
 import copyreg  # noqa: E402
 import enum  # noqa: E402
 import io  # noqa: E402
-import sys  # noqa: E402
 
 _SAFE_BUILTINS = {
     "dict", "list", "tuple", "set", "frozenset", "bytes", "bytearray", "str", "int",
@@ -82,9 +143,7 @@ class RefusedResult(pickle.UnpicklingError):
 
 
 class _Unpickler(pickle.Unpickler):
-    def __init__(self, data, trusted):
-        super().__init__(io.BytesIO(data))
-        self._trusted = trusted
+    _trusted = frozenset()
 
     def find_class(self, module, name):
         mod = sys.modules.get(module)
@@ -102,9 +161,21 @@ class _Unpickler(pickle.Unpickler):
         raise RefusedResult("%s.%s (not on the result allow-list: result_types=)" % (module, name))
 
 
+# One class per set of trusted names: an instance then costs no Python-level __init__.
+_unpicklers = {frozenset(): _Unpickler}
+# The answer of a call that returned None, the commonest one: loading these very bytes
+# can only give this value.
+_NONE_ANSWER = pickle.dumps((1, None), protocol=_PROTO)
+
+
 def safe_loads(data, trusted=frozenset()):
     """Unpickle a worker's answer with the allow-list above."""
-    return _Unpickler(data, trusted).load()
+    if data == _NONE_ANSWER:
+        return (1, None)
+    cls = _unpicklers.get(trusted)
+    if cls is None:
+        cls = _unpicklers[trusted] = type("_Unpickler", (_Unpickler,), {"_trusted": trusted})
+    return cls(io.BytesIO(data)).load()
 
 
 _ = (builtins, copyreg)

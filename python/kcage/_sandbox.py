@@ -64,8 +64,9 @@ def libpython_path():
 
 
 def _others_can_read(path):
-    """The sandbox runs as the host's nobody when kcage runs as root: every directory
-    on the way must be searchable by others."""
+    """When kcage runs as root each sandbox runs as host ids of its own (a slot of a
+    reserved range that no account uses), "others" to every file of the host: every
+    directory on the way must be searchable by others."""
     if os.geteuid() != 0:
         return True
     p = os.path.realpath(path)
@@ -101,7 +102,7 @@ def interpreter_mounts():
     for p in out:
         if not _others_can_read(p):
             raise RuntimeError(
-                "kcage: %s is not readable by the sandbox's user (nobody): use a Python "
+                "kcage: %s is not searchable by others (the sandbox's own host ids): use a Python "
                 "installed under /usr or in a world-readable directory" % p
             )
     return out

@@ -20,20 +20,27 @@ What differs (on purpose):
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
   * results are unpickled with an allow-list (see PopenWorker), so a compromised
     worker cannot run code in the parent through its answer;
-  * stdout=subprocess.PIPE is refused (nothing could read it).
+  * stdout=subprocess.PIPE is refused (nothing could read it);
+  * map_with_error_catching keeps at most max_workers calls in flight, not a future
+    per item (see there).
 """
 
 import concurrent.futures
 import ctypes
+import itertools
 import os
 import signal as _signal
 import threading
 from collections import namedtuple
 from enum import IntEnum
 
-from . import _lib, _pickle, _sandbox
+from . import _child, _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
+
+# the per-call functions, looked up once
+_send, _recv, _clear = lib.kc_worker_send, lib.kc_worker_recv, lib.kc_call_result_clear
+_string_at = ctypes.string_at
 
 
 class StatusKind(IntEnum):
@@ -184,19 +191,21 @@ class PopenWorker:
                 self._live = False
                 raise exc
         res, err = self._res, self._err
-        lib.kc_call_result_init(res)
-        if not self._w or lib.kc_worker_recv(self._w, res, err) < 0:
+        # kc_worker_recv fills res whenever it returns 0
+        if not self._w or _recv(self._w, res, err) < 0:
             self._live = False
             raise ChildProcessError("Subprocess terminated: " + err.text())
+        status = res.status
         try:
-            if res.status == _lib.CALL_COMPLETE:
-                data = ctypes.string_at(res.value, res.value_len) if res.value_len else b""
-            elif res.status == _lib.CALL_TIMEOUT:
+            if status == _lib.CALL_COMPLETE:
+                n = res.value_len
+                data = _string_at(res.value, n) if n else b""
+            elif status == _lib.CALL_TIMEOUT:
                 # kcage killed the worker at the deadline and is starting its
                 # replacement; like TVM, the next send runs the initializer
                 self._mark_replaced()
                 raise TimeoutError()
-            elif res.status == _lib.CALL_EXCEPTION:
+            elif status == _lib.CALL_EXCEPTION:
                 self.kill()
                 raise ChildProcessError(
                     "Subprocess terminated: " + res.message.decode(errors="replace"))
@@ -204,7 +213,7 @@ class PopenWorker:
                 self._mark_replaced()
                 raise _verdict_error(res)
         finally:
-            lib.kc_call_result_clear(res)
+            _clear(res)
         if self._unsafe_results:
             status, value = _pickle.loads(data)
         else:
@@ -242,10 +251,10 @@ class PopenWorker:
         _count("workers_started")
 
     def _send(self, op, fn, args, kwargs, timeout):
-        data = _pickle.dumps((op, fn, args, kwargs))
+        data = _child.encode(op, fn, args, kwargs)
         t = 0.0 if timeout is None else max(float(timeout), 1e-6)
         err = self._err
-        if lib.kc_worker_send(self._w, b"python", data, len(data), t, err) < 0:
+        if _send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
             self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
         else:
@@ -265,6 +274,7 @@ class PopenPoolExecutor:
                  max_payload=16 << 20, result_types=(), unsafe_results=False):
         if max_workers is None:
             max_workers = os.cpu_count()
+        self._max_workers = max_workers
         self._threadpool = concurrent.futures.ThreadPoolExecutor(max_workers=max_workers)
         self._timeout = timeout
         self._worker_map = {}
@@ -322,6 +332,67 @@ class PopenPoolExecutor:
 
     def map_with_error_catching(self, fn, iterator):
         """fn over every item, in input order, each a MapResult (COMPLETE, TIMEOUT or
-        EXCEPTION, ChildProcessError included)."""
-        worker = lambda x: self._worker_run_with_error_catching(fn, (x,), None)
-        return self._threadpool.map(worker, iterator)
+        EXCEPTION, ChildProcessError included).
+
+        As TVM's (Executor.map): the iterator is read at the call, every item runs
+        whether or not the results are read, and closing the returned generator early
+        drops the items not started yet.  Unlike it, the items are not one future each:
+        one task per pool thread takes the next item as soon as its worker is free, so
+        at most max_workers calls are in flight and a long map costs no queue of
+        futures."""
+        run = _MapRun(self._worker_run_with_error_catching, fn, list(iterator))
+        for _ in range(min(self._max_workers, len(run.items))):
+            self._threadpool.submit(run.drain)
+        return run.results()
+
+
+_PENDING = object()
+
+
+class _Raised:
+    def __init__(self, exc):
+        self.exc = exc
+
+
+class _MapRun:
+    """One map_with_error_catching: the items, their results as they come, and the
+    reader's place."""
+
+    def __init__(self, call, fn, items):
+        self.items = items
+        self._call = call
+        self._fn = fn
+        self._next = itertools.count()  # its next() is atomic: each item taken once
+        self._out = [_PENDING] * len(items)
+        self._cond = threading.Condition()
+        self._want = -1
+        self._stopped = False
+
+    def drain(self):
+        """On a pool thread: run items until there are none left (or the reader left)."""
+        n = len(self.items)
+        for i in self._next:
+            if i >= n or self._stopped:
+                return
+            try:
+                result = self._call(self._fn, (self.items[i],), None)
+            except BaseException as e:  # pylint: disable=broad-except
+                result = _Raised(e)  # what a future's result() would raise
+            with self._cond:
+                self._out[i] = result
+                if self._want == i:
+                    self._cond.notify()
+
+    def results(self):
+        try:
+            for i in range(len(self.items)):
+                with self._cond:
+                    while self._out[i] is _PENDING:
+                        self._want = i
+                        self._cond.wait()
+                result, self._out[i] = self._out[i], None
+                if isinstance(result, _Raised):
+                    raise result.exc
+                yield result
+        finally:
+            self._stopped = True

@@ -67,7 +67,8 @@ def install(**sandbox):
     if _state:
         return _state["scratch"]
     scratch = tempfile.mkdtemp(prefix="kcage-tvm-")
-    os.chmod(scratch, 0o1777)  # the sandboxes run as another user (nobody under root)
+    # under root every sandbox runs as host ids of its own (a reserved range), not ours
+    os.chmod(scratch, 0o1777)
     os.environ["TMPDIR"] = scratch  # inherited by the zygote, read by the workers
     tempfile.tempdir = scratch
     opts = dict(sandbox)

@@ -149,6 +149,49 @@ def test_map_with_error_catching_order_and_status(impl):
     assert out[0] == impl.MapResult(SK.COMPLETE, 1)
 
 
+def test_map_long_in_order(impl):
+    pool = impl.PopenPoolExecutor(max_workers=2, timeout=T_LONG)
+    try:
+        items = list(range(-200, 200))
+        out = list(pool.map_with_error_catching(abs, items))
+    finally:
+        pool.shutdown()
+    assert [r.status for r in out] == [impl.StatusKind.COMPLETE] * len(items)
+    assert [r.value for r in out] == [abs(x) for x in items]
+
+
+def test_map_runs_every_item_unread(impl):
+    """The items of a map run whether or not its results are read: the worker's next
+    call is its sixth."""
+    pool = impl.PopenPoolExecutor(max_workers=1, timeout=T_LONG)
+    try:
+        pool.map_with_error_catching(h.count_arg, range(5))
+        assert pool.submit(h.count).result() == 6
+    finally:
+        pool.shutdown()
+
+
+def test_rebound_name_sends_the_object(impl):
+    """A module-level function travels by reference while its name means it; once the
+    name is rebound, the object itself travels (by value, with the parent's globals)."""
+    w = impl.PopenWorker()
+    original = h.get_state
+    h._state = "the parent's"  # pylint: disable=protected-access
+    try:
+        w.send(original)
+        assert w.recv() is None  # by reference: the worker's own module
+        h.get_state = h.count
+        w.send(original)
+        assert w.recv() == "the parent's"
+        h.get_state = original
+        w.send(original)
+        assert w.recv() is None
+    finally:
+        h.get_state = original
+        h._state = None  # pylint: disable=protected-access
+        w.kill()
+
+
 def test_map_child_death_is_exception(impl):
     pool = impl.PopenPoolExecutor(max_workers=1, timeout=T_LONG)
     try:
