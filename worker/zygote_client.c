@@ -48,8 +48,8 @@ const char *kc_worker_binary(const kc_worker_opts *o) {
 /* One empty network namespace with loopback up per process, joined by every zygote: a
  * netns costs ~0.25 ms to make and more to tear down (in a kernel worker, contending
  * with everything else), and a process's pools belong to one user.  The first
- * sandboxed zygote makes it (a fresh exec'd process: no fork-then-libnl in a possibly
- * threaded caller) and we keep a reference to it.  -1 until then. */
+ * sandboxed zygote makes it (a fresh exec'd process, not a fork of a possibly threaded
+ * caller) and we keep a reference to it.  -1 until then. */
 static pthread_mutex_t g_netns_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_netns = -1;
 
