@@ -208,6 +208,11 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
     kill_child(pid);
     return kc_error_set(err, e, "zygote: user namespace");
   }
+  /* Its workers go into slot cgroups, attached once the zygote answers: take the
+   * attach lock's grace period now, while the zygote execs and builds its file system
+   * (we would only wait for its hello meanwhile). */
+  if (sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
+    kc_cgroup_warm_attach(pid);
   kc_zygote *z = calloc(1, sizeof *z);
   if (!z) {
     kill_child(pid);
