@@ -238,13 +238,10 @@ static int run_sandbox(kc_sandbox_config *cfg, kc_result *res, int *sig, kc_erro
     return 0;
   }
   /* Leftovers of a kcage that was SIGKILLed, reaped while the sandbox sets itself up
-   * (the child builds its file system meanwhile; our own cgroup's owner is alive).
-   * Only runs that make a cgroup leave any behind, so only they pay for the scan of
-   * every hierarchy: a plain run leaves the next limited run (or pool) to do it. */
-  if (kc_sandbox_cgroup(sb)) {
-    kc_error ignored;
-    kc_cgroup_reap_stale(&ignored);
-  }
+   * (off the start-up path: the child builds its file system meanwhile; our own
+   * cgroup's owner is alive). */
+  kc_error ignored;
+  kc_cgroup_reap_stale(&ignored);
   int wrc = kc_sandbox_wait(sb, res, err);
   kc_sandbox_free(sb);
   struct signalfd_siginfo ssi;
