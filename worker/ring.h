@@ -21,8 +21,8 @@
  *
  * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
  * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
- * leaves the CPU) but yields, which on a shared CPU is one context switch where a
- * futex round costs a wake and a wait as well.  A waiter's spin budget halves after
+ * leaves the CPU): it yields once, which on a shared CPU is one context switch where a
+ * futex round costs a wake and a wait as well, then sleeps.  A waiter's spin budget halves after
  * every wait that ended asleep anyway and doubles after one the spin satisfied, so a
  * peer that is slow or descheduled turns the wait into a sleep.  The worker's CPU is
  * a hint it may forge: the worst it can do is make the parent yield instead of pause

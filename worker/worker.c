@@ -603,14 +603,17 @@ static int try_take(kc_worker *w, kc_call_result *res, bool look_at_fds) {
     fail_worker(w, res, KC_CALL_CHILD_ERROR, why);
     return 1;
   }
+  uint64_t dl = kc_worker_deadline(w);
+  bool late = dl != UINT64_MAX && kc_now_ns() >= dl;
+  /* a verdict is due at the deadline, and a death or violation outranks it */
+  look_at_fds = look_at_fds || late;
   bool violated = false;
   if (look_at_fds && w->listener >= 0) {
     struct pollfd p = {.fd = w->listener, .events = POLLIN};
     violated = poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w);
   }
   bool dead = violated || (look_at_fds && pidfd_dead(w->pidfd));
-  uint64_t dl = kc_worker_deadline(w);
-  bool late = !dead && dl != UINT64_MAX && kc_now_ns() >= dl;
+  late = late && !dead;
   if (!dead && !late)
     return 0;
   /* A completion may have landed between the first look and now (the call finished,
