@@ -1,13 +1,24 @@
-/* `kcage run -- /bin/true` beside bubblewrap with a typical read-only-root,
- * all-namespaces configuration (reference/sandboxes.md §3) and a plain fork+exec,
- * measured in one run, interleaved so that machine noise hits all three alike.
- * What each launch costs end to end: fork+exec of the launcher until it is reaped. */
+/* `kcage run -- /bin/true` beside the peers that do comparable work, measured in one
+ * run: bubblewrap with a typical read-only-root, all-namespaces configuration
+ * (reference/sandboxes.md §3), `unshare -Upmnfiu --mount-proc -r` (namespaces and a
+ * /proc, no file-system isolation), a plain fork+exec, and kcage with a cgroup.  Every
+ * round launches each once in a freshly shuffled order, so machine noise and cache
+ * warmth hit all alike.  Per launch: wall time from fork of the launcher until it is
+ * reaped, and CPU time of the whole tree (an inherited task-clock counter, as `perf
+ * stat` counts it). */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "bench_common.h"
@@ -35,15 +46,46 @@ static const char *const bwrap_argv[] = {"bwrap",
                                          "ALL",
                                          "/bin/true",
                                          NULL};
+static const char *const unshare_argv[] = {"unshare", "-Upmnfiu",  "--mount-proc",
+                                           "-r",      "/bin/true", NULL};
 static const char *const plain_argv[] = {"/bin/true", NULL};
 
-/* Seconds for one launch, or -1 when it failed. */
-static double launch(const char *const *argv) {
+typedef struct launch_cost {
+  double wall, cpu; /* seconds */
+} launch_cost;
+
+/* A task-clock counter on pid and, inherited, on every descendant it makes (what
+ * `perf stat` counts): a launcher's rusage misses the descendants it does not wait for
+ * itself (bwrap's sandbox init is reaped by no one in its tree).  Enabled at exec.
+ * -1 when perf events are not permitted here; rusage is used then. */
+static int tree_clock(pid_t pid) {
+  struct perf_event_attr a;
+  memset(&a, 0, sizeof a);
+  a.size = sizeof a;
+  a.type = PERF_TYPE_SOFTWARE;
+  a.config = PERF_COUNT_SW_TASK_CLOCK;
+  a.disabled = 1;
+  a.enable_on_exec = 1;
+  a.inherit = 1;
+  return (int)syscall(SYS_perf_event_open, &a, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+static bool use_perf = true; /* cleared at the first launch perf events refuse */
+
+/* 0, or -1 when the launch failed. */
+static int launch(const char *const *argv, launch_cost *c) {
+  int go[2];
+  if (pipe2(go, O_CLOEXEC) < 0)
+    return -1;
   double t0 = kc_bench_now();
   pid_t pid = fork();
   if (pid < 0)
     return -1;
   if (pid == 0) {
+    char b;
+    close(go[1]);
+    if (read(go[0], &b, 1) != 1)
+      _exit(127);
     int dn = open("/dev/null", O_RDWR);
     if (dn >= 0) {
       dup2(dn, 0);
@@ -53,94 +95,156 @@ static double launch(const char *const *argv) {
     execvp(argv[0], (char *const *)argv);
     _exit(127);
   }
+  close(go[0]);
+  int clk = use_perf ? tree_clock(pid) : -1;
+  if (clk < 0)
+    use_perf = false;
+  if (write(go[1], "g", 1) != 1)
+    kill(pid, SIGKILL);
+  close(go[1]);
   int st;
-  while (waitpid(pid, &st, 0) < 0)
+  struct rusage ru;
+  while (wait4(pid, &st, 0, &ru) < 0)
     if (errno != EINTR)
       return -1;
-  double t = kc_bench_now() - t0;
-  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? t : -1;
-}
-
-static int have_bwrap(void) {
-  return launch(bwrap_argv) >= 0;
+  c->wall = kc_bench_now() - t0;
+  uint64_t ns = 0;
+  if (clk >= 0 && read(clk, &ns, sizeof ns) == (ssize_t)sizeof ns)
+    c->cpu = (double)ns * 1e-9;
+  else
+    c->cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+             (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+  if (clk >= 0)
+    close(clk);
+  return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 typedef struct row {
-  const char *name;
+  const char *name, *key;
   const char *const *argv;
-  double *v;
+  double *wall, *cpu, *ratio; /* ratio: this launch's wall over kcage's in the same round */
   size_t n;
   int failed;
+  const char *skip; /* why the row is not measured, or NULL */
 } row;
+
+enum { KC = 0, NROWS = 5 };
+
+static void probe(row *r) {
+  launch_cost c;
+  if (launch(r->argv, &c) < 0)
+    r->skip = "not installed or not permitted here";
+}
+
+static void shuffle(int *order, int n) {
+  for (int i = n - 1; i > 0; i--) {
+    int j = rand() % (i + 1), t = order[i];
+    order[i] = order[j];
+    order[j] = t;
+  }
+}
+
+static void run_rounds(row *rows, size_t runs) {
+  int order[NROWS];
+  for (int r = 0; r < NROWS; r++)
+    order[r] = r;
+  for (size_t i = 0; i < runs; i++) {
+    shuffle(order, NROWS);
+    launch_cost c[NROWS];
+    int ok[NROWS] = {0};
+    for (int k = 0; k < NROWS; k++) {
+      row *r = &rows[order[k]];
+      if (r->skip)
+        continue;
+      ok[order[k]] = launch(r->argv, &c[order[k]]) == 0;
+      if (!ok[order[k]])
+        r->failed++;
+    }
+    for (int k = 0; k < NROWS; k++) {
+      row *r = &rows[k];
+      if (!ok[k])
+        continue;
+      r->wall[r->n] = c[k].wall;
+      r->cpu[r->n] = c[k].cpu;
+      r->ratio[r->n] = ok[KC] ? c[k].wall / c[KC].wall : 0;
+      r->n++;
+    }
+  }
+}
+
+static void print_rows(row *rows, size_t runs) {
+  double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  double kc_wall = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
+  printf("launch to reap, %zu rounds, each launcher once per round in a shuffled order (ms)\n",
+         runs);
+  printf("%-44s %7s %7s %7s %8s %9s %9s\n", "launcher", "min", "median", "p99", "CPU med",
+         "wall/kc", "CPU/kc");
+  for (int k = 0; k < NROWS; k++) {
+    row *r = &rows[k];
+    if (r->skip || r->n == 0) {
+      printf("%-44s   skipped: %s\n", r->name, r->skip ? r->skip : "every launch failed");
+      continue;
+    }
+    double mn = kc_bench_quantile(r->wall, r->n, 0) * 1e3;
+    double med = kc_bench_quantile(r->wall, r->n, 0.5) * 1e3;
+    double p99 = kc_bench_quantile(r->wall, r->n, 0.99) * 1e3;
+    double cpu = kc_bench_quantile(r->cpu, r->n, 0.5) * 1e3;
+    /* the median of the per-round ratios: robust to a slow stretch hitting one round */
+    double ratio = kc_bench_quantile(r->ratio, r->n, 0.5);
+    printf("%-44s %7.2f %7.2f %7.2f %8.2f %8.2fx %8.2fx\n", r->name, mn, med, p99, cpu, ratio,
+           cpu / (kc_cpu * 1e3));
+    char key[64];
+    snprintf(key, sizeof key, "%s_median_ms", r->key);
+    kc_bench_set("run", key, med);
+    snprintf(key, sizeof key, "%s_p99_ms", r->key);
+    kc_bench_set("run", key, p99);
+    snprintf(key, sizeof key, "%s_cpu_median_ms", r->key);
+    kc_bench_set("run", key, cpu);
+    snprintf(key, sizeof key, "%s_over_kcage_wall", r->key);
+    kc_bench_set("run", key, ratio);
+    if (r->failed)
+      printf("  (%d failed launches left out)\n", r->failed);
+  }
+  printf("(wall/kc: median over rounds of this launch's wall time over kcage's in the same "
+         "round; CPU/kc: median CPU over kcage's; above 1 = kcage ahead.  CPU: %s)\n",
+         use_perf ? "task-clock of the whole tree" : "rusage (no perf events here)");
+  (void)kc_wall;
+}
 
 int main(int argc, char **argv) {
   size_t runs = argc > 1 ? (size_t)atoi(argv[1]) : 300;
   if (runs < 10)
     runs = 10;
-  enum { NROWS = 4 };
-  row rows[NROWS] = {{"kcage run -- /bin/true", kcage_argv, NULL, 0, 0},
-                     {"bwrap (ro /, all ns, --dev --proc --tmpfs)", bwrap_argv, NULL, 0, 0},
-                     {"fork+exec /bin/true", plain_argv, NULL, 0, 0},
-                     {"kcage run --memory 256M --pids 64 (cgroup)", kcage_cg_argv, NULL, 0, 0}};
-  int with_bwrap = have_bwrap();
+  srand((unsigned)time(NULL));
+  row rows[NROWS] = {
+      {"kcage run -- /bin/true", "kcage", kcage_argv, 0, 0, 0, 0, 0, 0},
+      {"bwrap (ro /, all ns, --dev --proc --tmpfs)", "bwrap", bwrap_argv, 0, 0, 0, 0, 0, 0},
+      {"unshare -Upmnfiu --mount-proc -r", "unshare", unshare_argv, 0, 0, 0, 0, 0, 0},
+      {"fork+exec /bin/true", "fork_exec", plain_argv, 0, 0, 0, 0, 0, 0},
+      {"kcage run --memory 256M --pids 64 (cgroup)", "kcage_cgroup", kcage_cg_argv, 0, 0, 0, 0, 0,
+       0}};
   for (int r = 0; r < NROWS; r++) {
-    rows[r].v = calloc(runs, sizeof(double));
-    if (!rows[r].v)
+    rows[r].wall = calloc(runs, sizeof(double));
+    rows[r].cpu = calloc(runs, sizeof(double));
+    rows[r].ratio = calloc(runs, sizeof(double));
+    if (!rows[r].wall || !rows[r].cpu || !rows[r].ratio)
       return 1;
+    probe(&rows[r]);
   }
-  /* Warm-up: page cache, dynamic loader, cgroup hierarchy. */
-  for (int i = 0; i < 10; i++)
-    for (int r = 0; r < NROWS; r++)
-      if (r != 1 || with_bwrap)
-        launch(rows[r].argv);
-  for (size_t i = 0; i < runs; i++) {
-    for (int r = 0; r < NROWS; r++) {
-      if (r == 1 && !with_bwrap)
-        continue;
-      double t = launch(rows[r].argv);
-      if (t < 0)
-        rows[r].failed++;
-      else
-        rows[r].v[rows[r].n++] = t;
-    }
-  }
-  if (rows[0].n == 0) {
-    fprintf(stderr, "bench_run: kcage run failed every time (%d failures)\n", rows[0].failed);
+  if (rows[KC].skip) {
+    fprintf(stderr, "bench_run: kcage run -- /bin/true fails here\n");
     return 1;
   }
-  double kc_med = 0;
-  printf("launch to reap, %zu interleaved runs each (ms)\n", runs);
-  printf("%-44s %8s %8s %8s %10s\n", "launcher", "min", "median", "p99", "vs kcage");
-  for (int r = 0; r < NROWS; r++) {
-    if (rows[r].n == 0) {
-      printf("%-44s %8s %8s %8s %10s\n", rows[r].name, "-", "-", "-",
-             r == 1 && !with_bwrap ? "(no bwrap)" : "(failed)");
-      continue;
-    }
-    double mn = kc_bench_quantile(rows[r].v, rows[r].n, 0) * 1e3;
-    double med = kc_bench_quantile(rows[r].v, rows[r].n, 0.5) * 1e3;
-    double p99 = kc_bench_quantile(rows[r].v, rows[r].n, 0.99) * 1e3;
-    if (r == 0)
-      kc_med = med;
-    char ratio[32];
-    snprintf(ratio, sizeof ratio, "%.2fx", med / kc_med);
-    printf("%-44s %8.3f %8.3f %8.3f %10s\n", rows[r].name, mn, med, p99, ratio);
-    static const char *const keys[] = {"kcage", "bwrap", "fork_exec", "kcage_cgroup"};
-    char key[64];
-    snprintf(key, sizeof key, "%s_median_ms", keys[r]);
-    kc_bench_set("run", key, med);
-    snprintf(key, sizeof key, "%s_p99_ms", keys[r]);
-    kc_bench_set("run", key, p99);
-    if (rows[r].failed)
-      printf("  (%d failed launches left out)\n", rows[r].failed);
-  }
-  if (with_bwrap && rows[1].n) {
-    double bw = kc_bench_quantile(rows[1].v, rows[1].n, 0.5) * 1e3;
-    kc_bench_set("run", "bwrap_over_kcage", bw / kc_med);
-    printf("kcage median is %s than bwrap's (%.2fx)\n", kc_med <= bw ? "faster" : "SLOWER",
-           bw / kc_med);
-  }
+  /* Warm-up: page cache, dynamic loader, cgroup hierarchy. */
+  run_rounds(rows, 10);
   for (int r = 0; r < NROWS; r++)
-    free(rows[r].v);
+    rows[r].n = 0, rows[r].failed = 0;
+  run_rounds(rows, runs);
+  print_rows(rows, runs);
+  for (int r = 0; r < NROWS; r++) {
+    free(rows[r].wall);
+    free(rows[r].cpu);
+    free(rows[r].ratio);
+  }
   return kc_bench_write() < 0;
 }

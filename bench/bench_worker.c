@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 #include "bench_common.h"
 #include "kcage/pool.h"
 #include "kcage/worker.h"
+#include "worker_internal.h"
 
 #define SEC "worker"
 
@@ -76,8 +78,11 @@ static kc_call_status echo(kc_worker *w, double timeout_s, const char *what) {
 }
 
 /* ---- kcage worker round trip ---------------------------------------------------- */
-static void bench_roundtrip(size_t n, double *med, double *p99) {
+/* futex_only: the same worker with spinning off on both sides (kc_worker_set_spin) */
+static void bench_roundtrip(size_t n, bool futex_only, double *med, double *p99) {
   kc_worker *w = new_worker(0);
+  if (futex_only)
+    kc_worker_set_spin(w, 0, 0);
   double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n + 1000; i++) {
     double t0 = kc_bench_now();
@@ -108,12 +113,14 @@ static void futex_wake(_Atomic uint32_t *w) {
   syscall(SYS_futex, w, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-/* wait until *w != old: spin ~20 us, then sleep (eventcount with a waiter flag) */
-static uint32_t await_change(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t old) {
-  double t0 = kc_bench_now();
+/* wait until *w != old: spin up to spin_s, then sleep (eventcount with a waiter flag);
+ * spin_s 0 is the futex-only ring */
+static uint32_t await_change(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t old,
+                             double spin_s) {
+  double t0 = spin_s > 0 ? kc_bench_now() : 0;
   uint32_t v;
   while ((v = atomic_load(w)) == old) {
-    if (kc_bench_now() - t0 > 20e-6) {
+    if (spin_s <= 0 || kc_bench_now() - t0 > spin_s) {
       atomic_store(waiting, 1);
       if ((v = atomic_load(w)) != old)
         break;
@@ -132,7 +139,7 @@ static void post(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t v) {
     futex_wake(w);
 }
 
-static void bench_raw_ring(size_t n, double *med, double *p99) {
+static void bench_raw_ring(size_t n, double spin_s, double *med, double *p99) {
   struct pingpong *pp = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   memset(pp, 0, sizeof *pp);
   pid_t c = fork();
@@ -140,7 +147,7 @@ static void bench_raw_ring(size_t n, double *med, double *p99) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     uint32_t seen = 0;
     for (;;) {
-      seen = await_change(&pp->req, &pp->req_waiting, seen);
+      seen = await_change(&pp->req, &pp->req_waiting, seen, spin_s);
       post(&pp->rep, &pp->rep_waiting, seen);
     }
   }
@@ -148,7 +155,7 @@ static void bench_raw_ring(size_t n, double *med, double *p99) {
   for (uint32_t i = 1; i <= n + 1000; i++) {
     double t0 = kc_bench_now();
     post(&pp->req, &pp->req_waiting, i);
-    await_change(&pp->rep, &pp->rep_waiting, i - 1);
+    await_change(&pp->rep, &pp->rep_waiting, i - 1, spin_s);
     double t1 = kc_bench_now();
     if (i > 1000)
       v[i - 1001] = t1 - t0;
@@ -191,6 +198,62 @@ static void bench_pipe(size_t n, double *med, double *p99) {
   close(b[1]);
   stats(v, n, med, p99);
   free(v);
+}
+
+/* ---- both sides on one CPU ------------------------------------------------------- */
+/* The normal case on a busy host: the parent and its worker share one vCPU, so every
+ * microsecond one side spins is a microsecond the other cannot run.  The process is
+ * pinned before the worker (and its zygote) are forked, so they inherit the mask; each
+ * round runs the kcage worker, the same worker with spinning off on both sides (its
+ * futex-only ring: what a contention-aware design must not lose to), and the raw
+ * futex-only and spinning rings, in an order that alternates between rounds. */
+static int pin_here(cpu_set_t *saved) {
+  if (sched_getaffinity(0, sizeof *saved, saved) < 0)
+    return -1;
+  int cpu = sched_getcpu();
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu < 0 ? 0 : cpu, &one);
+  return sched_setaffinity(0, sizeof one, &one);
+}
+
+typedef struct samecpu {
+  double kc, kc_futex, futex, spin; /* best-round medians, seconds */
+  double over_kc_futex, over_futex; /* kcage over each: median of the per-round ratios */
+} samecpu;
+
+static void bench_same_cpu(size_t n, int rounds, samecpu *out) {
+  enum { MAXR = 16 };
+  double r_kf[MAXR], r_f[MAXR], p;
+  if (rounds > MAXR)
+    rounds = MAXR;
+  out->kc = out->kc_futex = out->futex = out->spin = 1e9;
+  for (int r = 0; r < rounds; r++) {
+    cpu_set_t saved;
+    if (pin_here(&saved) < 0)
+      die("sched_setaffinity", NULL);
+    double kc, kf, fx, sp;
+    if (r % 2) {
+      bench_raw_ring(n, 0, &fx, &p);
+      bench_roundtrip(n, true, &kf, &p);
+      bench_raw_ring(n, 20e-6, &sp, &p);
+      bench_roundtrip(n, false, &kc, &p);
+    } else {
+      bench_roundtrip(n, false, &kc, &p);
+      bench_raw_ring(n, 20e-6, &sp, &p);
+      bench_roundtrip(n, true, &kf, &p);
+      bench_raw_ring(n, 0, &fx, &p);
+    }
+    sched_setaffinity(0, sizeof saved, &saved);
+    out->kc = kc < out->kc ? kc : out->kc;
+    out->kc_futex = kf < out->kc_futex ? kf : out->kc_futex;
+    out->futex = fx < out->futex ? fx : out->futex;
+    out->spin = sp < out->spin ? sp : out->spin;
+    r_kf[r] = kc / kf;
+    r_f[r] = kc / fx;
+  }
+  out->over_kc_futex = kc_bench_quantile(r_kf, (size_t)rounds, 0.5);
+  out->over_futex = kc_bench_quantile(r_f, (size_t)rounds, 0.5);
 }
 
 /* ---- spawn to first completed call, full sandbox ---------------------------------- */
@@ -357,10 +420,10 @@ int main(void) {
   tput = map_tput = 0;
   for (int round = 0; round < ROUNDS; round++) {
     double m, p;
-    bench_roundtrip(n_rt / ROUNDS, &m, &p);
+    bench_roundtrip(n_rt / ROUNDS, false, &m, &p);
     if (m < rt_med)
       rt_med = m, rt_p99 = p;
-    bench_raw_ring(n_rt / ROUNDS, &m, &p);
+    bench_raw_ring(n_rt / ROUNDS, 20e-6, &m, &p);
     if (m < raw_med)
       raw_med = m, raw_p99 = p;
     bench_pipe(n_rt / ROUNDS, &m, &p);
@@ -374,6 +437,8 @@ int main(void) {
     if (t > map_tput)
       map_tput = t, map_faults = f;
   }
+  samecpu sc;
+  bench_same_cpu(quick ? 1000 : 5000, quick ? 3 : 5, &sc);
   bench_spawn(n_sp, &sp_med, &sp_p99);
   bench_new_pool(quick ? 5 : 50, &np_med, &np_p99);
   bench_timeout(n_to, &to_med, &to_p99, &to_late);
@@ -388,6 +453,13 @@ int main(void) {
   printf("%-52s %9.2f us %9.2f us\n", "  pipe ping-pong", pipe_med * 1e6, pipe_p99 * 1e6);
   printf("%-52s %9.2fx\n", "  kcage / raw ring (median)", rt_med / raw_med);
   printf("%-52s %9.2fx\n", "  pipe / kcage (median)", pipe_med / rt_med);
+  printf("%-52s %9.2f us %12s %10s\n", "same-CPU round trip (both pinned), kcage worker",
+         sc.kc * 1e6, "", "<=futex");
+  printf("%-52s %9.2f us\n", "  kcage worker, futex-only ring (no spinning)", sc.kc_futex * 1e6);
+  printf("%-52s %9.2f us\n", "  raw futex-only ring", sc.futex * 1e6);
+  printf("%-52s %9.2f us\n", "  raw spin(20us)+futex ring", sc.spin * 1e6);
+  printf("%-52s %9.2fx\n", "  kcage / kcage futex-only (median of round ratios)", sc.over_kc_futex);
+  printf("%-52s %9.2fx\n", "  kcage / raw futex-only (median of round ratios)", sc.over_futex);
   printf("%-52s %9.3f ms %9.3f ms %10s\n", "worker restart from the zygote to first result",
          sp_med * 1e3, sp_p99 * 1e3, "<=1ms");
   printf("%-52s %9.3f ms %9.3f ms %10s\n", "new pool (zygote + worker) to first result",
@@ -408,6 +480,12 @@ int main(void) {
   kc_bench_set(SEC, "raw_spin_futex_ring_roundtrip_p99_us", raw_p99 * 1e6);
   kc_bench_set(SEC, "pipe_pingpong_roundtrip_median_us", pipe_med * 1e6);
   kc_bench_set(SEC, "pipe_pingpong_roundtrip_p99_us", pipe_p99 * 1e6);
+  kc_bench_set(SEC, "same_cpu_roundtrip_median_us", sc.kc * 1e6);
+  kc_bench_set(SEC, "same_cpu_kcage_futex_only_median_us", sc.kc_futex * 1e6);
+  kc_bench_set(SEC, "same_cpu_raw_futex_only_ring_median_us", sc.futex * 1e6);
+  kc_bench_set(SEC, "same_cpu_raw_spin_ring_median_us", sc.spin * 1e6);
+  kc_bench_set(SEC, "same_cpu_kcage_over_kcage_futex_only", sc.over_kc_futex);
+  kc_bench_set(SEC, "same_cpu_kcage_over_raw_futex_only", sc.over_futex);
   kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_median_ms", sp_med * 1e3);
   kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_p99_ms", sp_p99 * 1e3);
   kc_bench_set(SEC, "new_pool_to_first_result_median_ms", np_med * 1e3);

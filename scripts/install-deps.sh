@@ -2,8 +2,8 @@
 # Installs the Debian packages kcage needs that are missing (only as root; otherwise
 # it names what is missing and leaves the decision to the user).
 set -eu
-pkgs="build-essential cmake pkg-config clang libseccomp-dev libcap-dev libnl-3-dev
-libnl-route-3-dev libcmocka-dev libjansson-dev libdlpack-dev nettle-dev libmicrohttpd-dev help2man bubblewrap
+pkgs="build-essential cmake pkg-config clang libseccomp-dev libcap-dev
+libcmocka-dev libjansson-dev libdlpack-dev nettle-dev libmicrohttpd-dev help2man bubblewrap
 qemu-system-x86 busybox-static cpio xz-utils jq clang-format python3 python3-venv libpython3-dev"
 missing=""
 for p in $pkgs; do

@@ -77,6 +77,9 @@ void kc_ring_reset(kc_ring *r, uint32_t generation) {
   atomic_store(&c->cq_waiters, 0);
   atomic_store(&c->parent_gone, 0);
   atomic_store(&c->trapped_syscall, 0xffffffffu);
+  atomic_store(&c->parent_cpu, -1);
+  atomic_store(&c->worker_spin_ns, KC_WORKER_SPIN_NS);
+  atomic_store(&c->worker_cpu, -2);
 }
 
 int kc_ring_create(kc_ring *r, const kc_ring_params *p, uint32_t generation, kc_error *err) {

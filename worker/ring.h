@@ -10,14 +10,23 @@
  * memfd's size is sealed, so a worker cannot SIGBUS the parent by truncating it.
  *
  * Wake-ups (eventcount pattern: the fast path makes no syscall):
- *  - parent -> worker: the worker spins ~20 us, then sets sq_waiters and sleeps on the
+ *  - parent -> worker: the worker spins briefly, then sets sq_waiters and sleeps on the
  *    futex word sq_epoch; the parent bumps sq_epoch after publishing and calls
  *    FUTEX_WAKE only when sq_waiters is set.
  *  - worker -> parent: the parent spins briefly, then sets cq_waiters and sleeps in
  *    poll() on an eventfd together with the worker's pidfd and seccomp listener (it
  *    must wake on death and violations too, and a pool waits on many workers at
  *    once, which one futex cannot do); the worker writes the eventfd only when
- *    cq_waiters is set. */
+ *    cq_waiters is set.
+ *
+ * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
+ * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
+ * leaves the CPU): it yields once, which on a shared CPU is one context switch where a
+ * futex round costs a wake and a wait as well, then sleeps.  A waiter's spin budget halves after
+ * every wait that ended asleep anyway and doubles after one the spin satisfied, so a
+ * peer that is slow or descheduled turns the wait into a sleep.  The worker's CPU is
+ * a hint it may forge: the worst it can do is make the parent yield instead of pause
+ * for the same bounded budget. */
 #ifndef KCAGE_RING_H
 #define KCAGE_RING_H
 
@@ -48,10 +57,13 @@ typedef struct kc_ring_ctl {
   uint32_t generation;
   uint32_t max_arg, max_result;
   _Alignas(64) _Atomic uint64_t sq_tail;  /* parent writes */
+  _Atomic int32_t parent_cpu;             /* parent writes: where it last ran (a hint) */
+  _Atomic uint32_t worker_spin_ns;        /* parent writes: the worker's spin limit */
   _Alignas(64) _Atomic uint64_t sq_head;  /* worker writes (informational) */
   _Alignas(64) _Atomic uint32_t sq_epoch; /* futex word the worker sleeps on */
   _Atomic uint32_t sq_waiters;            /* worker sets while (about to be) asleep */
   _Alignas(64) _Atomic uint64_t cq_tail;  /* worker writes: untrusted */
+  _Atomic int32_t worker_cpu;             /* worker writes: untrusted, a hint only */
   _Alignas(64) _Atomic uint64_t cq_head;  /* parent writes */
   _Atomic uint32_t cq_waiters;            /* parent sets while asleep in poll() */
   _Atomic uint32_t parent_gone;           /* parent sets at shutdown */
@@ -135,6 +147,30 @@ int kc_ring_reap(kc_ring *r, kc_ring_completion *out, kc_error *err);
  * the fuzzed decoder).  0 or -1 with err. */
 int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
                       uint32_t max_result, kc_error *err);
+
+/* Adaptive waiting, both sides (spin.c). */
+#define KC_SPIN_MIN_NS 2000u
+#define KC_WORKER_SPIN_NS 50000u /* covers the parent's next request in a tight loop */
+#define KC_PARENT_SPIN_NS 50000u
+typedef struct kc_spin {
+  uint64_t budget_ns; /* learnt spin budget; 0 = not learnt yet: the maximum */
+} kc_spin;
+/* One wait's spin: kc_spin_begin, then kc_spin_step between looks at the ring until
+ * the answer is there or a step says stop (sleep then), then kc_spin_end. */
+typedef struct kc_spinner {
+  kc_spin *state;
+  uint64_t max_ns, budget_ns, t0;
+  unsigned steps, pauses, yields;
+} kc_spinner;
+/* min_ns: a floor for this wait only (the learnt budget is not raised by it). */
+void kc_spin_begin(kc_spinner *sp, kc_spin *s, uint64_t max_ns, uint64_t min_ns);
+/* One pause, or a yield when the peer last ran on this CPU.  false = stop spinning. */
+bool kc_spin_step(kc_spinner *sp, _Atomic int32_t *mine, const _Atomic int32_t *peer,
+                  uint64_t until_ns);
+/* satisfied = the answer came while spinning: the budget doubles; else it halves. */
+void kc_spin_end(kc_spinner *sp, bool satisfied);
+/* Store this side's CPU in *mine; true when *peer names the same CPU. */
+bool kc_ring_share_cpu(_Atomic int32_t *mine, const _Atomic int32_t *peer);
 
 /* The futex helpers of both sides. */
 int kc_futex_wait(_Atomic uint32_t *word, uint32_t expect, int64_t timeout_ns);

@@ -26,9 +26,8 @@
 #include "worker_internal.h"
 
 static kc_ring g_ring;
-static const kc_policy *g_pol;     /* the worker's base policy; NULL = no filter */
-static uint64_t g_spin_ns = 50000; /* covers the parent's next request in a tight loop */
-static uint64_t g_spin_once;       /* kc_runtime_spin_next: the next wait only */
+static const kc_policy *g_pol; /* the worker's base policy; NULL = no filter */
+static uint64_t g_spin_once;   /* kc_runtime_spin_next: the next wait only */
 
 void kc_runtime_spin_next(uint64_t ns) {
   g_spin_once = ns;
@@ -140,25 +139,24 @@ static int lockdown(const kc_worker_boot *b, kc_error *err) {
   return kc_sandbox_lockdown(b->pol, 0, b->sock, &listener, err);
 }
 
+static kc_spin g_spin;
+
 static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
   if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
     return;
-  uint64_t t0 = kc_now_ns();
-  uint64_t spin = g_spin_once > g_spin_ns ? g_spin_once : g_spin_ns;
+  kc_spinner sp;
+  uint64_t limit = atomic_load_explicit(&c->worker_spin_ns, memory_order_relaxed);
+  kc_spin_begin(&sp, &g_spin, limit, limit ? g_spin_once : 0);
   g_spin_once = 0;
-  unsigned n = 0;
-  while (kc_now_ns() - t0 < spin) {
-    for (int i = 0; i < 16; i++) {
-      if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
-        return;
-      __builtin_ia32_pause();
+  for (;;) {
+    if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head) {
+      kc_spin_end(&sp, true);
+      return;
     }
-    /* On 2 vCPUs the parent may need this very CPU to publish the request (or to
-     * take our last completion): let it run every few microseconds.  With nothing
-     * else runnable this is one cheap system call. */
-    (void)++n;
-    sched_yield();
+    if (!kc_spin_step(&sp, &c->worker_cpu, &c->parent_cpu, UINT64_MAX))
+      break;
   }
+  kc_spin_end(&sp, false);
   for (;;) {
     atomic_store_explicit(&c->sq_waiters, 1, memory_order_seq_cst);
     uint32_t key = atomic_load_explicit(&c->sq_epoch, memory_order_seq_cst);
@@ -169,6 +167,8 @@ static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
       break;
   }
   atomic_store_explicit(&c->sq_waiters, 0, memory_order_relaxed);
+  /* where the wake put us: the parent's next wait reads it */
+  kc_ring_share_cpu(&c->worker_cpu, &c->parent_cpu);
 }
 
 static void post_completion(kc_ring *r, int evfd, uint64_t seq, uint32_t status, size_t len) {

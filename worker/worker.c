@@ -39,7 +39,6 @@ static void scopy(char *d, size_t cap, const char *s) {
 }
 
 #define KC_DEFAULT_DEPTH 16
-#define KC_PARENT_SPIN_NS 50000
 
 /* Killed workers not reaped yet: a timeout is reported as soon as SIGKILL is sent,
  * and the zombie (our own child, so its pid cannot be reused) is collected later. */
@@ -71,8 +70,10 @@ struct kc_worker {
   uint32_t uses_left;
   bool recycle_due;
   pending *q;
-  uint64_t head_start_ns; /* when the oldest outstanding call could start */
-  char violation[48];     /* syscall name from the seccomp listener */
+  uint64_t head_start_ns;                 /* when the oldest outstanding call could start */
+  kc_spin spin;                           /* how long waiting for this worker spins (ring.h) */
+  uint32_t spin_limit_ns, worker_spin_ns; /* kc_worker_set_spin */
+  char violation[48];                     /* syscall name from the seccomp listener */
   /* calls lost with a killed worker, still owed to recv (FIFO before new ones) */
   uint64_t orphans;
   char orphan_msg[128];
@@ -180,6 +181,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   kc_worker *w = calloc(1, sizeof *w);
   if (!w)
     return kc_error_set(err, ENOMEM, "worker");
+  w->spin_limit_ns = KC_PARENT_SPIN_NS;
+  w->worker_spin_ns = KC_WORKER_SPIN_NS;
   if (opts)
     w->o = *opts;
   else
@@ -480,6 +483,14 @@ void kc_worker_set_waiting(kc_worker *w, bool on) {
     atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
 }
 
+void kc_worker_set_spin(kc_worker *w, uint32_t parent_ns, uint32_t worker_ns) {
+  w->spin_limit_ns = parent_ns;
+  w->worker_spin_ns = worker_ns;
+  w->spin.budget_ns = 0;
+  if (w->ring.ctl)
+    atomic_store(&w->ring.ctl->worker_spin_ns, worker_ns);
+}
+
 void kc_worker_set_zygote(kc_worker *w, kc_zygote *z) {
   w->zyg = z;
 }
@@ -544,8 +555,9 @@ static int take(kc_worker *w, kc_call_result *res, kc_ring_completion *c, uint64
   return 1;
 }
 
-int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
-  (void)err;
+/* look_at_fds false: the caller's next ppoll() watches the pidfd and the listener, so
+ * a death or a violation is seen there; two poll() calls per sleep are saved. */
+static int try_take(kc_worker *w, kc_call_result *res, bool look_at_fds) {
   if (w->orphans) {
     kc_call_result_init(res);
     res->status = KC_CALL_CHILD_ERROR;
@@ -577,14 +589,17 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
     fail_worker(w, res, KC_CALL_CHILD_ERROR, why);
     return 1;
   }
+  uint64_t dl = kc_worker_deadline(w);
+  bool late = dl != UINT64_MAX && kc_now_ns() >= dl;
+  /* a verdict is due at the deadline, and a death or violation outranks it */
+  look_at_fds = look_at_fds || late;
   bool violated = false;
-  if (w->listener >= 0) {
+  if (look_at_fds && w->listener >= 0) {
     struct pollfd p = {.fd = w->listener, .events = POLLIN};
     violated = poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w);
   }
-  bool dead = violated || pidfd_dead(w->pidfd);
-  uint64_t dl = kc_worker_deadline(w);
-  bool late = !dead && dl != UINT64_MAX && kc_now_ns() >= dl;
+  bool dead = violated || (look_at_fds && pidfd_dead(w->pidfd));
+  late = late && !dead;
   if (!dead && !late)
     return 0;
   /* A completion may have landed between the first look and now (the call finished,
@@ -606,25 +621,30 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   return 1;
 }
 
+int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
+  (void)err;
+  return try_take(w, res, true);
+}
+
 /* Spin, then sleep in poll() until something happens or until_ns. 1 = res filled. */
 static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
-  uint64_t t0 = kc_now_ns();
-  /* spin on the ring alone: no syscalls on the fast path */
-  for (unsigned i = 1; w->pid && kc_ring_outstanding(&w->ring) && !w->orphans; i++) {
-    uint64_t tail = atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_acquire);
-    if (tail != w->ring.reaped)
+  kc_ring_ctl *c = w->ring.ctl;
+  kc_spinner sp;
+  kc_spin_begin(&sp, &w->spin, w->spin_limit_ns, 0);
+  /* spin on the ring alone: no system calls on the fast path but sched_yield */
+  while (w->pid && kc_ring_outstanding(&w->ring) && !w->orphans) {
+    if (atomic_load_explicit(&c->cq_tail, memory_order_acquire) != w->ring.reaped) {
+      kc_spin_end(&sp, true);
       break;
-    __builtin_ia32_pause(); /* ~40 ns here: check the ring after every one */
-    if (i % 16 == 0) {
-      uint64_t now = kc_now_ns();
-      if (now - t0 > KC_PARENT_SPIN_NS || now >= until_ns)
-        break;
-      /* On 2 vCPUs the worker may be waiting for this very CPU: let it run. */
-      sched_yield();
+    }
+    if (!kc_spin_step(&sp, &c->parent_cpu, &c->worker_cpu, until_ns)) {
+      kc_spin_end(&sp, false);
+      break;
     }
   }
-  for (;;) {
-    int r = kc_worker_try(w, res, err);
+  (void)err;
+  for (bool look = false;;) {
+    int r = try_take(w, res, look);
     if (r != 0)
       return r;
     uint64_t now = kc_now_ns();
@@ -647,6 +667,7 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     struct timespec ts = {(time_t)(left / 1000000000u), (long)(left % 1000000000u)};
     int pr = ppoll(p, w->listener >= 0 ? 3 : 2, &ts, NULL);
     kc_worker_set_waiting(w, false);
+    look = pr != 0 && (pr < 0 || p[1].revents || p[2].revents);
     if (pr > 0 && (p[0].revents & POLLIN)) {
       uint64_t v;
       ssize_t rd = read(w->evfd, &v, sizeof v);
@@ -789,6 +810,7 @@ static int respawn_start(kc_worker *w, kc_error *err) {
                        (uint32_t)w->o.max_result_bytes};
   if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
     return kc_error_prefix(err, "worker");
+  atomic_store(&w->ring.ctl->worker_spin_ns, w->worker_spin_ns);
   w->gen = gen;
   int sv[2] = {-1, -1};
   w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -140,6 +140,9 @@ uint64_t kc_worker_outstanding(kc_worker *w);
 /* Calls that were queued behind a failed call and never ran: the pool takes them back
  * (and sends them again) instead of failing them. */
 uint64_t kc_worker_take_orphans(kc_worker *w);
+/* The most each side spins before it sleeps (default KC_PARENT_SPIN_NS and
+ * KC_WORKER_SPIN_NS); 0 and 0 make the futex-only ring bench_worker compares with. */
+void kc_worker_set_spin(kc_worker *w, uint32_t parent_ns, uint32_t worker_ns);
 /* The pool replaces a dead zygote for all its workers. */
 void kc_worker_set_zygote(kc_worker *w, kc_zygote *z);
 bool kc_zygote_alive(const kc_zygote *z);

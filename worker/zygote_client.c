@@ -54,8 +54,8 @@ int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err) {
 /* One empty network namespace with loopback up per process, joined by every zygote: a
  * netns costs ~0.25 ms to make and more to tear down (in a kernel worker, contending
  * with everything else), and a process's pools belong to one user.  The first
- * sandboxed zygote makes it (a fresh exec'd process: no fork-then-libnl in a possibly
- * threaded caller) and we keep a reference to it.  -1 until then. */
+ * sandboxed zygote makes it (a fresh exec'd process, not a fork of a possibly threaded
+ * caller) and we keep a reference to it.  -1 until then. */
 static pthread_mutex_t g_netns_mu = PTHREAD_MUTEX_INITIALIZER;
 static int g_netns = -1;
 
@@ -179,6 +179,22 @@ static void close_pair(int (*p)[2]) {
 }
 
 /* Fork and exec the zygote, set up its user namespace, and wait for its hello. */
+/* Its workers go into slot cgroups, attached right after the zygote's hello: take the
+ * attach lock's grace period now, while the zygote execs and builds its file system
+ * (we would only wait for its hello meanwhile), and keep the lock ready with a cheap
+ * repeat every 2 ms until the hello comes (a ready lock goes idle one grace period
+ * after its last use).  Bounded: a slow start (an interpreter's boot) stops the
+ * repeats and pays the wait at the attach, as before. */
+static void warm_attach_until_hello(const kc_zygote *z) {
+  kc_cgroup_warm_attach(z->pid);
+  for (int i = 0; i < 50; i++) {
+    struct pollfd p = {.fd = z->ctl, .events = POLLIN};
+    if (poll(&p, 1, 2) != 0)
+      return;
+    kc_cgroup_warm_attach(z->pid);
+  }
+}
+
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
   static _Atomic int reaped;
@@ -227,6 +243,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+  if (sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
+    warm_attach_until_hello(z);
   /* its hello (generation 0): policy loaded, file system entered, or why not; an
    * interpreter's boot imports what the caller named (TVM: seconds when loaded) */
   pid_t dummy;

@@ -128,6 +128,13 @@ int kc_cgroup_reap_stale(kc_error *err);
 
 KC_PUBLIC_END
 
+/* Internal (not exported): for the worker layer. */
+/* Move pid (a kcage zygote: nothing else) into the first hierarchy's kcage/ parent,
+ * which readies the kernel's cgroup attach lock: attaches in the next few milliseconds
+ * skip the RCU grace period the first one after a quiet spell waits for.  Blocks for
+ * that grace period itself: call it while waiting anyway.  Best effort. */
+void kc_cgroup_warm_attach(pid_t pid);
+
 #ifdef __cplusplus
 }
 #endif

@@ -102,8 +102,8 @@ typedef struct kc_sandbox kc_sandbox;
 /* Start: cgroup, clone3 into the namespaces, filesystem, lockdown, exec.
  * clone3 is a raw fork, and the child allocates nothing when kcage runs as root (the
  * seccomp filter and the capability state are prepared before it), so a parent with
- * other threads is fine there; as a non-root caller the child brings lo up itself
- * with libnl, which allocates: call from a single-threaded process then. */
+ * other threads is fine there; as a non-root caller the child also brings lo up
+ * itself, which allocates nothing either. */
 int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
 /* Wait for the end, enforcing wall/cpu/output limits, then fill the verdict, kill
  * whatever is left of the tree and remove the cgroup.  Call once. */

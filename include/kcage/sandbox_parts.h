@@ -35,7 +35,7 @@ KC_PUBLIC_BEGIN
 int kc_sandbox_setup_fs(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
                         const char *cwd, kc_error *err);
 
-/* Bring up "lo" in the caller's (new) network namespace, with libnl-route-3. */
+/* Bring up "lo" in the caller's (new) network namespace (SIOCSIFFLAGS; no allocation). */
 int kc_sandbox_lo_up(kc_error *err);
 
 /* Drop every capability: bounding set, ambient set, inheritable, permitted, effective. */
