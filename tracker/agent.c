@@ -207,8 +207,9 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
     td = "/tmp";
   sweep_stale(td);
   snprintf(a->base_dir, sizeof a->base_dir, "%s/kcage-agent-%ld", td, (long)getpid());
-  /* 0711: the sandboxes of a session (their host uid is nobody) must traverse into its
-   * scratch dir, which is also the session's $TMPDIR; nobody may list it. */
+  /* 0711: the sandboxes of a session (each with host ids of its own from the reserved
+   * range) must traverse into its scratch dir, which is also the session's $TMPDIR;
+   * none of them may list it. */
   if (mkdir(a->base_dir, 0711) < 0 && errno != EEXIST) {
     kc_error_set(err, errno, "mkdir %s", a->base_dir);
     kc_agent_free(a);

@@ -3,7 +3,7 @@
  *
  * Life of a worker (all of it inside the pool's sandbox):
  *   1. cloned from the pool's zygote (one exec'd kcage-worker per pool, in its own
- *      user namespace (root = the host's nobody), mount/ipc/uts namespaces, the
+ *      user namespace (root = host ids of the pool's own), mount/ipc/uts namespaces, the
  *      sandbox layer's pivoted read-only root, joined to the process's one netns with
  *      only loopback) through the slot's own zygote, which lives in the slot's
  *      long-lived cgroup, with CLONE_PARENT|CLONE_NEWPID: born in that cgroup, in its

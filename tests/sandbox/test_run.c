@@ -125,7 +125,7 @@ static void test_output_env_cwd(void **s) {
   done(&o);
 }
 
-/* Inside uid 0 is host nobody, never host root. */
+/* Inside uid 0 is a host id of the sandbox's own, never host root. */
 static void test_uid_map(void **s) {
   (void)s;
   kc_run_out o;

@@ -125,7 +125,7 @@ static void test_echo_roundtrip(void **state) {
   }
 }
 
-/* What the kernel says about a live worker: host uid nobody, no capabilities,
+/* What the kernel says about a live worker: a host uid of its own, no capabilities,
  * no_new_privs, seccomp filter mode, own user and pid namespaces. */
 static void proc_field(pid_t pid, const char *key, char *out, size_t cap) {
   char path[64], line[256];
