@@ -195,6 +195,111 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   return 0;
 }
 
+/* Outputs written by a round run at once: at most half the last-level cache.  A round
+ * whose outputs are larger runs in pieces of as many calls as fit, each piece's regions
+ * poisoned by the parent right before it, like a harness that poisons its output before
+ * each call: otherwise every call writes an output evicted long ago, and a 4 MiB memset
+ * or a large vector add reads its DRAM write-allocate traffic, not its own cost.  One
+ * piece at least holds one call. */
+static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t region) {
+  static uint64_t llc_half;
+  if (!llc_half) {
+    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    llc_half = l3 > (1 << 20) ? (uint64_t)l3 / 2 : 16u << 20;
+  }
+  uint64_t budget = x->piece_bytes ? x->piece_bytes : llc_half;
+  if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
+    return number;
+  uint64_t k = region ? budget / region : number;
+  return k < 1 ? 1 : k < number ? k : number;
+}
+
+/* Calls [c0, c0 + cnt) of a round, in the regions of the area from the first on, the
+ * worker stopped before and after: continued for the request, stopped again the moment
+ * its completion is seen.  *wall: the parent's clock for it.  1 passed, 0 status set,
+ * -1 parent error. */
+static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
+                     double expect_s, double *wall, kc_error *err) {
+  const char *what = v->timed ? "timed run" : "verify";
+  int64_t cpu0 = kc_observe_cpu_ns(v->pid);
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = cnt,
+                     .first_set = (uint32_t)(c0 % v->n_sets),
+                     .n_sets = v->n_sets,
+                     .flags = KC_MRUN_AREA,
+                     .first_call = c0};
+  const char *limit;
+  double left = limit_for(x, x->call_s * (double)cnt, &limit);
+  if (left <= 0) {
+    timed_out(x, m, limit, what);
+    return 0;
+  }
+  kc_mcall c;
+  double t_cont = kc_now_s();
+  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
+    return -1;
+  double could_run = kc_now_s() - t_cont;
+  *wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
+  if (c.status == KC_MCALL_TIMEOUT)
+    timed_out(x, m, limit, what);
+  if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v->pid)) {
+    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    ok = false;
+  }
+  kc_mcall_clear(&c);
+  return ok ? check_cpu(m, v->pid, cpu0, could_run, what) : 0;
+}
+
+/* Before a piece (worker stopped): its regions poisoned from outside, call c0 + i's
+ * with call c0 + i's word.  After it: its outputs copied out, where the round's checks
+ * read them.  1 done, 0 the worker's memory is gone (its own doing: status set), -1
+ * parent error. */
+static int piece_memory(kc_kmeasure *m, const kc_round_view *v, unsigned char *copy, uint64_t c0,
+                        uint64_t cnt, kc_error *err) {
+  int r = 0;
+  for (uint64_t i = 0; !copy && r == 0 && i < cnt; i++)
+    r = kc_observe_poison(v->pid, v->base + i * v->region, v->region,
+                          kc_poison_word(v->poison_seed, c0 + i), err);
+  if (copy)
+    r = kc_observe_read(v->pid, v->base, copy + c0 * v->region, cnt * v->region, err);
+  if (r == 0)
+    return 1;
+  if (err->code != EFAULT)
+    return -1;
+  kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
+                     "the output area of a round is gone from the worker's memory");
+  return 0;
+}
+
+/* The round's calls, in pieces when their outputs do not fit the cache (piece_calls),
+ * then its checks.  *wall: the sum of the pieces' clocks.  1 passed, 0 status set, -1
+ * parent error. */
+static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, uint64_t *st,
+                     double expect_s, double *wall, kc_error *err) {
+  kc_cleanup_free unsigned char *copy = NULL;
+  if (piece < v->number && !(copy = malloc(v->number * v->region)))
+    return kc_error_set(err, ENOMEM, "the outputs of %llu calls", (unsigned long long)v->number);
+  *wall = 0;
+  int r = 1;
+  for (uint64_t c0 = 0; r > 0 && c0 < v->number; c0 += piece) {
+    uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
+    double w = 0;
+    if (copy && (r = piece_memory(m, v, NULL, c0, cnt, err)) <= 0)
+      return r;
+    r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
+    *wall += w;
+    if (r > 0 && copy)
+      r = piece_memory(m, v, copy, c0, cnt, err);
+  }
+  v->copy = copy;
+  if (r > 0)
+    r = kc_verify_round(x, m, v, st, err);
+  v->copy = NULL;
+  return r;
+}
+
 /* One round (see the top of this file).  *dt: the parent's clock, request published
  * -> completion seen, for `want` calls.  1 passed, 0 status set, -1 parent error.
  *
@@ -209,16 +314,18 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
                           : (uint32_t)(number < x->n_sets ? number : x->n_sets);
   const char *what = timed ? "timed run" : "verify";
+  uint64_t region = kc_args_region_bytes(x->spec, true);
+  uint64_t piece = timed ? piece_calls(x, number, region) : number;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
-  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, piece, pseed};
   kc_mreply_prepare rep;
-  uint64_t area = number * kc_args_region_bytes(x->spec, true);
+  uint64_t area = piece * region;
   int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
   if (r <= 0)
     return r;
-  if (rep.magic != KC_MPROTO_MAGIC || rep.region != kc_args_region_bytes(x->spec, true)) {
+  if (rep.magic != KC_MPROTO_MAGIC || rep.region != region) {
     kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     return 0;
   }
@@ -239,39 +346,9 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   kc_observe_stop(v.pid);
   v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
                           x->data_seed, x->round++, x->flush_cache);
-  int64_t cpu0 = kc_observe_cpu_ns(v.pid);
-  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
-                     .op = KC_MOP_RUN,
-                     .number = number,
-                     .n_sets = n_sets,
-                     .flags = KC_MRUN_AREA};
-  kc_mcall c;
-  const char *limit;
-  double left = limit_for(x, x->call_s * (double)number, &limit);
-  if (left <= 0) {
-    kc_observe_cont(v.pid);
-    timed_out(x, m, limit, what);
-    return 0;
-  }
-  double t_cont = kc_now_s();
-  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
-    return -1;
-  double could_run = kc_now_s() - t_cont;
-  double wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
+  double wall = 0;
+  r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
   *dt = wall * (double)want / (double)number;
-  bool ok = c.status != KC_MCALL_TIMEOUT && outcome(m, &c, what);
-  if (c.status == KC_MCALL_TIMEOUT)
-    timed_out(x, m, limit, what);
-  if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v.pid)) {
-    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
-    ok = false;
-  }
-  kc_mcall_clear(&c);
-  if (!ok)
-    return 0;
-  r = check_cpu(m, v.pid, cpu0, could_run, what);
-  if (r > 0)
-    r = kc_verify_round(x, m, &v, st, err);
   if (r > 0 && timed)
     m->timed_calls += number;
   kc_observe_cont(v.pid);

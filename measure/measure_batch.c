@@ -502,6 +502,7 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->min_repeat_ms = cfg->min_repeat_ms < 0 ? 20 : cfg->min_repeat_ms;
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
+  x->piece_bytes = cfg->piece_bytes;
   x->checks = cfg->checks ? cfg->checks : 2;
   x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
   x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);

@@ -468,7 +468,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   }
   fault_armed = 1;
   uint32_t set = req->first_set;
-  size_t view = 0; /* byte offset of this pass's view of the inputs */
+  /* byte offset of this pass's view of the inputs */
+  size_t view = (size_t)((req->first_call / n_sets) % s->n_views) * s->in_stride;
   for (uint64_t i = 0; i < req->number; i++) {
     unsigned char *o;
     DLTensor *args = &s->live[set * n];

@@ -54,6 +54,9 @@ typedef struct kc_mreq_run {
   uint64_t checks[KC_MPROTO_MAX_CHECKS]; /* call indices, strictly increasing */
   uint32_t n_sets; /* sets the calls rotate through; 0 = all the inputs file holds */
   uint32_t flags;  /* KC_MRUN_AREA */
+  /* call i is call first_call + i of its round (a round run in pieces): the pass over
+   * the sets, and so the inputs' addresses, continue where the last piece left off */
+  uint64_t first_call;
 } kc_mreq_run;
 
 /* Call i writes region i of the output area that the last PREPARE poisoned, and the
@@ -158,6 +161,8 @@ void kc_observe_cont(pid_t pid);
 double kc_observe_cont_arrived(pid_t pid);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
+/* Fill len bytes of its memory at addr with an 8-byte word, as kc_poison_fill does. */
+int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_error *err);
 
 /* The process that answers the next call (0 when none is running yet). */
 pid_t kc_mrunner_pid(kc_mrunner *r);

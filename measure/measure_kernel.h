@@ -27,6 +27,7 @@ typedef struct kc_mctx {
   uint32_t repeat;
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
+  uint64_t piece_bytes; /* kc_bench_config's; 0 = half the last-level cache */
   uint32_t checks;
   double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
   double call_s;   /* one kernel call, --timeout (0 = 10 s); a round of N calls gets N times it */
@@ -100,6 +101,9 @@ typedef struct kc_round_view {
   uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
   uint64_t poison_seed;
   bool timed;
+  /* a round run in pieces: every call's outputs, copied out after its piece (the
+   * regions above were reused); NULL: read them from the worker */
+  const unsigned char *copy;
 } kc_round_view;
 
 /* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent

@@ -99,3 +99,40 @@ int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *e
   }
   return 0;
 }
+
+int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_error *err) {
+  /* One pattern page written over and over: the local side of each write is the same
+   * 64 KiB, so filling gigabytes costs no memory here. */
+  enum { PAT = 64 << 10, IOVS = 256 };
+  static _Thread_local uint64_t pat[PAT / 8];
+  for (size_t i = 0; i < PAT / 8; i++)
+    pat[i] = word;
+  struct iovec l[IOVS];
+  for (unsigned i = 0; i < IOVS; i++)
+    l[i] = (struct iovec){pat, PAT};
+  while (len) {
+    uint64_t want = len < (uint64_t)PAT * IOVS ? len : (uint64_t)PAT * IOVS;
+    unsigned n = (unsigned)((want + PAT - 1) / PAT);
+    l[n - 1].iov_len = want - (uint64_t)(n - 1) * PAT;
+    struct iovec r = {(void *)(uintptr_t)addr, (size_t)want};
+    ssize_t got = process_vm_writev(pid, l, n, &r, 1, 0);
+    l[n - 1].iov_len = PAT;
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0)
+      return kc_error_set(err, got < 0 ? errno : EFAULT,
+                          "write %llu bytes of the worker's memory at %#llx",
+                          (unsigned long long)want, (unsigned long long)addr);
+    /* a partial write ends on a byte the pattern does not restart at: go on from an
+     * 8-byte boundary, rewriting at most 7 bytes */
+    uint64_t done = (uint64_t)got & ~7ull;
+    if (!done)
+      done = (uint64_t)got == want ? want : 0;
+    if (!done)
+      return kc_error_set(err, EFAULT, "write the worker's memory at %#llx",
+                          (unsigned long long)addr);
+    addr += done;
+    len -= done;
+  }
+  return 0;
+}
