@@ -70,15 +70,15 @@ typedef struct bcase {
 } bcase;
 
 static const bcase cases[] = {
-    {"f32 matmul 32x32", "matmul_32", "f32[32,32] f32[32,32] f32[32,32]:out", MATMUL_SRC, 10},
+    {"f32 matmul 32x32", "matmul_32", "f32[32,32] f32[32,32] f32[32,32]:out", MATMUL_SRC, 30},
     {"f32 matmul 256x256", "matmul_256", "f32[256,256] f32[256,256] f32[256,256]:out", MATMUL_SRC,
-     10},
+     30},
     {"f32 matmul 1024x1024", "matmul_1024", "f32[1024,1024] f32[1024,1024] f32[1024,1024]:out",
      MATMUL_SRC, 5},
-    {"vector add 1M", "vadd_1m", "f32[1048576] f32[1048576] f32[1048576]:out", VADD_SRC, 10},
-    {"vector add 16M", "vadd_16m", "f32[16777216] f32[16777216] f32[16777216]:out", VADD_SRC, 10},
-    {"memset 4 MiB", "memset_4mib", "f32[1] f32[1048576]:out", MEMSET_SRC, 10},
-    {"sum of 1M to a scalar", "sum_1m", "f32[1048576] f32[1]:out", SUM_SRC, 10},
+    {"vector add 1M", "vadd_1m", "f32[1048576] f32[1048576] f32[1048576]:out", VADD_SRC, 30},
+    {"vector add 16M", "vadd_16m", "f32[16777216] f32[16777216] f32[16777216]:out", VADD_SRC, 30},
+    {"memset 4 MiB", "memset_4mib", "f32[1] f32[1048576]:out", MEMSET_SRC, 30},
+    {"sum of 1M to a scalar", "sum_1m", "f32[1048576] f32[1]:out", SUM_SRC, 30},
 };
 
 #define SETS 4
@@ -228,9 +228,13 @@ static void run_case(const bcase *c, size_t idx) {
   double r = kc_bench_quantile(ratio, TRIALS, 0.5), mr = kc_bench_quantile(mratio, TRIALS, 0.5);
   double km = kc_bench_quantile(kc, TRIALS, 0.5), um = kc_bench_quantile(un, TRIALS, 0.5);
   double lo = ratio[0], hi = ratio[TRIALS - 1]; /* sorted by the quantile */
-  printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %s\n",
+  /* The harness against itself: how far its own trials spread (the noise floor of any
+   * ratio measured here in this minute). */
+  double spread = (un[TRIALS - 1] / un[0] - 1) * 100;
+  printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
+         "%s\n",
          c->name, (unsigned long long)number, c->repeat, km * 1e6, um * 1e6, r, (r - 1) * 100, lo,
-         hi, mr, fabs(r - 1) <= 0.02 ? "yes" : "NO");
+         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO");
   fflush(stdout);
   char key[96];
   snprintf(key, sizeof key, "%s_ratio", c->key);
@@ -241,6 +245,8 @@ static void run_case(const bcase *c, size_t idx) {
   kc_bench_set("accuracy", key, km * 1e6);
   snprintf(key, sizeof key, "%s_harness_us", c->key);
   kc_bench_set("accuracy", key, um * 1e6);
+  snprintf(key, sizeof key, "%s_harness_spread_pct", c->key);
+  kc_bench_set("accuracy", key, spread);
   for (uint32_t s = 0; s < SETS; s++)
     for (uint32_t i = 0; i < h.spec.n; i++)
       free(h.buf[s][i]);
@@ -258,10 +264,11 @@ int main(int argc, char **argv) {
          "before each call outside the clock), same number and repeat, %d alternating trials;\n"
          "ratio = median over trials of kcage median / harness median; target within 2 %%\n",
          SETS, TRIALS);
-  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %s\n", "case", "number", "repeat", "kcage",
-         "harness", "ratio", "", "trials", "min-rat", "within 2%");
+  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %s\n", "case", "number", "repeat",
+         "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread", "within 2%");
   printf("  (ratio of medians; min-rat: median over trials of the ratio of the fastest rounds, "
-         "less sensitive to load)\n");
+         "less sensitive to load; h-spread: slowest over fastest of the harness's own trials, "
+         "the noise floor)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (argc < 2 || strstr(cases[i].key, argv[1]))
       run_case(&cases[i], i);

@@ -14,6 +14,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "kcage/cleanup.h"
 #include "measure_internal.h"
 
 /* The state letter of /proc/PID/stat: after the last ')' (the name may hold any byte). */
@@ -104,7 +105,9 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
   /* One pattern page written over and over: the local side of each write is the same
    * 64 KiB, so filling gigabytes costs no memory here. */
   enum { PAT = 64 << 10, IOVS = 256 };
-  static _Thread_local uint64_t pat[PAT / 8];
+  kc_cleanup_free uint64_t *pat = malloc(PAT);
+  if (!pat)
+    return kc_error_set(err, ENOMEM, "poison");
   for (size_t i = 0; i < PAT / 8; i++)
     pat[i] = word;
   struct iovec l[IOVS];

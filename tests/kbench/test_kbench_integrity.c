@@ -127,6 +127,10 @@ static volatile uint64_t counter;
 /* Stopped means stopped: no CPU, memory that holds still, read from outside. */
 static void test_observe(void **state) {
   (void)state;
+  size_t big_len = (17u << 20) + 64;
+  unsigned char *big = malloc(big_len);
+  assert_non_null(big);
+  memset(big, 0x11, big_len);
   pid_t pid = fork();
   assert_true(pid >= 0);
   if (pid == 0) {
@@ -146,6 +150,20 @@ static void test_observe(void **state) {
   assert_true(v0 > 0);
   assert_true(v0 == v1);
   assert_true(c0 >= 0 && c1 == c0);
+  /* its memory poisoned from outside, as a round in pieces does: more than one batch of
+   * the pattern, an odd length, nothing past it */
+  size_t len = (17u << 20) + 5;
+  unsigned char *back = malloc(len + 8);
+  assert_non_null(back);
+  uint64_t word = 0x0123456789abcdefull;
+  assert_int_equal(kc_observe_poison(pid, (uint64_t)(uintptr_t)big, len, word, &err), 0);
+  assert_int_equal(kc_observe_read(pid, (uint64_t)(uintptr_t)big, back, len + 8, &err), 0);
+  assert_true(kc_poison_equal(back, len, word));
+  for (size_t i = len; i < len + 8; i++)
+    assert_int_equal(back[i], 0x11);
+  free(back);
+  assert_int_equal(kc_observe_poison(pid, 8, 64, word, &err), -1);
+  assert_int_equal(err.code, EFAULT);
   /* continued, it runs again */
   kc_observe_cont(pid);
   for (int i = 0; i < 200 && v1 == v0; i++) {
@@ -159,6 +177,7 @@ static void test_observe(void **state) {
   kill(pid, SIGKILL);
   waitpid(pid, NULL, 0);
   assert_int_equal(kc_observe_stop(pid), -1);
+  free(big);
 }
 
 static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
