@@ -53,7 +53,7 @@ void kc_log(kc_log_level level, const char *who, const char *fmt, ...) {
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   size_t n;
-  const char *js = getenv("JOURNAL_STREAM");
+  const char *js = secure_getenv("JOURNAL_STREAM"); /* only the line's format */
   if (js && *js) {
     n = (size_t)snprintf(line, sizeof line, "<%d>%s: ", prio[level], who);
   } else {

@@ -14,7 +14,8 @@ static void usage(FILE *out) {
           "usage: kcage agent --tracker HOST:PORT --key KEY [--host H] [--port P] [--port-end E]\n"
           "                   [--custom-addr A] [--workers N] [--auth-key FILE]\n"
           "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
-          "                   [--metrics H:P] [--limits-fallback rlimit] [--verbose]\n\n"
+          "                   [--metrics H:P] [--limits-fallback rlimit]\n"
+          "                   [--sandbox-ids BASE:COUNT] [--verbose]\n\n"
           "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
           "TVM's rpc_server, and serve kcage sessions: kernels uploaded by `kcage bench\n"
           "--tracker` are built and timed here, each session in its own sandboxed pool.\n\n"
@@ -37,6 +38,9 @@ static void usage(FILE *out) {
           "  --limits-fallback rlimit\n"
           "                       without a delegated cgroup, hold the sessions' limits as\n"
           "                       rlimits instead of failing them\n"
+          "  --sandbox-ids BASE:COUNT\n"
+          "                       as root, the host ids the sessions' sandboxes run as\n"
+          "                       (default 1500000000:65536); no account may use them\n"
           "  --verbose            log registrations to stderr (sessions and dropped\n"
           "                       clients are always logged)\n"
           "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
@@ -87,6 +91,7 @@ static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                       {"max-session", required_argument, 0, 'S'},
                                       {"metrics", required_argument, 0, 'm'},
                                       {"limits-fallback", required_argument, 0, 'l'},
+                                      {"sandbox-ids", required_argument, 0, 'i'},
                                       {"help", no_argument, 0, 'h'},
                                       {0, 0, 0, 0}};
 
@@ -157,6 +162,8 @@ static int agent_option(agent_args *a, int ch, const char *arg) {
     return 0;
   case 'l':
     return kc_cli_limits_fallback("agent", arg) < 0 ? KC_EXIT_USAGE : 0;
+  case 'i':
+    return kc_cli_sandbox_ids("agent", arg) < 0 ? KC_EXIT_USAGE : 0;
   }
   return NOT_MINE;
 }

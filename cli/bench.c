@@ -70,6 +70,9 @@ static void usage(FILE *out) {
           "  --limits-fallback rlimit\n"
           "                       without a delegated cgroup, hold memory and the builds'\n"
           "                       process limit as rlimits instead of refusing to run\n"
+          "  --sandbox-ids BASE:COUNT\n"
+          "                       as root, the host ids the sandboxes run as (default\n"
+          "                       1500000000:65536); no account may use them\n"
           "output:\n"
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout),\n"
           "                       each written as soon as its kernel is done; on SIGINT or\n"
@@ -84,7 +87,8 @@ static void usage(FILE *out) {
           "\n"
           "exit status: 0 the batch ran (whatever the kernels did); 2 bad usage or input (an\n"
           "option, --args, a missing kernel, a reference that refuses the tensors); 3 kcage\n"
-          "could not run the batch (cache dir, compiler, policies, sandbox, tracker or agent);\n"
+          "could not run the batch (cache dir, compiler, policies, sandbox, tracker or agent)\n"
+          "or could not write the --json records (e.g. a full disk);\n"
           "130/143 interrupted by SIGINT/SIGTERM (the finished records stay).\n");
 }
 
@@ -124,6 +128,7 @@ enum {
   O_HELP,
   O_LFALLBACK,
   O_NO_ISOLATION,
+  O_SANDBOX_IDS,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -161,6 +166,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"max-cv", 1, 0, O_MAXCV},
                                      {"help", 0, 0, O_HELP},
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
+                                     {"sandbox-ids", 1, 0, O_SANDBOX_IDS},
                                      {0, 0, 0, 0}};
 
 static void progress(void *ctx, const char *phase, size_t done, size_t total) {
@@ -178,7 +184,8 @@ static void progress(void *ctx, const char *phase, size_t done, size_t total) {
 typedef struct sink {
   FILE *jf;
   json_t *done; /* the records so far, for the table of an interrupted batch */
-  bool failed;
+  bool failed;  /* a record could not be written to --json */
+  int errno_;   /* why */
 } sink;
 
 static void on_record(void *ctx, const json_t *rec) {
@@ -187,8 +194,10 @@ static void on_record(void *ctx, const json_t *rec) {
   if (!k->jf)
     return;
   char *line = kc_bench_record_dumps(rec);
-  if (!line || fprintf(k->jf, "%s\n", line) < 0 || fflush(k->jf) != 0)
+  if (!k->failed && (!line || fprintf(k->jf, "%s\n", line) < 0 || fflush(k->jf) != 0)) {
     k->failed = true;
+    k->errno_ = line ? errno : ENOMEM;
+  }
   free(line);
 }
 
@@ -364,6 +373,8 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     if (kc_cli_limits_fallback("bench", a) < 0)
       return KC_EXIT_USAGE;
     return 0;
+  case O_SANDBOX_IDS:
+    return kc_cli_sandbox_ids("bench", a) < 0 ? KC_EXIT_USAGE : 0;
   case O_TRACKER:
     b->cfg.tracker = a;
     return 0;
@@ -606,8 +617,10 @@ static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_
   return b->cfg.tracker || !input_error(err) ? KC_EXIT_BENCH_FAILED : KC_EXIT_USAGE;
 }
 
-/* The table, and the records of a remote run (not streamed: all at once). */
-static void report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
+/* The table, and the records of a remote run (not streamed: all at once).  Returns
+ * the exit status: 0, or KC_EXIT_BENCH_FAILED when --json could not be written (a
+ * caller reading the file must not take a truncated one for the whole batch). */
+static int report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
   if (!b->quiet && k->jf != stdout)
     print_table(recs, ref);
   if (k->jf && json_array_size(k->done) == 0) {
@@ -615,9 +628,19 @@ static void report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
     json_t *r;
     json_array_foreach(recs, i, r) on_record(k, r);
   }
-  /* the batch ran: a --json file that could not be written is said, the status stays 0 */
-  if (k->jf && (k->failed || (k->jf != stdout && fclose(k->jf) != 0)))
-    kc_cli_error("bench", "--json %s: %s", b->json_path, strerror(errno));
+  if (!k->jf)
+    return 0;
+  bool failed = k->failed;
+  int e = k->errno_;
+  if (k->jf != stdout ? fclose(k->jf) != 0 : fflush(k->jf) != 0) {
+    e = failed ? e : errno;
+    failed = true;
+  }
+  if (!failed)
+    return 0;
+  kc_cli_error("bench", "--json %s: cannot write the records: %s", b->json_path,
+               strerror(e ? e : EIO));
+  return KC_EXIT_BENCH_FAILED;
 }
 
 int kc_cmd_bench(int argc, char **argv) {
@@ -658,7 +681,7 @@ int kc_cmd_bench(int argc, char **argv) {
   if (run_batch(cfg, &auth, kernels, nk, &recs, &ref, &err) < 0)
     rc = batch_failed(&b, &k, nk, &err);
   else
-    report(&b, &k, recs, ref);
+    rc = report(&b, &k, recs, ref);
   json_decref(k.done);
   json_decref(recs);
   json_decref(ref);

@@ -40,6 +40,11 @@ int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
  * "rlimit"; null when it would be refused). */
 int kc_cli_limits_fallback(const char *cmd, const char *arg);
 json_t *kc_cli_limits_json(bool memory, bool pids, bool cpus);
+/* --cgroup auto|v1|v2|hybrid|none (kcage run): the process's cgroup mode; a mode the
+ * host cannot provide is refused, never replaced.  --sandbox-ids BASE:COUNT: the host
+ * ids of root's sandboxes.  Each prints its one-line error and returns -1. */
+int kc_cli_cgroup_mode(const char *cmd, const char *arg);
+int kc_cli_sandbox_ids(const char *cmd, const char *arg);
 /* record (a JSON object's text) with "limits" added; malloc'd, NULL on failure. */
 char *kc_cli_record_with_limits(const char *record, bool memory, bool pids, bool cpus);
 

@@ -1,4 +1,7 @@
-/* --limits-fallback and the record's "limits" object, shared by kcage run and bench. */
+/* --limits-fallback, --cgroup, --sandbox-ids and the record's "limits" object, shared by
+ * kcage run, bench and agent.  These are options of the caller, never environment
+ * variables: a variable set for a daemon would reach every tenant it serves. */
+#include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +9,7 @@
 
 #include "cli.h"
 #include "kcage/cgroup.h"
+#include "kcage/sandbox.h"
 
 int kc_cli_limits_fallback(const char *cmd, const char *arg) {
   if (!strcmp(arg, "rlimit"))
@@ -14,6 +18,46 @@ int kc_cli_limits_fallback(const char *cmd, const char *arg) {
     kc_cgroup_set_fallback(KC_LIMITS_FALLBACK_NONE);
   else {
     kc_cli_error(cmd, "--limits-fallback %s: want rlimit or none", arg);
+    return -1;
+  }
+  return 0;
+}
+
+int kc_cli_cgroup_mode(const char *cmd, const char *arg) {
+  static const kc_cgroup_mode modes[] = {KC_CGROUP_NONE, KC_CGROUP_V1, KC_CGROUP_V2,
+                                         KC_CGROUP_HYBRID};
+  if (!strcmp(arg, "auto"))
+    return 0;
+  for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++) {
+    if (strcmp(arg, kc_cgroup_mode_name(modes[i])))
+      continue;
+    kc_error err = {0};
+    if (kc_cgroup_force_mode(modes[i], &err) == 0)
+      return 0;
+    kc_cli_error(cmd, "--cgroup %s: %s", arg, err.msg);
+    return -1;
+  }
+  kc_cli_error(cmd, "--cgroup %s: want auto, v1, v2, hybrid or none", arg);
+  return -1;
+}
+
+int kc_cli_sandbox_ids(const char *cmd, const char *arg) {
+  uint64_t base, count;
+  const char *colon = strchr(arg, ':');
+  char b[32];
+  if (!colon || (size_t)(colon - arg) >= sizeof b) {
+    kc_cli_error(cmd, "--sandbox-ids %s: want BASE:COUNT", arg);
+    return -1;
+  }
+  snprintf(b, sizeof b, "%.*s", (int)(colon - arg), arg);
+  if (kc_cli_parse_uint(b, 1, UINT32_MAX, &base) < 0 ||
+      kc_cli_parse_uint(colon + 1, 1, UINT32_MAX, &count) < 0) {
+    kc_cli_error(cmd, "--sandbox-ids %s: want BASE:COUNT", arg);
+    return -1;
+  }
+  kc_error err = {0};
+  if (kc_sandbox_ids_set_range((uint32_t)base, (uint32_t)count, &err) < 0) {
+    kc_cli_error(cmd, "--sandbox-ids: %s", err.msg);
     return -1;
   }
   return 0;

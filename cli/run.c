@@ -43,6 +43,13 @@ static const char usage_text[] =
     "                       where no delegated cgroup can hold --memory/--pids, enforce\n"
     "                       them as rlimits (RLIMIT_AS per process, RLIMIT_NPROC) instead\n"
     "                       of refusing to run; the record's \"limits\" names which\n"
+    "  --cgroup MODE        cgroup layout to use: auto (default: the best the host has),\n"
+    "                       v1, v2, hybrid or none (no cgroup: --memory/--pids/--cpus are\n"
+    "                       refused unless --limits-fallback rlimit); a mode the host\n"
+    "                       cannot provide is an error\n"
+    "  --sandbox-ids BASE:COUNT\n"
+    "                       as root, the host ids sandboxes run as (default\n"
+    "                       1500000000:65536); no account may use them\n"
     "  -h, --help           this text\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
@@ -68,6 +75,8 @@ enum {
   OPT_ENV,
   OPT_REPORT,
   OPT_LIMITS_FALLBACK,
+  OPT_CGROUP,
+  OPT_SANDBOX_IDS,
 };
 
 static const struct option long_opts[] = {
@@ -85,6 +94,8 @@ static const struct option long_opts[] = {
     {"env", required_argument, NULL, OPT_ENV},
     {"report", required_argument, NULL, OPT_REPORT},
     {"limits-fallback", required_argument, NULL, OPT_LIMITS_FALLBACK},
+    {"cgroup", required_argument, NULL, OPT_CGROUP},
+    {"sandbox-ids", required_argument, NULL, OPT_SANDBOX_IDS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -192,6 +203,10 @@ static int parse_option(run_args *a, int c, char **argv) {
     return 0;
   case OPT_LIMITS_FALLBACK:
     return kc_cli_limits_fallback("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+  case OPT_CGROUP:
+    return kc_cli_cgroup_mode("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+  case OPT_SANDBOX_IDS:
+    return kc_cli_sandbox_ids("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
   default:
     kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
                  argv[optind - 1]);

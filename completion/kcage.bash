@@ -30,6 +30,9 @@ _kcage() {
   --abi)
     mapfile -t COMPREPLY < <(compgen -W "dlpack tvm-ffi" -- "$cur")
     return ;;
+  --cgroup)
+    mapfile -t COMPREPLY < <(compgen -W "auto v1 v2 hybrid none" -- "$cur")
+    return ;;
   --json | --report | --reference | --cache-dir | --cwd | --ro-bind | --bind | --cc)
     mapfile -t COMPREPLY < <(compgen -f -- "$cur")
     return ;;

@@ -38,7 +38,7 @@
  * $HOME/.cache/kcage, else the passwd home's.  Never a shared directory such as /tmp:
  * anyone could plant links there before the first build. */
 static int cache_path(const kc_build_opts *o, char *buf, size_t len, kc_error *err) {
-  const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+  const char *xdg = secure_getenv("XDG_CACHE_HOME"), *home = secure_getenv("HOME");
   int n;
   if (o && o->cache_dir)
     n = snprintf(buf, len, "%s", o->cache_dir);
@@ -148,7 +148,7 @@ void kc_rm_rf(const char *path) {
 static int resolve_cc(const char *cc, char *out, size_t len) {
   if (strchr(cc, '/'))
     return realpath(cc, out) ? 0 : -1;
-  const char *path = getenv("PATH");
+  const char *path = secure_getenv("PATH");
   if (!path || !*path)
     path = "/usr/local/bin:/usr/bin:/bin";
   char dir[PATH_MAX];
@@ -254,7 +254,7 @@ static void scratch_free(scratch *sc) {
 
 static int scratch_make(scratch *sc, kc_error *err) {
   *sc = (scratch){-1, -1, -1, "", ""};
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = secure_getenv("TMPDIR");
   char tmpdir[PATH_MAX];
   sc->tmp_fd = kc_safe_dir_open(tmp && *tmp ? tmp : "/tmp", KC_DIR_SHARED, false, tmpdir,
                                 sizeof tmpdir, err);
@@ -399,8 +399,15 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
   return 0;
 }
 
+/* $CC, the caller's compiler: it runs inside the build sandbox like any other, so it
+ * chooses how kernels are compiled, not how they are isolated. */
+const char *kc_build_default_cc(void) {
+  const char *cc = secure_getenv("CC");
+  return cc && *cc ? cc : "cc";
+}
+
 int kc_build_find_cc(const kc_build_opts *o, char *out, size_t len, kc_error *err) {
-  const char *cc = o && o->cc ? o->cc : getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+  const char *cc = o && o->cc ? o->cc : kc_build_default_cc();
   if (len < PATH_MAX || resolve_cc(cc, out, len) < 0)
     return kc_error_set(err, ENOENT, "compiler '%s' not found (--cc, $CC, PATH)", cc);
   return 0;
@@ -411,7 +418,7 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
   memset(res, 0, sizeof *res);
   kc_build_opts o = opts ? *opts : (kc_build_opts){0};
   if (!o.cc)
-    o.cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    o.cc = kc_build_default_cc();
   if (!o.cflags)
     o.cflags = DEFAULT_CFLAGS;
   if (o.timeout_s <= 0)

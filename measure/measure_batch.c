@@ -312,7 +312,7 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
                       const char *isolation, double ref_median) {
   kc_build_opts bo = cfg->build;
   if (!bo.cc)
-    bo.cc = getenv("CC") && *getenv("CC") ? getenv("CC") : "cc";
+    bo.cc = kc_build_default_cc();
   if (!bo.cflags)
     bo.cflags = KC_BUILD_DEFAULT_CFLAGS;
   kc_mrecord_in in = {
@@ -392,22 +392,84 @@ typedef struct session {
 /* What the worker holds besides the tensors: its code, libraries, ring and stack. */
 #define KC_WORKER_OVERHEAD (48ull << 20)
 
-/* The output area of the largest round: at most a quarter of the worker's memory (the
- * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
- * calls. */
-static uint64_t area_calls(const kc_bench_config *cfg, uint64_t out_region) {
-  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
-  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
-  uint64_t calls = out_region ? budget / out_region : 1ull << 32;
-  return calls > 2 ? calls : 2;
-}
-
 /* The sets of inputs the file holds: a round uses up to this many. */
 static uint32_t input_slots(const session *s) {
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
   uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
   slots = slots > 4096 ? 4096 : slots;
   return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
+}
+
+/* Is the measuring worker's memory limit an RLIMIT_AS?  So it is without a memory
+ * cgroup (--limits-fallback rlimit) and in a plain process (--no-isolation).  That
+ * limit counts address space, not memory: the name of the option that chose it. */
+static const char *address_space_limit(const kc_bench_config *cfg) {
+  if (cfg->no_isolation)
+    return "--no-isolation";
+  const char *how = kc_cgroup_enforcement("memory");
+  return how && !strcmp(how, "rlimit") ? "--limits-fallback rlimit" : NULL;
+}
+
+/* The address space the inputs file takes in the worker: the worker maps a file of at
+ * most 8 MiB 16 times back to back (measure_handler.c, map_views), which costs its
+ * pages once in memory but 16 times in address space. */
+static uint64_t input_views_bytes(const session *s, uint32_t *views) {
+  uint64_t len = kc_args_region_bytes(&s->spec, false) * input_slots(s);
+  *views = len && len <= (8u << 20) ? 16 : 1;
+  return (len + 4095) / 4096 * 4096 * *views;
+}
+
+/* The output area of the largest round: at most a quarter of the worker's memory (the
+ * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
+ * calls.  Under an RLIMIT_AS also no more than the address space the inputs' views and
+ * the worker itself leave. */
+static uint64_t area_calls(const kc_bench_config *cfg, const session *s) {
+  uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
+  if (address_space_limit(cfg)) {
+    uint32_t views;
+    uint64_t used = input_views_bytes(s, &views) + KC_WORKER_OVERHEAD;
+    uint64_t left = mem > used ? mem - used : 0;
+    budget = left < budget ? left : budget;
+  }
+  uint64_t calls = s->out_region ? budget / s->out_region : 1ull << 32;
+  return calls > 2 ? calls : 2;
+}
+
+/* The largest tensor of the problem, formatted, for the refusals below. */
+static uint32_t largest_tensor(const session *s, char *name, size_t len) {
+  uint32_t big = 0;
+  for (uint32_t i = 1; i < s->spec.n; i++)
+    if (s->spec.t[i].nbytes > s->spec.t[big].nbytes)
+      big = i;
+  kc_args_spec one = {.n = 1};
+  one.t[0] = s->spec.t[big];
+  kc_args_format(&one, name, len);
+  return big;
+}
+
+/* An RLIMIT_AS must also hold the inputs' views: refused up front, naming the limit,
+ * rather than the worker failing to map its inputs ("Cannot allocate memory"). */
+static int check_fits_address_space(const kc_bench_config *cfg, const session *s, kc_error *err) {
+  const char *why = address_space_limit(cfg);
+  if (!why)
+    return 0;
+  uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
+  uint32_t views;
+  uint64_t vb = input_views_bytes(s, &views);
+  uint64_t need = vb + 2 * s->out_region + KC_WORKER_OVERHEAD;
+  if (need <= limit)
+    return 0;
+  char name[256];
+  uint32_t big = largest_tensor(s, name, sizeof name);
+  return kc_error_set(err, 0,
+                      "--args: tensor %u (%s, %.1f MiB) does not fit: --memory %.1f MiB is held "
+                      "as an RLIMIT_AS (%s), which counts address space, and the measuring "
+                      "worker's %u views of its %.1f MiB of inputs, the outputs of two calls "
+                      "and its own mappings need %.1f MiB (raise --memory to at least %lluM)",
+                      big, name, (double)s->spec.t[big].nbytes / (1 << 20),
+                      (double)limit / (1 << 20), why, views, (double)(vb / views) / (1 << 20),
+                      (double)need / (1 << 20), (unsigned long long)((need + (1 << 20) - 1) >> 20));
 }
 
 /* The measuring worker holds the inputs of a round and the outputs of its calls at
@@ -419,27 +481,21 @@ static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *er
   uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t in = kc_args_region_bytes(&s->spec, false) * s->n_sets;
   uint64_t need = in + 2 * s->out_region + KC_WORKER_OVERHEAD;
-  if (need <= limit)
-    return 0;
-  uint32_t big = 0;
-  for (uint32_t i = 1; i < s->spec.n; i++)
-    if (s->spec.t[i].nbytes > s->spec.t[big].nbytes)
-      big = i;
-  const kc_tensor_spec *t = &s->spec.t[big];
-  kc_args_spec one = {.n = 1};
-  one.t[0] = *t;
-  char name[256];
-  kc_args_format(&one, name, sizeof name);
-  return kc_error_set(err, 0,
-                      "--args: tensor %u (%s, %.1f MiB) does not fit: the inputs of %u sets and "
-                      "the outputs of two calls need %.1f MiB in the measuring worker, over its "
-                      "memory limit of %.1f MiB (raise --memory or lower --sets)",
-                      big, name, (double)t->nbytes / (1 << 20), s->n_sets, (double)need / (1 << 20),
-                      (double)limit / (1 << 20));
+  if (need > limit) {
+    char name[256];
+    uint32_t big = largest_tensor(s, name, sizeof name);
+    return kc_error_set(err, 0,
+                        "--args: tensor %u (%s, %.1f MiB) does not fit: the inputs of %u sets "
+                        "and the outputs of two calls need %.1f MiB in the measuring worker, "
+                        "over its memory limit of %.1f MiB (raise --memory or lower --sets)",
+                        big, name, (double)s->spec.t[big].nbytes / (1 << 20), s->n_sets,
+                        (double)need / (1 << 20), (double)limit / (1 << 20));
+  }
+  return check_fits_address_space(cfg, s, err);
 }
 
 static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
-  const char *tmp = getenv("TMPDIR");
+  const char *tmp = secure_getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(s->dir))
     return kc_error_set(err, errno, "mkdtemp %s", s->dir);
@@ -451,7 +507,7 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   snprintf(s->kernel, sizeof s->kernel, "%s/kernel.so", s->view);
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
   s->n_slots = input_slots(s);
-  s->max_calls = area_calls(cfg, s->out_region);
+  s->max_calls = area_calls(cfg, s);
   if (cfg->seed_set)
     s->data_seed = cfg->seed;
   else if (getrandom(&s->data_seed, sizeof s->data_seed, 0) != sizeof s->data_seed)

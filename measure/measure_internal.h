@@ -21,6 +21,8 @@ int kc_mkdir_p(const char *path, kc_error *err);
 int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
 int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
 void kc_rm_rf(const char *path);
+/* The compiler when no --cc is given: $CC (not in a set-id process), else cc. */
+const char *kc_build_default_cc(void);
 /* read (wr=false) or write exactly len bytes; -1 on error or EOF. */
 
 #define KC_MPROTO_MAGIC 0x6b636d31u /* "kcm1" */

@@ -158,22 +158,6 @@ static unsigned v2_controllers(const char *mnt) {
   return ctrl_bits(line);
 }
 
-static kc_cgroup_mode parse_mode(const char *s, bool *ok) {
-  *ok = true;
-  if (!s || !*s || !strcmp(s, "auto"))
-    *ok = false;
-  else if (!strcmp(s, "none"))
-    return KC_CGROUP_NONE;
-  else if (!strcmp(s, "v1"))
-    return KC_CGROUP_V1;
-  else if (!strcmp(s, "v2"))
-    return KC_CGROUP_V2;
-  else if (!strcmp(s, "hybrid"))
-    return KC_CGROUP_HYBRID;
-  *ok = false;
-  return KC_CGROUP_NONE;
-}
-
 /* The cgroup mounts of this mount namespace: the first cgroup2 and each v1 hierarchy
  * once. */
 typedef struct cg_mounts {
@@ -297,11 +281,13 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
   return true;
 }
 
+/* Always the best mode the host has.  No environment variable chooses it: one set for
+ * a daemon (kcage agent) would reach every tenant's sandbox, and "none" there would
+ * turn cgroup limits into rlimits or drop the CPU accounting a measurement rests on.
+ * A caller that wants another mode says so itself (kc_cgroup_force_mode; kcage run
+ * --cgroup). */
 static void detect_once(void) {
-  bool forced;
-  kc_cgroup_mode want = parse_mode(getenv("KCAGE_CGROUP"), &forced);
-  if (!detect_into(&host, want, forced))
-    detect_into(&host, KC_CGROUP_NONE, false);
+  detect_into(&host, KC_CGROUP_NONE, false);
   /* Unusable (not root, no delegation): behave as "none" rather than fail later; the
    * reason is kept for the refusal of a limit. */
   kc_error e = {0};
@@ -310,9 +296,7 @@ static void detect_once(void) {
     kc_cg_why_set(&host, 0, "%s", e.msg);
   }
   if (host.mode == KC_CGROUP_NONE)
-    kc_cg_why_set(&host, 0, "%s",
-                  forced ? "cgroups are off ($KCAGE_CGROUP=none)"
-                         : "this host has no cgroup hierarchy with that controller");
+    kc_cg_why_set(&host, 0, "%s", "this host has no cgroup hierarchy with that controller");
 }
 
 const kc_cg_host *kc_cg_host_get(void) {
@@ -344,6 +328,8 @@ int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err) {
   if (!detect_into(&h, m, true))
     return kc_error_set(err, ENOTSUP, "cgroup mode %s is not available on this host",
                         kc_cgroup_mode_name(m));
+  if (m == KC_CGROUP_NONE)
+    kc_cg_why_set(&h, 0, "%s", "cgroups are off (the caller chose mode none)");
   pthread_mutex_lock(&bases_lock);
   host = h;
   bases_done = false;

@@ -3,15 +3,22 @@
  * Root inside a sandbox is some host id.  If that id is nobody (65534), every sandbox
  * and every host daemon running as nobody share it: one can signal, ptrace-check or
  * write the files of another.  So, like isolate's per-box uids, each sandbox takes a
- * slot of a reserved range that no account uses, held by an flock on
- * /run/kcage/ids/<slot> (root's own directory) for as long as the sandbox lives; the
- * lock goes with the holder, so a killed kcage frees its slot. */
+ * pair of a reserved range that no account uses, held by an flock on
+ * /run/kcage/ids/<uid> (root's own directory) for as long as the sandbox lives; the
+ * lock goes with the holder, so a killed kcage frees its pair.  The lock is named by
+ * the id itself, not by its place in the range: two kcage processes given different,
+ * overlapping ranges still never hand one id to two sandboxes.
+ *
+ * The range is the caller's own choice (kc_sandbox_ids_set_range: kcage's
+ * --sandbox-ids), never an environment variable: one set for a daemon (kcage agent)
+ * would choose the host ids of every tenant's sandbox. */
 #include "kcage/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +53,7 @@ static int check_accounts(const char *path, uint32_t base, uint32_t count, kc_er
     if (end != id && *end == ':' && overlaps(v, 1, base, count))
       return kc_error_set(err, 0,
                           "sandbox ids %" PRIu32 "-%" PRIu64 ": %s uses %llu (%s): "
-                          "choose another range (KCAGE_SANDBOX_IDS=BASE:COUNT)",
+                          "choose another range (--sandbox-ids BASE:COUNT)",
                           base, (uint64_t)base + count - 1, path, v, name);
   }
   return 0;
@@ -65,7 +72,7 @@ static int check_subids(const char *path, uint32_t base, uint32_t count, kc_erro
         overlaps(start, n, base, count))
       return kc_error_set(err, 0,
                           "sandbox ids %" PRIu32 "-%" PRIu64 ": %s gives %llu-%llu to %s: "
-                          "choose another range (KCAGE_SANDBOX_IDS=BASE:COUNT)",
+                          "choose another range (--sandbox-ids BASE:COUNT)",
                           base, (uint64_t)base + count - 1, path, start, start + n - 1, name);
   }
   return 0;
@@ -85,16 +92,25 @@ int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, cons
   return 0;
 }
 
+/* The range in use: the default until the caller sets another (before any sandbox). */
+static pthread_mutex_t range_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint32_t range_base = KC_SANDBOX_IDS_BASE, range_count = KC_SANDBOX_IDS_COUNT;
+
+int kc_sandbox_ids_set_range(uint32_t base, uint32_t count, kc_error *err) {
+  if (kc_sandbox_ids_check(base, count, NULL, NULL, NULL, NULL, err) < 0)
+    return -1;
+  pthread_mutex_lock(&range_mu);
+  range_base = base;
+  range_count = count;
+  pthread_mutex_unlock(&range_mu);
+  return 0;
+}
+
 int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err) {
-  unsigned long long b = KC_SANDBOX_IDS_BASE, n = KC_SANDBOX_IDS_COUNT;
-  const char *env = getenv("KCAGE_SANDBOX_IDS");
-  if (env && *env) {
-    char tail;
-    if (sscanf(env, "%llu:%llu%c", &b, &n, &tail) != 2 || b > UINT32_MAX || n > UINT32_MAX)
-      return kc_error_set(err, 0, "KCAGE_SANDBOX_IDS=%s: want BASE:COUNT", env);
-  }
-  *base = (uint32_t)b;
-  *count = (uint32_t)n;
+  pthread_mutex_lock(&range_mu);
+  *base = range_base;
+  *count = range_count;
+  pthread_mutex_unlock(&range_mu);
   return kc_sandbox_ids_check(*base, *count, NULL, NULL, NULL, NULL, err);
 }
 
@@ -142,7 +158,7 @@ int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err) {
     return -1;
   for (uint32_t slot = 0; slot < count; slot++) {
     char name[16];
-    snprintf(name, sizeof name, "%" PRIu32, slot);
+    snprintf(name, sizeof name, "%" PRIu32, base + slot);
     int fd = openat(dir, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
       return kc_error_set(err, errno, "%s/ids/%s", KC_IDS_DIR, name);

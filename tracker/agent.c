@@ -169,6 +169,14 @@ static void sweep_stale(const char *tmp) {
   closedir(d);
 }
 
+/* A directory (not a link) of ours that nobody else can write: a scratch dir left by a
+ * dead agent of ours with this pid (sweep_stale keeps those of live processes). */
+static bool own_dir(const char *path) {
+  struct stat st;
+  return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+         !(st.st_mode & 022) && chmod(path, 0711) == 0;
+}
+
 int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   if (!o->key || !*o->key || strlen(o->key) > KC_TRACKER_MAX_KEY || strchr(o->key, ':') ||
       strchr(o->key, ' ')) {
@@ -202,7 +210,8 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   char hn[256] = "localhost";
   gethostname(hn, sizeof hn - 1);
   snprintf(a->device, sizeof a->device, "%s@%s", o->key, o->custom_addr ? o->custom_addr : hn);
-  const char *td = getenv("TMPDIR");
+  /* Where the agent's scratch dirs go: the operator's choice, not the tenants'. */
+  const char *td = secure_getenv("TMPDIR");
   if (!td || !*td || strlen(td) > 200)
     td = "/tmp";
   sweep_stale(td);
@@ -210,8 +219,13 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   /* 0711: the sandboxes of a session (each with host ids of its own from the reserved
    * range) must traverse into its scratch dir, which is also the session's $TMPDIR;
    * none of them may list it. */
-  if (mkdir(a->base_dir, 0711) < 0 && errno != EEXIST) {
-    kc_error_set(err, errno, "mkdir %s", a->base_dir);
+  int e = mkdir(a->base_dir, 0711) < 0 ? errno : 0;
+  /* One that was there already is taken only when it is our own: in a shared /tmp
+   * anyone could have made it, and then read every session's kernels. */
+  if (e && (e != EEXIST || !own_dir(a->base_dir))) {
+    kc_error_set(err, e, "mkdir %s%s", a->base_dir,
+                 e == EEXIST ? ": there already, and not this agent's own" : "");
+    a->base_dir[0] = '\0'; /* not ours to remove */
     kc_agent_free(a);
     return -1;
   }

@@ -66,8 +66,10 @@ int kc_parse_hostport(const char *s, uint16_t default_port, char *host, size_t h
   return 0;
 }
 
+/* TVM's own variables: where to find the tracker, nothing about isolation.  Ignored in
+ * a set-id process (secure_getenv), like every variable libkcage reads. */
 void kc_tracker_env_default(char *host, size_t host_len, uint16_t *port) {
-  const char *h = getenv("TVM_TRACKER_HOST"), *p = getenv("TVM_TRACKER_PORT");
+  const char *h = secure_getenv("TVM_TRACKER_HOST"), *p = secure_getenv("TVM_TRACKER_PORT");
   snprintf(host, host_len, "%s", h && *h ? h : "127.0.0.1");
   *port = KC_TRACKER_DEFAULT_PORT;
   if (p && *p) {

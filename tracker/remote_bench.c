@@ -104,7 +104,9 @@ int kc_bench_remote_run(const kc_bench_config *cfg, const kc_auth_key *auth,
   kc_request_opts_init(&o);
   o.priority = cfg->priority;
   o.session_timeout_s = cfg->session_timeout_s;
-  const char *w = getenv("KCAGE_REQUEST_TIMEOUT");
+  /* How long this client waits for a free device: its own patience, nothing about the
+   * device's isolation (which only the agent's operator sets). */
+  const char *w = secure_getenv("KCAGE_REQUEST_TIMEOUT");
   if (w && *w)
     o.wait_s = strtod(w, NULL);
   struct remote_ctx x = {cfg, auth && auth->len ? auth : NULL, kernels, n, NULL};

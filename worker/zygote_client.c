@@ -195,6 +195,40 @@ static void warm_attach_until_hello(const kc_zygote *z) {
   }
 }
 
+/* How a zygote that never said hello ended, for the error: "exited with status 1". */
+static void describe_end(const kc_zygote *z, char *buf, size_t len) {
+  struct pollfd p = {.fd = z->pidfd, .events = POLLIN};
+  siginfo_t si = {0};
+  if (z->pidfd < 0 || poll(&p, 1, 200) <= 0 ||
+      waitid(P_PIDFD, (id_t)z->pidfd, &si, WEXITED | WNOHANG | WNOWAIT) < 0 || si.si_pid == 0)
+    snprintf(buf, len, "it is still running");
+  else if (si.si_code == CLD_EXITED)
+    snprintf(buf, len, "it exited with status %d", si.si_status);
+  else
+    snprintf(buf, len, "it was killed by signal %d (%s)", si.si_status, strsignal(si.si_status));
+}
+
+/* The zygote's first answer did not come.  An answer that is not the worker protocol
+ * (EPROTO), or none before it ended (EPIPE), means the binary is not a kcage worker (a
+ * wrong $KCAGE_WORKER) or died before it could say why: the error names the binary. */
+static int no_hello(kc_zygote *z, const char *bin, const kc_error *e, kc_error *err) {
+  char how[96] = "";
+  if (e->code == EPROTO || e->code == EPIPE)
+    describe_end(z, how, sizeof how);
+  kc_zygote_stop(z);
+  if (!how[0]) {
+    kc_error_set(err, 0, "zygote did not start (%s): %s", bin, e->msg);
+  } else {
+    kc_error_set(err, 0,
+                 "zygote did not start: %s is not a kcage worker, or died before its first "
+                 "answer (%s; %s)",
+                 bin, e->code == EPROTO ? "it sent something else" : "it sent nothing", how);
+  }
+  if (err)
+    err->code = e->code;
+  return -1;
+}
+
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
   static _Atomic int reaped;
@@ -252,10 +286,8 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->answer_ms = o->python_lib ? 300000 : 0;
   int hello = kc_zygote_collect(z, 0, &dummy, &e);
   z->answer_ms = 0;
-  if (hello < 0) {
-    kc_zygote_stop(z);
-    return kc_error_set(err, e.code, "zygote did not start: %s", e.msg);
-  }
+  if (hello < 0)
+    return no_hello(z, bin, &e, err);
   if (sandboxed && netns < 0)
     keep_netns(pid);
   *out = z;
@@ -318,6 +350,8 @@ int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *e
       return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
     kc_zygote_rep rep;
     ssize_t r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
+    if (r == 0)
+      return kc_error_set(err, EPIPE, "zygote: closed its socket without an answer");
     if (r != (ssize_t)sizeof rep || rep.magic != KC_ZYGOTE_MAGIC)
       return kc_error_set(err, EPROTO, "zygote: bad answer");
     kc_zygote_early a = {.generation = rep.generation, .pid = rep.pid};

@@ -25,21 +25,22 @@ typedef enum kc_cgroup_mode {
   KC_CGROUP_HYBRID, /* v1 controllers + v2 mount for placement/kill/events */
 } kc_cgroup_mode;
 
-/* Detected once per process (cached) from /proc/self/mountinfo.  $KCAGE_CGROUP
- * (auto|none|v1|v2|hybrid) overrides the choice; a mode the host cannot provide falls
- * back to auto.  When the hierarchies are not writable (not root, nothing delegated)
- * the mode is NONE (and limits are refused: kc_cgroup_refusal).
- * Where cgroups go: <hierarchy root>/kcage/ when the root is writable (as root), else
- * <our own cgroup>/kcage/.  Using the root means a later kcage in any cgroup finds and
+/* Detected once per process (cached) from /proc/self/mountinfo: the best mode the
+ * host has.  No environment variable changes it (one set for a daemon would reach
+ * every tenant); a caller chooses another with kc_cgroup_force_mode.  When the hierarchies are not
+ * writable (not root, nothing delegated) the mode is NONE (and limits are refused:
+ * kc_cgroup_refusal). Where cgroups go: <hierarchy root>/kcage/ when the root is writable (as
+ * root), else <our own cgroup>/kcage/.  Using the root means a later kcage in any cgroup finds and
  * reaps what a killed one left, and v2 controllers can be enabled below it; on this
  * host it deliberately leaves the limit-free harness cgroup memory:/process_api/<id>.
  * The kcage/ parents are created once and stay (shared by concurrent kcage
  * processes); only the per-sandbox leaves are removed. */
 kc_cgroup_mode kc_cgroup_detect(void);
 const char *kc_cgroup_mode_name(kc_cgroup_mode m);
-/* Switch the process to mode m (tests: exercise the pure-v1 freezer path on a hybrid
- * host, or "none").  Not thread-safe; call before creating cgroups.  -1/ENOTSUP when
- * the host cannot provide m. */
+/* Switch the process to mode m (kcage run --cgroup; tests: exercise the pure-v1
+ * freezer path on a hybrid host, or "none", where limits are refused unless the rlimit
+ * fallback was asked for).  Not thread-safe; call before creating cgroups.
+ * -1/ENOTSUP when the host cannot provide m: never a silent fall back to another. */
 int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err);
 
 typedef struct kc_cgroup_limits {

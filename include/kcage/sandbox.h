@@ -117,9 +117,10 @@ void kc_sandbox_free(kc_sandbox *sb);
 /* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0).
  * As root: one pair of its own per live sandbox, from a reserved range that no
  * /etc/passwd, /etc/group, /etc/subuid or /etc/subgid entry uses (KC_SANDBOX_IDS_BASE,
- * KC_SANDBOX_IDS_COUNT; KCAGE_SANDBOX_IDS=BASE:COUNT overrides), so neither a host
- * daemon nor another sandbox shares it; a slot is held with a lock in /run/kcage/ids
- * while the sandbox lives.  As any other user the only possible id is the caller's. */
+ * KC_SANDBOX_IDS_COUNT, or the caller's kc_sandbox_ids_set_range; no environment
+ * variable moves it), so neither a host daemon nor another sandbox shares it; an id is
+ * held with a lock named by the id in /run/kcage/ids while the sandbox lives.  As any
+ * other user the only possible id is the caller's. */
 #define KC_SANDBOX_IDS_BASE 1500000000u
 #define KC_SANDBOX_IDS_COUNT 65536u
 
@@ -132,7 +133,11 @@ typedef struct kc_sandbox_ids {
 /* Take a free pair (as root) or the caller's own. */
 int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err);
 void kc_sandbox_ids_release(kc_sandbox_ids *ids);
-/* The configured range, checked against the account files (the real ones when the
+/* Use [base, base+count) from now on (kcage --sandbox-ids), once it passed
+ * kc_sandbox_ids_check; call before any sandbox starts.  -1 with the line that says
+ * which account collides, and the range unchanged. */
+int kc_sandbox_ids_set_range(uint32_t base, uint32_t count, kc_error *err);
+/* The range in use, checked against the account files (the real ones when the
  * paths are NULL): an error names the entry that collides. */
 int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err);
 int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, const char *group,

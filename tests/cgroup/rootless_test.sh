@@ -8,7 +8,8 @@
 #      systemd's Delegate=yes does for a unit): every limit held by cgroups, the same
 #      verdicts as root for kcage run and kcage bench;
 #   3. nothing delegated, --limits-fallback rlimit: the limits held as rlimits, named
-#      so in the record, and kcage bench's verdicts again.
+#      so in the record, a --memory too small for an RLIMIT_AS refused naming the
+#      tensor and the limit, and kcage bench's verdicts again.
 set -euo pipefail
 kcage=$1 hostile=$2 kernels=$3
 [ "$(id -u)" = 0 ] || { echo "SKIP: needs root to create a user and delegate cgroups"; exit 77; }
@@ -141,7 +142,7 @@ ls "${deleg[0]}/kcage" >/dev/null || fail "kcage made no cgroups under the deleg
 if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then
   v2d=$(printf '%s\n' "${deleg[@]}" | grep '^/sys/fs/cgroup/unified/')
   set +e
-  out=$(as_user delegated env KCAGE_CGROUP=v2 "$kcage" run --memory 64M -- /bin/true 2>&1); rc=$?
+  out=$(as_user delegated "$kcage" run --cgroup v2 --memory 64M -- /bin/true 2>&1); rc=$?
   set -e
   [ $rc = 125 ] && [[ $out == *"memory limit cannot be enforced"* ]] ||
     fail "forced v2 without a memory controller: exit $rc ($out)"
@@ -164,5 +165,14 @@ set +e
 rep=$(as_user "$kcage" run --limits-fallback rlimit --memory 64M --ro-bind "$hostile" --report - -- "$hostile/h_membomb" 2>/dev/null); rc=$?
 set -e
 [ $rc = 3 ] || fail "memory bomb under RLIMIT_AS: its allocation must fail (exit 3), got $rc: $rep"
+# An RLIMIT_AS counts address space: a --memory too small for the measuring worker's
+# views of its inputs is refused up front, naming the tensor and the limit (not the
+# worker's "map inputs: Cannot allocate memory").
+set +e
+out=$(as_user "$kcage" bench --limits-fallback rlimit --memory 128M --args "$(cat "$tmp/k/ARGS")" \
+  "$tmp/k/naive.c" 2>&1); rc=$?
+set -e
+[ $rc = 2 ] && [[ $out == *"tensor 0 ("*"RLIMIT_AS (--limits-fallback rlimit)"*"raise --memory"* ]] ||
+  fail "a --memory the rlimit fallback cannot hold: exit $rc ($out)"
 how=rlimit bench_verdicts fallback plain --limits-fallback rlimit
 echo "rootless test: ok"

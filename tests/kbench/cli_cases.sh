@@ -28,7 +28,9 @@ bad() { # bad EXPECTED-REGEX ARGS...
 
 case $case in
 help)
-  "$kcage" bench --help | grep -q '^usage: kcage bench' && "$kcage" bench --help | grep -q -- '--min-repeat-ms'
+  # (read whole: grep -q leaving a pipe early would SIGPIPE kcage mid-text)
+  h=$("$kcage" bench --help) || exit 1
+  grep -q '^usage: kcage bench' <<<"$h" && grep -q -- '--min-repeat-ms' <<<"$h"
   ;;
 missing_file)
   bad 'no-such-kernel.c: No such file or directory' --args "$small" "$tmp/no-such-kernel.c" ;;
@@ -108,6 +110,39 @@ env_overrides)
   ;;
 bad_option)
   bad 'unknown option' --args "$small" --frobnicate "$ex/naive.c" ;;
+json_unwritable)
+  # Records that could not be written are a failure of the batch (exit 3, one line),
+  # never a silent exit 0 with a file that lacks them.
+  WANT_RC=3 bad '--json /dev/full: cannot write the records: No space left on device' \
+    --args "$small" --repeat 2 --json /dev/full "$ex/tiled.c"
+  h=$("$kcage" bench --help) || exit 1
+  grep -q 'could not write the --json records' <<<"$h" ;;
+not_a_worker)
+  # A trusted $KCAGE_WORKER that is no kcage worker: the error names the binary and
+  # says what it is not (not "zygote: bad answer").
+  KCAGE_WORKER=/bin/true "$kcage" bench --args "$small" --repeat 2 "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err"
+  [[ $rc == 3 ]] || { echo "FAIL: want exit 3, got $rc"; exit 1; }
+  [[ $(grep -vc 'in use instead of' "$tmp/err") == 1 ]] || { echo "FAIL: want one error line"; exit 1; }
+  grep -q '^kcage: bench: .*/bin/true is not a kcage worker.*exited with status 0' "$tmp/err" ;;
+address_space_limit)
+  # --no-isolation holds --memory as an RLIMIT_AS, which also counts the worker's 16
+  # views of its inputs: a --memory too small for them is refused up front naming the
+  # tensor and the limit (not "map inputs: Cannot allocate memory"); enough runs.
+  big='f32[256,256] f32[256,256] f32[256,256]:out'
+  "$kcage" bench --no-isolation --memory 128M --args "$big" "$ex/naive.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err"
+  [[ $rc == 2 ]] || { echo "FAIL: want exit 2, got $rc"; exit 1; }
+  grep -q 'tensor 0 (f32\[256,256\].*RLIMIT_AS (--no-isolation).*raise --memory to at least' "$tmp/err" || exit 1
+  grep -q 'Cannot allocate memory' "$tmp/err" && exit 1
+  need=$(sed -n 's/.*at least \([0-9]*\)M.*/\1/p' "$tmp/err")
+  "$kcage" bench --no-isolation --memory "${need}M" --args "$big" --repeat 2 --json "$tmp/r.jsonl" \
+    "$ex/naive.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err" "$tmp/r.jsonl"
+  [[ $rc == 0 ]] && grep -q '"status": *"ok"' "$tmp/r.jsonl" ;;
 json_lines)
   # Exactly the record fields of docs/contracts.md (plus "limits": memory, pids), one
   # object per line, input order.

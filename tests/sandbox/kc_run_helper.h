@@ -25,6 +25,7 @@ typedef struct kc_run_out {
   json_t *report; /* NULL when kcage wrote none */
   char out[8192]; /* the program's stdout as forwarded by kcage (truncated) */
   size_t out_len;
+  char err[4096]; /* kcage's and the program's stderr (truncated) */
 } kc_run_out;
 
 /* argv: the arguments after `kcage run` (NULL-terminated).  --report FILE is added. */
@@ -40,6 +41,11 @@ static inline int kc_test_run(const char *const *args, kc_run_out *o) {
   if (ofd < 0)
     return -1;
   unlink(outp);
+  char errp[] = "/tmp/kc-test-err-XXXXXX";
+  int efd = mkstemp(errp);
+  if (efd < 0)
+    return -1;
+  unlink(errp);
   const char *argv[64];
   int n = 0;
   argv[n++] = KC_KCAGE_BIN;
@@ -56,6 +62,7 @@ static inline int kc_test_run(const char *const *args, kc_run_out *o) {
     int dn = open("/dev/null", O_RDWR);
     dup2(dn, 0);
     dup2(ofd, 1);
+    dup2(efd, 2);
     execv(argv[0], (char *const *)argv);
     _exit(99);
   }
@@ -67,6 +74,9 @@ static inline int kc_test_run(const char *const *args, kc_run_out *o) {
   ssize_t got = pread(ofd, o->out, sizeof o->out - 1, 0);
   o->out_len = got > 0 ? (size_t)got : 0;
   close(ofd);
+  got = pread(efd, o->err, sizeof o->err - 1, 0);
+  o->err[got > 0 ? got : 0] = '\0';
+  close(efd);
   json_error_t je;
   o->report = json_load_file(report, 0, &je);
   unlink(report);

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "kcage/cgroup.h"
 #include "kcage/sandbox.h"
 
 #include "kc_run_helper.h"
@@ -227,14 +228,42 @@ static void test_id_range_check(void **s) {
   fclose(f);
   if (!name[0])
     skip();
-  char env[64];
-  snprintf(env, sizeof env, "%lu:4", uid);
-  setenv("KCAGE_SANDBOX_IDS", env, 1);
+  char range[64];
+  snprintf(range, sizeof range, "%lu:4", uid);
   kc_run_out o;
-  RUN(&o, "--", "/bin/true");
-  unsetenv("KCAGE_SANDBOX_IDS");
+  RUN(&o, "--sandbox-ids", range, "--", "/bin/true");
   assert_int_equal(o.exit_status, 125);
-  assert_non_null(strstr(kc_test_str(&o, "message"), name));
+  assert_non_null(strstr(o.err, name));
+  assert_non_null(strstr(o.err, "--sandbox-ids"));
+  json_decref(o.report);
+}
+
+/* The variables that once moved the sandbox ids and the cgroup mode reach nothing: with
+ * them set, kcage run still runs the program as an id of the default range and holds
+ * --memory by a cgroup; only the caller's own --sandbox-ids moves the ids. */
+static void test_env_cannot_weaken(void **s) {
+  (void)s;
+  if (geteuid() != 0)
+    skip();
+  setenv("KCAGE_SANDBOX_IDS", "1600000000:4", 1);
+  setenv("KCAGE_CGROUP", "none", 1);
+  kc_run_out o;
+  RUN(&o, "--memory", "64M", "--limits-fallback", "rlimit", "--", "cat", "/proc/self/uid_map");
+  unsetenv("KCAGE_SANDBOX_IDS");
+  unsetenv("KCAGE_CGROUP");
+  assert_int_equal(o.exit_status, 0);
+  unsigned long id = map_host(o.out);
+  assert_true(id >= KC_SANDBOX_IDS_BASE && id < KC_SANDBOX_IDS_BASE + KC_SANDBOX_IDS_COUNT);
+  json_t *lim = json_object_get(o.report, "limits");
+  const char *how = json_string_value(json_object_get(lim, "memory"));
+  if (kc_cgroup_enforcement("memory") && !strcmp(kc_cgroup_enforcement("memory"), "cgroup"))
+    assert_string_equal(how ? how : "null", "cgroup");
+  json_decref(o.report);
+  /* The caller's option does move them, to ids of that range. */
+  RUN(&o, "--sandbox-ids", "1600000000:4", "--", "cat", "/proc/self/uid_map");
+  assert_int_equal(o.exit_status, 0);
+  id = map_host(o.out);
+  assert_true(id >= 1600000000ul && id < 1600000004ul);
   json_decref(o.report);
 }
 
@@ -243,6 +272,7 @@ int main(void) {
       cmocka_unit_test(test_bind_root_only_path),
       cmocka_unit_test(test_distinct_ids),
       cmocka_unit_test(test_id_range_check),
+      cmocka_unit_test(test_env_cannot_weaken),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

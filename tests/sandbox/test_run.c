@@ -275,15 +275,24 @@ static void test_rlimit_cpu_only_with_time(void **s) {
   done(&o);
 }
 
-/* Without cgroups (KCAGE_CGROUP=none) --time falls back to RLIMIT_CPU: SIGXCPU reaches
- * the program (not PID 1 of its namespace: our init is), and the verdict is still
- * timeout/cpu. */
+/* Without cgroups (--cgroup none) --time falls back to RLIMIT_CPU: SIGXCPU reaches the
+ * program (not PID 1 of its namespace: our init is), and the verdict is still
+ * timeout/cpu.  A limit only a cgroup holds is refused there, with one line, never
+ * dropped; so is a mode that does not exist. */
 static void test_time_without_cgroup(void **s) {
   (void)s;
-  setenv("KCAGE_CGROUP", "none", 1);
   kc_run_out o;
-  RUN(&o, "--time", "0.2", "--wall", "20", "--", "sh", "-c", "while :; do :; done");
-  unsetenv("KCAGE_CGROUP");
+  RUN(&o, "--cgroup", "none", "--memory", "64M", "--", "/bin/true");
+  assert_int_equal(o.exit_status, 125);
+  assert_non_null(strstr(o.err, "memory limit cannot be enforced"));
+  assert_non_null(strstr(o.err, "cgroups are off"));
+  json_decref(o.report);
+  RUN(&o, "--cgroup", "v9", "--", "/bin/true");
+  assert_int_equal(o.exit_status, 125);
+  assert_non_null(strstr(o.err, "want auto, v1, v2, hybrid or none"));
+  json_decref(o.report);
+  RUN(&o, "--cgroup", "none", "--time", "0.2", "--wall", "20", "--", "sh", "-c",
+      "while :; do :; done");
   assert_int_equal(o.exit_status, 124);
   assert_string_equal(kc_test_str(&o, "status"), "timeout");
   assert_string_equal(kc_test_str(&o, "limit"), "cpu");

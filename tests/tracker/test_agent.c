@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kcage/cgroup.h"
 #include "proc.h"
 #include "trk_test.h"
 
@@ -110,6 +111,86 @@ static void test_session_roundtrip(void **state) {
   kc_session_close(s);
   /* The agent re-registers with a fresh matchkey when the session ends. */
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
+}
+
+static json_t *load_jsonl(const char *path);
+
+/* The agent's scratch dir ($TMPDIR/kcage-agent-PID) made in advance by someone else
+ * (any user can, in a shared /tmp): the agent refuses to start rather than put the
+ * tenants' kernels where that user can read them, and leaves the dir alone. */
+static void test_foreign_scratch_dir_refused(void **state) {
+  (void)state;
+  if (geteuid() != 0)
+    skip();
+  const char *td = getenv("TMPDIR");
+  char dir[512];
+  snprintf(dir, sizeof dir, "%s/kcage-agent-%ld", td, (long)getpid());
+  assert_int_equal(mkdir(dir, 0777), 0);
+  assert_int_equal(chown(dir, 65534, 65534), 0);
+  kc_agent_opts o;
+  kc_agent_opts_init(&o);
+  o.tracker_host = "127.0.0.1";
+  o.tracker_port = 1;
+  o.key = "cpu";
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.port_end = 0;
+  kc_agent *a = NULL;
+  kc_error err = {0};
+  assert_int_equal(kc_agent_new(&o, &a, &err), -1);
+  assert_non_null(strstr(err.msg, "not this agent's own"));
+  struct stat st;
+  assert_int_equal(stat(dir, &st), 0);
+  assert_int_equal(rmdir(dir), 0);
+  /* Its own dir, left by a dead agent with this pid, is taken. */
+  assert_int_equal(mkdir(dir, 0700), 0);
+  assert_int_equal(kc_agent_new(&o, &a, &err), 0);
+  kc_agent_free(a);
+  rmdir(dir);
+}
+
+/* An agent started with the variables that once chose the cgroup mode, the sandbox
+ * host ids and an unsandboxed mode, and with the rlimit fallback allowed: its tenants'
+ * kernels are still sandboxed, their memory limit still held by a cgroup (not turned
+ * into an RLIMIT_AS by "none"), exactly as the agent's own options say. */
+static void test_env_cannot_weaken_sessions(void **state) {
+  fixture *f = *state;
+  const char *how = kc_cgroup_enforcement("memory");
+  if (!how || strcmp(how, "cgroup"))
+    skip(); /* no memory cgroup here: nothing a variable could drop */
+  proc_stop(&f->agent);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 0, 8), 0);
+  setenv("KCAGE_CGROUP", "none", 1);
+  setenv("KCAGE_SANDBOX_IDS", "1600000000:8", 1);
+  setenv("KCAGE_BENCH_PLAIN", "1", 1);
+  const char *aargv[] = {"agent",  "--tracker", f->tracker, "--key", "cpu",
+                         "--host", "127.0.0.1", "--port",   "0",     "--limits-fallback",
+                         "rlimit", NULL};
+  uint16_t port = proc_start(&f->agent, aargv);
+  unsetenv("KCAGE_CGROUP");
+  unsetenv("KCAGE_SANDBOX_IDS");
+  unsetenv("KCAGE_BENCH_PLAIN");
+  assert_true(port > 0);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 5), 1);
+  char out[] = "/tmp/kc-trk-env-XXXXXX";
+  close(mkstemp(out));
+  const char *argv[] = {"bench",     "--args",   "f32[256] f32[256] f32[256]:out",
+                        "--memory",  "128M",     "--repeat",
+                        "2",         "--json",   out,
+                        "--tracker", f->tracker, "--key",
+                        "cpu",       KC_HONEST,  NULL};
+  assert_int_equal(proc_run(argv, 60), 0);
+  json_t *r = load_jsonl(out);
+  unlink(out);
+  assert_int_equal(json_array_size(r), 1);
+  json_t *rec = json_array_get(r, 0);
+  assert_string_equal(json_string_value(json_object_get(rec, "status")), "ok");
+  assert_string_equal(json_string_value(json_object_get(rec, "isolation")), "sandbox");
+  json_t *lim = json_object_get(rec, "limits");
+  if (!json_is_string(json_object_get(lim, "memory")))
+    fail_msg("no memory limit in the record: %s", json_dumps(rec, JSON_COMPACT));
+  assert_string_equal(json_string_value(json_object_get(lim, "memory")), "cgroup");
+  json_decref(r);
 }
 
 /* A SIGKILLed agent cannot remove its scratch dir ($TMPDIR/kcage-agent-PID); the next
@@ -557,6 +638,8 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_remote_bench_tvm_ffi, setup, teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout_mid_batch, setup, teardown),
       cmocka_unit_test_setup_teardown(test_agent_killed_mid_batch, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_env_cannot_weaken_sessions, setup, teardown),
+      cmocka_unit_test(test_foreign_scratch_dir_refused),
   };
   int rc = cmocka_run_group_tests(tests, NULL, NULL);
   char cmd[64];
