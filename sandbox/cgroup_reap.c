@@ -26,8 +26,7 @@ static bool owner_gone(const char *leaf, unsigned long ns) {
   return lns == ns && kc_cg_starttime(pid) != st;
 }
 
-static int reap_base(const char *base, int *reaped, kc_error *err) {
-  unsigned long ns = kc_cg_pidns();
+static int reap_base(const char *base, unsigned long ns, int *reaped, kc_error *err) {
   kc_cleanup_closedir DIR *d = opendir(base);
   if (!d)
     return errno == ENOENT ? 0 : kc_error_set(err, errno, "open %s", base);
@@ -50,10 +49,11 @@ int kc_cgroup_reap_stale(kc_error *err) {
   if (h->mode == KC_CGROUP_NONE)
     return 0;
   int reaped = 0;
-  if (h->have_v2 && reap_base(h->v2.base, &reaped, err) < 0)
+  unsigned long ns = kc_cg_pidns();
+  if (h->have_v2 && reap_base(h->v2.base, ns, &reaped, err) < 0)
     return -1;
   for (int i = 0; i < h->nv1; i++)
-    if (reap_base(h->v1[i].base, &reaped, err) < 0)
+    if (reap_base(h->v1[i].base, ns, &reaped, err) < 0)
       return -1;
   return reaped;
 }

@@ -42,21 +42,26 @@ static kc_mnt *push(mnt_list *l, kc_mnt_kind kind, kc_error *err) {
     l->cap = cap;
   }
   kc_mnt *m = &l->v[l->n++];
-  /* Not memset: an entry is two PATH_MAX buffers, and zeroing them touched ~2 pages
-   * per mount of a plan every launch builds (page faults, in the parent and again
-   * copy-on-write in the child); the strings are NUL-terminated. */
-  m->kind = kind;
-  m->src[0] = m->dst[0] = '\0';
-  m->size = 0;
-  m->is_dir = false;
-  m->tree = -1;
+  *m = (kc_mnt){.kind = kind, .src = "", .dst = "", .tree = -1};
   return m;
 }
 
-static int set_path(char *dst, const char *src, const char *what, kc_error *err) {
-  if (!src || strlen(src) >= PATH_MAX)
-    return kc_error_set(err, ENAMETOOLONG, "%s path", what);
-  strcpy(dst, src);
+/* src (may be NULL: none) and dst, copied into one allocation the entry owns. */
+static int set_paths(kc_mnt *m, const char *src, const char *dst, kc_error *err) {
+  if (src && strlen(src) >= PATH_MAX)
+    return kc_error_set(err, ENAMETOOLONG, "%s path",
+                        m->kind == KC_MNT_SYMLINK ? "symlink target" : "bind source");
+  if (!dst || strlen(dst) >= PATH_MAX)
+    return kc_error_set(err, ENAMETOOLONG, "mount destination path");
+  size_t ls = src ? strlen(src) + 1 : 1, ld = strlen(dst) + 1;
+  char *s = malloc(ls + ld);
+  if (!s)
+    return kc_error_set(err, ENOMEM, "mount plan");
+  memcpy(s, src ? src : "", ls);
+  memcpy(s + ls, dst, ld);
+  m->strs = s;
+  m->src = s;
+  m->dst = s + ls;
   return 0;
 }
 
@@ -83,9 +88,8 @@ static int add_bind(mnt_list *l, kc_mnt_kind kind, const char *src, const char *
   kc_mnt *m = push(l, kind, err);
   if (!m)
     return -1;
-  strcpy(m->src, real);
   m->is_dir = S_ISDIR(st.st_mode);
-  if (set_path(m->dst, dst ? dst : src, "mount destination", err) < 0)
+  if (set_paths(m, real, dst ? dst : src, err) < 0)
     return -1;
   return check_dst(m->dst, err);
 }
@@ -95,9 +99,7 @@ static int add_simple(mnt_list *l, kc_mnt_kind kind, const char *src, const char
   kc_mnt *m = push(l, kind, err);
   if (!m)
     return -1;
-  if (src && set_path(m->src, src, "symlink target", err) < 0)
-    return -1;
-  if (set_path(m->dst, dst, "mount destination", err) < 0)
+  if (set_paths(m, src, dst, err) < 0)
     return -1;
   m->size = size;
   return check_dst(m->dst, err);
@@ -173,7 +175,7 @@ int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extr
                     m->dst ? m->dst : m->src, false, err);
   }
   if (rc < 0) {
-    free(l.v);
+    kc__fs_free(l.v, l.n);
     return -1;
   }
   *out = l.v;
@@ -211,6 +213,13 @@ void kc__fs_close_trees(kc_mnt *mnts, size_t n) {
       close(mnts[i].tree);
       mnts[i].tree = -1;
     }
+}
+
+void kc__fs_free(kc_mnt *mnts, size_t n) {
+  kc__fs_close_trees(mnts, n);
+  for (size_t i = 0; i < n; i++)
+    free(mnts[i].strs);
+  free(mnts);
 }
 
 /* ---- child side ---------------------------------------------------------------- */
