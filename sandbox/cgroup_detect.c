@@ -23,8 +23,7 @@ static bool bases_done;
 
 /* v1 mounts seen, before a mode is chosen. */
 typedef struct {
-  char path[PATH_MAX];
-  char root[PATH_MAX];
+  const char *path, *root; /* in cg_mounts.pool */
   unsigned ctrl;
 } v1_mount;
 
@@ -179,15 +178,33 @@ static kc_cgroup_mode parse_mode(const char *s, bool *ok) {
 typedef struct cg_mounts {
   v1_mount v1[16];
   int nv1;
-  char v2_path[PATH_MAX], v2_root[PATH_MAX];
+  const char *v2_path, *v2_root; /* "" when none */
+  /* The strings, packed: PATH_MAX buffers per entry touched a page each (~10 page
+   * faults in every process that runs a sandbox).  Full: later mounts are ignored. */
+  char pool[4 * PATH_MAX];
+  size_t used;
 } cg_mounts;
+
+/* A copy of s in the pool, or NULL when it is full. */
+static const char *pool_dup(cg_mounts *cm, const char *s) {
+  size_t n = strlen(s) + 1;
+  if (n > sizeof cm->pool - cm->used)
+    return NULL;
+  char *d = cm->pool + cm->used;
+  memcpy(d, s, n);
+  cm->used += n;
+  return d;
+}
 
 static void add_mount(cg_mounts *cm, const char *fstype, const char *root, const char *mnt,
                       const char *sopts) {
   if (!strcmp(fstype, "cgroup2")) {
     if (!cm->v2_path[0]) {
-      snprintf(cm->v2_path, sizeof cm->v2_path, "%s", mnt);
-      snprintf(cm->v2_root, sizeof cm->v2_root, "%s", root);
+      const char *p = pool_dup(cm, mnt), *r = p ? pool_dup(cm, root) : NULL;
+      if (r) {
+        cm->v2_path = p;
+        cm->v2_root = r;
+      }
     }
     return;
   }
@@ -199,9 +216,12 @@ static void add_mount(cg_mounts *cm, const char *fstype, const char *root, const
   for (int i = 0; i < cm->nv1; i++)
     if (cm->v1[i].ctrl & c)
       return; /* the same hierarchy mounted twice: first wins */
+  const char *p = pool_dup(cm, mnt), *r = p ? pool_dup(cm, root) : NULL;
+  if (!r)
+    return;
   v1_mount *v = &cm->v1[cm->nv1++];
-  snprintf(v->path, sizeof v->path, "%s", mnt);
-  snprintf(v->root, sizeof v->root, "%s", root);
+  v->path = p;
+  v->root = r;
   v->ctrl = c;
 }
 
@@ -279,12 +299,11 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
     sscanf(u.release, "%d.%d", &h->kernel_major, &h->kernel_minor);
   bool has_kill = h->kernel_major > 5 || (h->kernel_major == 5 && h->kernel_minor >= 14);
 
-  /* Not zero-initialised: it is 136 KB of path buffers on the stack, and clearing them
-   * cost 34 page faults in every process that runs a sandbox; the strings are set
-   * before they are read. */
+  /* Not zero-initialised: clearing the string pool would touch every page of it. */
   cg_mounts cm;
   cm.nv1 = 0;
-  cm.v2_path[0] = cm.v2_root[0] = '\0';
+  cm.v2_path = cm.v2_root = "";
+  cm.used = 0;
   read_mounts(&cm);
   unsigned v1_all = 0;
   for (int i = 0; i < cm.nv1; i++)
