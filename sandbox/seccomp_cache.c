@@ -76,8 +76,7 @@ int kc__bpf_cache_get(const void *key, size_t klen, struct sock_filter **insns,
   file_name(key, klen, name);
   kc_cleanup_close int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
-  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 ||
-      (st.st_mode & 077))
+  if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != 0 || (st.st_mode & 077))
     return -1;
   size_t hl = header_len(klen);
   size_t size = (size_t)st.st_size;
