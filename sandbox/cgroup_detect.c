@@ -276,7 +276,8 @@ static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode 
 /* Fill `h` for mode `want` (or the best one when !forced).  Returns false when the
  * host cannot provide `want`. */
 /* Back to "nothing found", field by field: the struct is ~26 KB of path buffers, and a
- * memset of it cost 7 page faults in every process that runs a sandbox. */
+ * memset of it cost 7 page faults in every process that runs a sandbox.  h is zeroed
+ * or from an earlier detect_into (nv1 and have_v2 say what it filled). */
 static void host_reset(kc_cg_host *h) {
   h->mode = KC_CGROUP_NONE;
   if (h->have_v2)
@@ -382,6 +383,7 @@ const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
 int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err) {
   kc_cg_host_get();
   kc_cg_host h;
+  memset(&h, 0, sizeof h); /* see host_reset; not a launch's path */
   if (!detect_into(&h, m, true))
     return kc_error_set(err, ENOTSUP, "cgroup mode %s is not available on this host",
                         kc_cgroup_mode_name(m));
