@@ -49,6 +49,18 @@ static const char *const bwrap_argv[] = {"bwrap",
 static const char *const unshare_argv[] = {"unshare", "-Upmnfiu",  "--mount-proc",
                                            "-r",      "/bin/true", NULL};
 static const char *const plain_argv[] = {"/bin/true", NULL};
+/* Other sandboxes packaged in Debian, in a configuration close to bwrap's above (every
+ * namespace, the host's root read-only or a private home, a /proc); skipped with the
+ * reason when not installed. */
+static const char *const nsjail_argv[] = {"nsjail", "-Mo", "--quiet",   "--chroot",
+                                          "/",      "--",  "/bin/true", NULL};
+static const char *const firejail_argv[] = {"firejail",   "--quiet",   "--noprofile", "--private",
+                                            "--net=none", "/bin/true", NULL};
+static const char *const minijail_argv[] = {"minijail0", "-p",    "-v",        "-l", "-e",
+                                            "-N",        "--uts", "/bin/true", NULL};
+/* $KC_BENCH_BASELINE: another kcage binary (a build from before a change) as one more
+ * launcher, so a change is measured against its base in the same run. */
+static const char *baseline_argv[] = {NULL, "run", "--", "/bin/true", NULL};
 
 typedef struct launch_cost {
   double wall, cpu; /* seconds */
@@ -128,7 +140,13 @@ typedef struct row {
   const char *skip; /* why the row is not measured, or NULL */
 } row;
 
-enum { KC = 0, NROWS = 5 };
+enum { KC = 0, NROWS = 9 };
+
+/* Rows that are other sandboxes, for the ratio lines (not fork+exec, not kcage). */
+static bool is_peer(const row *r) {
+  return strcmp(r->key, "kcage") && strcmp(r->key, "kcage_cgroup") && strcmp(r->key, "fork_exec") &&
+         strcmp(r->key, "kcage_baseline");
+}
 
 static void probe(row *r) {
   launch_cost c;
@@ -172,6 +190,25 @@ static void run_rounds(row *rows, size_t runs) {
   }
 }
 
+/* One line per peer that ran: how far kcage is ahead (or behind) in wall and CPU time. */
+static void print_peer_ratios(row *rows) {
+  double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  printf("kcage run -- /bin/true against each peer in this run (wall: median of per-round "
+         "ratios; CPU: ratio of medians):\n");
+  for (int k = 0; k < NROWS; k++) {
+    row *r = &rows[k];
+    if (!is_peer(r) || r->skip || r->n == 0) {
+      if (is_peer(r))
+        printf("  %-10s not measured: %s\n", r->key, r->skip ? r->skip : "every launch failed");
+      continue;
+    }
+    double wall = kc_bench_quantile(r->ratio, r->n, 0.5);
+    double cpu = kc_bench_quantile(r->cpu, r->n, 0.5) / kc_cpu;
+    printf("  %-10s wall %5.2fx %-6s  CPU %5.2fx %s\n", r->key, wall,
+           wall >= 1 ? "faster" : "slower", cpu, cpu >= 1 ? "less" : "more");
+  }
+}
+
 static void print_rows(row *rows, size_t runs) {
   double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
   double kc_wall = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
@@ -209,6 +246,7 @@ static void print_rows(row *rows, size_t runs) {
          "round; CPU/kc: median CPU over kcage's; above 1 = kcage ahead.  CPU: %s)\n",
          use_perf ? "task-clock of the whole tree" : "rusage (no perf events here)");
   (void)kc_wall;
+  print_peer_ratios(rows);
 }
 
 int main(int argc, char **argv) {
@@ -222,14 +260,22 @@ int main(int argc, char **argv) {
       {"unshare -Upmnfiu --mount-proc -r", "unshare", unshare_argv, 0, 0, 0, 0, 0, 0},
       {"fork+exec /bin/true", "fork_exec", plain_argv, 0, 0, 0, 0, 0, 0},
       {"kcage run --memory 256M --pids 64 (cgroup)", "kcage_cgroup", kcage_cg_argv, 0, 0, 0, 0, 0,
-       0}};
+       0},
+      {"nsjail -Mo --chroot /", "nsjail", nsjail_argv, 0, 0, 0, 0, 0, 0},
+      {"firejail --noprofile --private --net=none", "firejail", firejail_argv, 0, 0, 0, 0, 0, 0},
+      {"minijail0 -p -v -l -e -N --uts", "minijail", minijail_argv, 0, 0, 0, 0, 0, 0},
+      {"kcage baseline ($KC_BENCH_BASELINE)", "kcage_baseline", baseline_argv, 0, 0, 0, 0, 0, 0}};
+  baseline_argv[0] = getenv("KC_BENCH_BASELINE");
   for (int r = 0; r < NROWS; r++) {
     rows[r].wall = calloc(runs, sizeof(double));
     rows[r].cpu = calloc(runs, sizeof(double));
     rows[r].ratio = calloc(runs, sizeof(double));
     if (!rows[r].wall || !rows[r].cpu || !rows[r].ratio)
       return 1;
-    probe(&rows[r]);
+    if (rows[r].argv[0])
+      probe(&rows[r]);
+    else
+      rows[r].skip = "$KC_BENCH_BASELINE not set";
   }
   if (rows[KC].skip) {
     fprintf(stderr, "bench_run: kcage run -- /bin/true fails here\n");

@@ -244,6 +244,11 @@ static int run_sandbox(kc_sandbox_config *cfg, kc_result *res, int *sig, kc_erro
   signal(SIGPIPE, SIG_IGN);
   kc_cleanup_close int sfd = signalfd(-1, &stop, SFD_CLOEXEC | SFD_NONBLOCK);
   cfg->cancel_fd = sfd;
+  /* The host's cgroup layout, read before the clone: after it, every page this
+   * process writes is a copy-on-write fault (mountinfo parsing and its heap churn
+   * cost ~40 of them), and the read of our mountinfo would contend with the child's
+   * mounts for the kernel's namespace lock. */
+  kc_cgroup_detect();
   kc_sandbox *sb = NULL;
   *sig = 0;
   if (kc_sandbox_spawn(cfg, &sb, err) < 0) {

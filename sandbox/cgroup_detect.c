@@ -23,8 +23,7 @@ static bool bases_done;
 
 /* v1 mounts seen, before a mode is chosen. */
 typedef struct {
-  char path[PATH_MAX];
-  char root[PATH_MAX];
+  const char *path, *root; /* in cg_mounts.pool */
   unsigned ctrl;
 } v1_mount;
 
@@ -163,15 +162,33 @@ static unsigned v2_controllers(const char *mnt) {
 typedef struct cg_mounts {
   v1_mount v1[16];
   int nv1;
-  char v2_path[PATH_MAX], v2_root[PATH_MAX];
+  const char *v2_path, *v2_root; /* "" when none */
+  /* The strings, packed: PATH_MAX buffers per entry touched a page each (~10 page
+   * faults in every process that runs a sandbox).  Full: later mounts are ignored. */
+  char pool[4 * PATH_MAX];
+  size_t used;
 } cg_mounts;
+
+/* A copy of s in the pool, or NULL when it is full. */
+static const char *pool_dup(cg_mounts *cm, const char *s) {
+  size_t n = strlen(s) + 1;
+  if (n > sizeof cm->pool - cm->used)
+    return NULL;
+  char *d = cm->pool + cm->used;
+  memcpy(d, s, n);
+  cm->used += n;
+  return d;
+}
 
 static void add_mount(cg_mounts *cm, const char *fstype, const char *root, const char *mnt,
                       const char *sopts) {
   if (!strcmp(fstype, "cgroup2")) {
     if (!cm->v2_path[0]) {
-      snprintf(cm->v2_path, sizeof cm->v2_path, "%s", mnt);
-      snprintf(cm->v2_root, sizeof cm->v2_root, "%s", root);
+      const char *p = pool_dup(cm, mnt), *r = p ? pool_dup(cm, root) : NULL;
+      if (r) {
+        cm->v2_path = p;
+        cm->v2_root = r;
+      }
     }
     return;
   }
@@ -183,9 +200,12 @@ static void add_mount(cg_mounts *cm, const char *fstype, const char *root, const
   for (int i = 0; i < cm->nv1; i++)
     if (cm->v1[i].ctrl & c)
       return; /* the same hierarchy mounted twice: first wins */
+  const char *p = pool_dup(cm, mnt), *r = p ? pool_dup(cm, root) : NULL;
+  if (!r)
+    return;
   v1_mount *v = &cm->v1[cm->nv1++];
-  snprintf(v->path, sizeof v->path, "%s", mnt);
-  snprintf(v->root, sizeof v->root, "%s", root);
+  v->path = p;
+  v->root = r;
   v->ctrl = c;
 }
 
@@ -239,14 +259,36 @@ static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode 
 
 /* Fill `h` for mode `want` (or the best one when !forced).  Returns false when the
  * host cannot provide `want`. */
+/* Back to "nothing found", field by field: the struct is ~26 KB of path buffers, and a
+ * memset of it cost 7 page faults in every process that runs a sandbox.  h is zeroed
+ * or from an earlier detect_into (nv1 and have_v2 say what it filled). */
+static void host_reset(kc_cg_host *h) {
+  h->mode = KC_CGROUP_NONE;
+  if (h->have_v2)
+    h->v2 = (kc_cg_hier){.ctrl = 0};
+  h->have_v2 = false;
+  h->v2.ctrl = 0;
+  for (int i = 0; i < h->nv1; i++) /* set_base fills an entry before nv1 counts it */
+    h->v1[i] = (kc_cg_hier){.ctrl = 0};
+  h->nv1 = 0;
+  h->v1_ctrl = 0;
+  h->kernel_major = h->kernel_minor = 0;
+  for (int i = 0; i < 3; i++)
+    h->why[i][0] = '\0';
+}
+
 static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
-  memset(h, 0, sizeof *h);
+  host_reset(h);
   struct utsname u;
   if (uname(&u) == 0)
     sscanf(u.release, "%d.%d", &h->kernel_major, &h->kernel_minor);
   bool has_kill = h->kernel_major > 5 || (h->kernel_major == 5 && h->kernel_minor >= 14);
 
-  cg_mounts cm = {.nv1 = 0};
+  /* Not zero-initialised: clearing the string pool would touch every page of it. */
+  cg_mounts cm;
+  cm.nv1 = 0;
+  cm.v2_path = cm.v2_root = "";
+  cm.used = 0;
   read_mounts(&cm);
   unsigned v1_all = 0;
   for (int i = 0; i < cm.nv1; i++)
@@ -325,6 +367,7 @@ const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
 int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err) {
   kc_cg_host_get();
   kc_cg_host h;
+  memset(&h, 0, sizeof h); /* see host_reset; not a launch's path */
   if (!detect_into(&h, m, true))
     return kc_error_set(err, ENOTSUP, "cgroup mode %s is not available on this host",
                         kc_cgroup_mode_name(m));
@@ -438,6 +481,8 @@ static void v2_leave_parent(const char *base) {
 /* The kcage/ parent exists and is ours to create cgroups in (another user's, root's
  * for one, may exist already). */
 static int base_make(const char *base) {
+  if (access(base, W_OK | X_OK) == 0)
+    return 0; /* the usual case: made before, one call instead of a mkdir per level */
   if (mkdir_p(base) < 0)
     return -1;
   return access(base, W_OK | X_OK);

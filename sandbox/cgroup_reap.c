@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "kcage/cleanup.h"
@@ -26,8 +27,13 @@ static bool owner_gone(const char *leaf, unsigned long ns) {
   return lns == ns && kc_cg_starttime(pid) != st;
 }
 
-static int reap_base(const char *base, int *reaped, kc_error *err) {
-  unsigned long ns = kc_cg_pidns();
+static int reap_base(const char *base, unsigned long ns, int *reaped, kc_error *err) {
+  /* cgroupfs counts subdirectories in a directory's link count (2 + children): a base
+   * without any skips the directory read (a 32 KB buffer, every plain run).  Other
+   * counts, including a file system that does not count, read it. */
+  struct stat st;
+  if (stat(base, &st) == 0 && S_ISDIR(st.st_mode) && st.st_nlink == 2)
+    return 0;
   kc_cleanup_closedir DIR *d = opendir(base);
   if (!d)
     return errno == ENOENT ? 0 : kc_error_set(err, errno, "open %s", base);
@@ -50,10 +56,11 @@ int kc_cgroup_reap_stale(kc_error *err) {
   if (h->mode == KC_CGROUP_NONE)
     return 0;
   int reaped = 0;
-  if (h->have_v2 && reap_base(h->v2.base, &reaped, err) < 0)
+  unsigned long ns = kc_cg_pidns();
+  if (h->have_v2 && reap_base(h->v2.base, ns, &reaped, err) < 0)
     return -1;
   for (int i = 0; i < h->nv1; i++)
-    if (reap_base(h->v1[i].base, &reaped, err) < 0)
+    if (reap_base(h->v1[i].base, ns, &reaped, err) < 0)
       return -1;
   return reaped;
 }

@@ -42,21 +42,26 @@ static kc_mnt *push(mnt_list *l, kc_mnt_kind kind, kc_error *err) {
     l->cap = cap;
   }
   kc_mnt *m = &l->v[l->n++];
-  /* Not memset: an entry is two PATH_MAX buffers, and zeroing them touched ~2 pages
-   * per mount of a plan every launch builds (page faults, in the parent and again
-   * copy-on-write in the child); the strings are NUL-terminated. */
-  m->kind = kind;
-  m->src[0] = m->dst[0] = '\0';
-  m->size = 0;
-  m->is_dir = false;
-  m->tree = -1;
+  *m = (kc_mnt){.kind = kind, .src = "", .dst = "", .tree = -1};
   return m;
 }
 
-static int set_path(char *dst, const char *src, const char *what, kc_error *err) {
-  if (!src || strlen(src) >= PATH_MAX)
-    return kc_error_set(err, ENAMETOOLONG, "%s path", what);
-  strcpy(dst, src);
+/* src (may be NULL: none) and dst, copied into one allocation the entry owns. */
+static int set_paths(kc_mnt *m, const char *src, const char *dst, kc_error *err) {
+  if (src && strlen(src) >= PATH_MAX)
+    return kc_error_set(err, ENAMETOOLONG, "%s path",
+                        m->kind == KC_MNT_SYMLINK ? "symlink target" : "bind source");
+  if (!dst || strlen(dst) >= PATH_MAX)
+    return kc_error_set(err, ENAMETOOLONG, "mount destination path");
+  size_t ls = src ? strlen(src) + 1 : 1, ld = strlen(dst) + 1;
+  char *s = malloc(ls + ld);
+  if (!s)
+    return kc_error_set(err, ENOMEM, "mount plan");
+  memcpy(s, src ? src : "", ls);
+  memcpy(s + ls, dst, ld);
+  m->strs = s;
+  m->src = s;
+  m->dst = s + ls;
   return 0;
 }
 
@@ -83,9 +88,8 @@ static int add_bind(mnt_list *l, kc_mnt_kind kind, const char *src, const char *
   kc_mnt *m = push(l, kind, err);
   if (!m)
     return -1;
-  strcpy(m->src, real);
   m->is_dir = S_ISDIR(st.st_mode);
-  if (set_path(m->dst, dst ? dst : src, "mount destination", err) < 0)
+  if (set_paths(m, real, dst ? dst : src, err) < 0)
     return -1;
   return check_dst(m->dst, err);
 }
@@ -95,9 +99,7 @@ static int add_simple(mnt_list *l, kc_mnt_kind kind, const char *src, const char
   kc_mnt *m = push(l, kind, err);
   if (!m)
     return -1;
-  if (src && set_path(m->src, src, "symlink target", err) < 0)
-    return -1;
-  if (set_path(m->dst, dst, "mount destination", err) < 0)
+  if (set_paths(m, src, dst, err) < 0)
     return -1;
   m->size = size;
   return check_dst(m->dst, err);
@@ -173,7 +175,7 @@ int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extr
                     m->dst ? m->dst : m->src, false, err);
   }
   if (rc < 0) {
-    free(l.v);
+    kc__fs_free(l.v, l.n);
     return -1;
   }
   *out = l.v;
@@ -211,6 +213,13 @@ void kc__fs_close_trees(kc_mnt *mnts, size_t n) {
       close(mnts[i].tree);
       mnts[i].tree = -1;
     }
+}
+
+void kc__fs_free(kc_mnt *mnts, size_t n) {
+  kc__fs_close_trees(mnts, n);
+  for (size_t i = 0; i < n; i++)
+    free(mnts[i].strs);
+  free(mnts);
 }
 
 /* ---- child side ---------------------------------------------------------------- */
@@ -336,19 +345,33 @@ static const char *const proc_masked[] = {
     "vmallocinfo",   "driver",  "dynamic_debug", "mtrr",    "pressure"};
 static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
 
+/* One entry of proc_masked.  Most are files: the bind of /dev/null is tried first and
+ * tells the kinds apart itself (ENOENT: absent, ENOTDIR: a directory), where an lstat
+ * per entry cost a call each.  Directories share one empty read-only tmpfs: the first
+ * is mounted, the others are binds of it (the same flags and the same read-only
+ * superblock, one superblock to set up and tear down instead of one each). */
+static int mask_one(const char *path, char *first_dir, size_t cap, kc_error *err) {
+  if (mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
+    return 0;
+  if (errno != ENOTDIR)
+    return kc_error_set(err, errno, "mask %s", path);
+  int rc = first_dir[0]
+               ? mount(first_dir, path, NULL, MS_BIND, NULL)
+               : mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                       "size=4k,nr_inodes=1,mode=0555");
+  if (rc < 0)
+    return kc_error_set(err, errno, "mask %s", path);
+  if (!first_dir[0])
+    snprintf(first_dir, cap, "%s", path);
+  return 0;
+}
+
 static int mask_proc(const char *dst, kc_error *err) {
-  char path[PATH_MAX + 32];
+  char path[PATH_MAX + 32], first_dir[PATH_MAX + 32] = "";
   for (size_t i = 0; i < sizeof proc_masked / sizeof proc_masked[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", dst, proc_masked[i]);
-    struct stat st;
-    if (lstat(path, &st) < 0)
-      continue;
-    int rc = S_ISDIR(st.st_mode)
-                 ? mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                         "size=4k,nr_inodes=1,mode=0555")
-                 : mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL);
-    if (rc < 0)
-      return kc_error_set(err, errno, "mask %s", path);
+    if (mask_one(path, first_dir, sizeof first_dir, err) < 0)
+      return -1;
   }
   for (size_t i = 0; i < sizeof proc_readonly / sizeof proc_readonly[0]; i++) {
     snprintf(path, sizeof path, "%s/%s", dst, proc_readonly[i]);

@@ -140,8 +140,9 @@ __attribute__((noreturn)) static void program_main(kc_plan *p) {
   }
   if (p->sock_wr != KC_CHILD_SOCK_FD)
     fail(KC_REPORT_SETUP, EBADF, "hand-off socket not where the filter expects it");
-  if (kc_sandbox_lockdown_prog(p->policy, p->cgroup_cpu && p->cpu_s > 0 ? p->cpu_s + 1 : p->cpu_s,
-                               p->prog, p->sock_wr, &err) < 0)
+  if (kc__lockdown_prog_after_init(p->policy,
+                                   p->cgroup_cpu && p->cpu_s > 0 ? p->cpu_s + 1 : p->cpu_s, p->prog,
+                                   p->sock_wr, &err) < 0)
     fail_err(&err);
   close(p->sock_wr);
   execve(path, p->argv, p->envp);

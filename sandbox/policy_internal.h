@@ -74,6 +74,15 @@ const char *kc_policy_errno_name(int e);       /* NULL when not in the table */
 int kc_policy_rlimit_lookup(const char *name); /* RLIMIT_*, -1 when unknown */
 const char *kc_policy_rlimit_name(int resource);
 
+/* seccomp_cache.c: compiled programs kept in root's /run/kcage/bpf under the complete
+ * key of what the compile read (seccomp_compile.c builds it).  get: 0 and a malloc'd
+ * copy on a hit, -1 on any miss. */
+struct sock_filter;
+int kc__bpf_cache_get(const void *key, size_t klen, struct sock_filter **insns,
+                      unsigned short *len);
+void kc__bpf_cache_put(const void *key, size_t klen, const struct sock_filter *insns,
+                       unsigned short len);
+
 /* Does a (syscall nr, args) pair match this rule's conditions (userspace mirror of
  * the compiled filter, used to classify notifications)? */
 bool kc_sc_rule_matches(const kc_sc_rule *r, int nr, const uint64_t args[6]);

@@ -24,10 +24,13 @@ typedef enum kc_mnt_kind {
   KC_MNT_SYMLINK,
 } kc_mnt_kind;
 
+/* Small on purpose: the plan is built every launch, and entries holding PATH_MAX
+ * buffers cost page faults in the parent and again copy-on-write in the child. */
 typedef struct kc_mnt {
   kc_mnt_kind kind;
-  char src[PATH_MAX]; /* binds: host real path; symlink: target */
-  char dst[PATH_MAX]; /* absolute path inside */
+  const char *src; /* binds: host real path; symlink: target; "" when none */
+  const char *dst; /* absolute path inside */
+  char *strs;      /* owns src and dst */
   uint64_t size;
   bool is_dir; /* binds: mount point is a directory (else a file) */
   int tree;    /* binds: a detached clone of src opened by the parent, or -1 */
@@ -100,6 +103,16 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err);
  * path; kc__fs_close_trees closes them after the clone. */
 void kc__fs_open_trees(kc_mnt *mnts, size_t n);
 void kc__fs_close_trees(kc_mnt *mnts, size_t n);
+/* Frees a plan from kc__fs_plan (its trees closed first). */
+void kc__fs_free(kc_mnt *mnts, size_t n);
+
+/* lockdown.c: kc_sandbox_lockdown_prog for the program our init vforks, less the
+ * capability drop: init emptied every set (bounding and ambient included) and set
+ * no_new_privs before the vfork, and the program inherits those credentials as they
+ * are (no exec or user namespace in between), so the drop there was ~45 calls that
+ * changed nothing. */
+int kc__lockdown_prog_after_init(const kc_policy *policy, double cpu_s,
+                                 const struct kc_seccomp_prog *prog, int sock, kc_error *err);
 
 /* init.c: the clone3 child.  Never returns. */
 __attribute__((noreturn)) void kc__child_main(kc_plan *plan);

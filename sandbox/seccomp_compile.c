@@ -36,7 +36,10 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/utsname.h>
 #include <unistd.h>
+
+#include "kcage/cleanup.h"
 
 static uint32_t scmp_action(kc_sc_action a, int e) {
   switch (a) {
@@ -286,20 +289,116 @@ struct kc_seccomp_prog {
   bool listener;
 };
 
+/* The cache key: everything build() reads, as fixed-width fields (a growable buffer). */
+typedef struct key_buf {
+  unsigned char *v;
+  size_t n, cap;
+  bool failed;
+} key_buf;
+
+static void key_add(key_buf *k, const void *p, size_t n) {
+  if (k->failed)
+    return;
+  if (k->n + n > k->cap) {
+    size_t cap = k->cap ? k->cap * 2 : 4096;
+    while (cap < k->n + n)
+      cap *= 2;
+    unsigned char *v = realloc(k->v, cap);
+    if (!v) {
+      k->failed = true;
+      return;
+    }
+    k->v = v;
+    k->cap = cap;
+  }
+  memcpy(k->v + k->n, p, n);
+  k->n += n;
+}
+
+static void key_i64(key_buf *k, int64_t x) {
+  key_add(k, &x, sizeof x);
+}
+
+static void key_str(key_buf *k, const char *s) {
+  key_add(k, s, strlen(s) + 1);
+}
+
+/* This build of the compiler (its logic is in this file), libseccomp's version and
+ * the kernel's seccomp features (the API level it probed, the kernel build), the
+ * hand-off fd, and the policy's default and rules: all that the program depends on. */
+static unsigned char *cache_key(const kc_policy *p, int handoff, size_t *len) {
+  key_buf k = {0};
+  key_str(&k, "kcage seccomp program 1 " KC_VERSION " " __DATE__ " " __TIME__);
+  const struct scmp_version *v = seccomp_version();
+  key_i64(&k, v ? (int64_t)(v->major << 20 | v->minor << 10 | v->micro) : -1);
+  key_i64(&k, (int64_t)seccomp_api_get());
+  struct utsname u;
+  if (uname(&u) < 0)
+    k.failed = true;
+  key_str(&k, u.release);
+  key_str(&k, u.version);
+  key_str(&k, u.machine);
+  key_i64(&k, handoff);
+  key_i64(&k, p->has_default);
+  key_i64(&k, p->default_action);
+  key_i64(&k, p->default_errno);
+  key_i64(&k, (int64_t)p->n_rules);
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const kc_sc_rule *r = &p->rules[i];
+    key_i64(&k, r->nr);
+    key_i64(&k, r->action);
+    key_i64(&k, r->errno_val);
+    key_i64(&k, r->n_conds);
+    for (unsigned c = 0; c < r->n_conds && c < KC_SC_MAX_CONDS; c++) {
+      key_i64(&k, r->conds[c].arg);
+      key_i64(&k, r->conds[c].op);
+      key_add(&k, &r->conds[c].mask, sizeof r->conds[c].mask);
+      key_add(&k, &r->conds[c].value, sizeof r->conds[c].value);
+    }
+  }
+  if (k.failed) {
+    free(k.v);
+    return NULL;
+  }
+  *len = k.n;
+  return k.v;
+}
+
+static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog, kc_error *err);
+
 int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
   *out = NULL;
   kc_seccomp_prog *prog = calloc(1, sizeof *prog);
   if (!prog)
     return kc_error_set(err, ENOMEM, "seccomp program");
+  if (!has_filter(p)) { /* nothing to filter: loading is a no-op */
+    *out = prog;
+    return 0;
+  }
+  size_t klen = 0;
+  kc_cleanup_free unsigned char *key = cache_key(p, handoff, &klen);
+  if (key && kc__bpf_cache_get(key, klen, &prog->insns, &prog->len) == 0) {
+    prog->listener = kc_policy_needs_listener(p);
+    *out = prog;
+    return 0;
+  }
+  if (compile_fresh(p, handoff, prog, err) < 0)
+    return -1; /* prog freed */
+  if (key && prog->len)
+    kc__bpf_cache_put(key, klen, prog->insns, prog->len);
+  *out = prog;
+  return 0;
+}
+
+/* libseccomp's compile and export into prog; on failure prog is freed. */
+static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog, kc_error *err) {
   scmp_filter_ctx ctx;
   if (build(p, handoff, &ctx, err) < 0) {
     free(prog);
     return -1;
   }
-  if (!ctx) { /* nothing to filter: loading is a no-op */
-    *out = prog;
+  if (!ctx) /* nothing to filter: loading is a no-op */
     return 0;
-  }
   int fd = memfd_create("kcage-bpf", MFD_CLOEXEC);
   int rc = fd < 0 ? -errno : seccomp_export_bpf(ctx, fd);
   seccomp_release(ctx);
@@ -320,7 +419,6 @@ int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **o
   close(fd);
   prog->len = (unsigned short)(size / sizeof(struct sock_filter));
   prog->listener = kc_policy_needs_listener(p);
-  *out = prog;
   return 0;
 }
 

@@ -403,8 +403,7 @@ static kc_sandbox *sandbox_new(const kc_sandbox_config *c, kc_error *err) {
 }
 
 static void plan_free(kc_plan *plan) {
-  kc__fs_close_trees(plan->mnts, plan->n_mnts);
-  free(plan->mnts);
+  kc__fs_free(plan->mnts, plan->n_mnts);
 }
 
 static void sandbox_freep(kc_sandbox **sb) {

@@ -10,6 +10,7 @@
 
 #include <cmocka.h>
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -20,6 +21,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -526,6 +528,100 @@ static void test_precompiled(void **state) {
   kc_policy_free(p);
 }
 
+/* Names in the compiled-program cache directory (root's). */
+#define BPF_CACHE "/run/kcage/bpf"
+
+static size_t cache_names(char names[][64], size_t cap) {
+  size_t n = 0;
+  DIR *d = opendir(BPF_CACHE);
+  if (!d)
+    return 0;
+  struct dirent *e;
+  while ((e = readdir(d)) && n < cap)
+    if (e->d_name[0] != '.' && strlen(e->d_name) < 64)
+      memcpy(names[n++], e->d_name, strlen(e->d_name) + 1);
+  closedir(d);
+  return n;
+}
+
+/* The file new since `before` whose key holds `mark` (this run's own rule value). */
+static bool find_new_entry(char before[][64], size_t nb, uint64_t mark, char *out, size_t cap) {
+  static char after[512][64];
+  size_t na = cache_names(after, 512);
+  for (size_t i = 0; i < na; i++) {
+    bool old = false;
+    for (size_t j = 0; j < nb && !old; j++)
+      old = !strcmp(after[i], before[j]);
+    char path[128];
+    snprintf(path, sizeof path, BPF_CACHE "/%s", after[i]);
+    FILE *f = old ? NULL : fopen(path, "re");
+    if (!f)
+      continue;
+    unsigned char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    for (size_t k = 0; k + sizeof mark <= n; k++)
+      if (!memcmp(buf + k, &mark, sizeof mark)) {
+        snprintf(out, cap, "%s", path);
+        return true;
+      }
+  }
+  return false;
+}
+
+/* Root keeps compiled programs: the first compile stores one, the next takes it (the
+ * file is not rewritten) and it filters as the fresh one did; a file others could
+ * have written is not used but replaced by a fresh compile. */
+static void test_compiled_cache(void **state) {
+  (void)state;
+  if (geteuid() != 0)
+    skip();
+  static char before[512][64];
+  size_t nb = cache_names(before, 512);
+  uint64_t mark = 0x6b63000000000000ull | (uint64_t)getpid(); /* a key no other run has */
+  char text[256];
+  snprintf(text, sizeof text,
+           "default allow\nerrno EAFNOSUPPORT socket arg0 != AF_UNIX\n"
+           "errno EPERM unshare arg0 & CLONE_NEWUSER\nerrno EPERM getpriority arg1 == %llu\n",
+           (unsigned long long)mark);
+  kc_policy *p = from_text(text);
+  kc_error err = {0};
+  kc_seccomp_prog *fresh = NULL, *cached = NULL, *again = NULL;
+  if (kc_seccomp_prog_compile(p, HANDOFF_FD, &fresh, &err) < 0)
+    fail_msg("%s", err.msg);
+  char path[160];
+  assert_true(find_new_entry(before, nb, mark, path, sizeof path));
+  struct stat st1, st2, st3;
+  assert_int_equal(stat(path, &st1), 0);
+  assert_int_equal(st1.st_mode & 0777, 0600);
+  assert_int_equal(st1.st_uid, 0);
+
+  if (kc_seccomp_prog_compile(p, HANDOFF_FD, &cached, &err) < 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(stat(path, &st2), 0);
+  assert_int_equal(st2.st_ino, st1.st_ino); /* taken, not compiled and stored again */
+  assert_int_equal(kc_seccomp_prog_len(cached), kc_seccomp_prog_len(fresh));
+  g_prog = cached;
+  outcome o;
+  run(p, child_errno, NULL, NULL, &o);
+  g_prog = NULL;
+  assert_true(WIFEXITED(o.status));
+  assert_int_equal(WEXITSTATUS(o.status), 0);
+
+  assert_int_equal(chmod(path, 0644), 0);
+  if (kc_seccomp_prog_compile(p, HANDOFF_FD, &again, &err) < 0)
+    fail_msg("%s", err.msg);
+  assert_int_equal(stat(path, &st3), 0);
+  assert_true(st3.st_ino != st1.st_ino);
+  assert_int_equal(st3.st_mode & 0777, 0600);
+  assert_int_equal(kc_seccomp_prog_len(again), kc_seccomp_prog_len(fresh));
+  unlink(path);
+  kc_seccomp_prog_free(fresh);
+  kc_seccomp_prog_free(cached);
+  kc_seccomp_prog_free(again);
+  kc_policy_free(p);
+}
+
 static void test_plain_install_under_measure(void **state) {
   (void)state;
   g_plain = true;
@@ -550,6 +646,7 @@ int main(void) {
       cmocka_unit_test(test_foreign_abi),
       cmocka_unit_test(test_forbidden_lists),
       cmocka_unit_test(test_precompiled),
+      cmocka_unit_test(test_compiled_cache),
       cmocka_unit_test(test_plain_install_under_measure),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
