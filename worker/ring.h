@@ -21,12 +21,12 @@
  *
  * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
  * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
- * leaves the CPU): it yields once, which on a shared CPU is one context switch where a
- * futex round costs a wake and a wait as well, then sleeps.  A waiter's spin budget halves after
- * every wait that ended asleep anyway and doubles after one the spin satisfied, so a
- * peer that is slow or descheduled turns the wait into a sleep.  The worker's CPU is
- * a hint it may forge: the worst it can do is make the parent yield instead of pause
- * for the same bounded budget. */
+ * leaves the CPU): it sleeps at once (a yield would hand the CPU to any other runnable
+ * task for a slice under EEVDF; spin.c).  A waiter's spin budget halves after every
+ * wait that ended asleep anyway and doubles after one the spin satisfied, so a peer
+ * that is slow or descheduled turns the wait into a sleep.  The worker's CPU is a hint
+ * it may forge: the worst it can do is make the parent sleep at once instead of
+ * spinning, or spin for the same bounded budget. */
 #ifndef KCAGE_RING_H
 #define KCAGE_RING_H
 
@@ -160,11 +160,11 @@ typedef struct kc_spin {
 typedef struct kc_spinner {
   kc_spin *state;
   uint64_t max_ns, budget_ns, t0;
-  unsigned steps, pauses, yields;
+  unsigned steps, pauses, shared; /* shared: stopped because the peer shares our CPU */
 } kc_spinner;
 /* min_ns: a floor for this wait only (the learnt budget is not raised by it). */
 void kc_spin_begin(kc_spinner *sp, kc_spin *s, uint64_t max_ns, uint64_t min_ns);
-/* One pause, or a yield when the peer last ran on this CPU.  false = stop spinning. */
+/* One pause; false = stop spinning (at once when the peer last ran on this CPU). */
 bool kc_spin_step(kc_spinner *sp, _Atomic int32_t *mine, const _Atomic int32_t *peer,
                   uint64_t until_ns);
 /* satisfied = the answer came while spinning: the budget doubles; else it halves. */
