@@ -6,10 +6,10 @@
  * after it further writes take microseconds.  A new pool paid that wait on its first
  * slot attach, after its zygote had started: most of its time to first result.
  * Moving the zygote while it starts takes the wait there, overlapped with the
- * start-up.  Its destination is a kcage/ parent (warm_base): limit-free and ours, where workers and
- * slots leave the caller's cgroup for anyway; nothing is created.  Where the kernel refuses the
- * move (a v2 kcage/ with controllers enabled for its children holds no process) the lock was taken
- * all the same. */
+ * start-up.  Its destination is a kcage/ parent (warm_base): limit-free and ours,
+ * where workers and slots leave the caller's cgroup for anyway; nothing is created.
+ * Where the kernel refuses the move (a v2 kcage/ with controllers enabled for its
+ * children holds no process) the lock was taken all the same. */
 #include "cgroup_internal.h"
 
 #include <fcntl.h>
