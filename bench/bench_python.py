@@ -2,13 +2,16 @@
 (tvm.support.popen_pool from the venv), measured in one run on the same machine.
 
   warm      send(fn) + recv() on a started worker: median and p99, fn by reference
-            (int) and by value (a __main__ function, cloudpickled)
+            (int) and by value (a __main__ function, cloudpickled); TVM's and kcage's
+            workers take turns in blocks of 100 calls, so a load that drifts during
+            the run weighs on both alike
   cold      a new PopenWorker to its first result (TVM: a new interpreter that imports
             tvm; kcage: a fork of the pool's zygote, which already imported it)
   timeout   send(sleep, timeout=T) -> TimeoutError, then send(noop) -> result: the
             cycle minus T (what each adds past the deadline), and the whole cycle
   pool      map_with_error_catching over N items with 2 workers: calls/s, fn by
-            reference (abs) and by value (a lambda)
+            reference (abs) and by value (a lambda); the two pools take turns, ten
+            maps each
 """
 
 import json
@@ -40,21 +43,26 @@ def pctl(xs, q):
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def warm(cls, n, fn=noop):
-    w = cls()
-    w.send(fn)
-    w.recv()
-    for _ in range(100):
-        w.send(fn)
-        w.recv()
-    ts = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        w.send(fn)
-        w.recv()
-        ts.append(time.perf_counter() - t0)
-    w.kill()
-    return statistics.median(ts), pctl(ts, 0.99)
+def warm(classes, n, fn=noop, block=100):
+    """send(fn) + recv() on one started worker of each class, in alternating blocks of
+    `block` calls (the load of a shared machine drifts: both see the same): the median
+    and p99 of each."""
+    ws = [cls() for cls in classes]
+    for w in ws:
+        for _ in range(101):
+            w.send(fn)
+            w.recv()
+    ts = [[] for _ in ws]
+    for _ in range(max(1, n // block)):
+        for w, t in zip(ws, ts):
+            for _ in range(block):
+                t0 = time.perf_counter()
+                w.send(fn)
+                w.recv()
+                t.append(time.perf_counter() - t0)
+    for w in ws:
+        w.kill()
+    return [(statistics.median(t), pctl(t, 0.99)) for t in ts]
 
 
 def cold(cls, n, **kw):
@@ -88,15 +96,23 @@ def timeout_cycle(cls, n, limit):
     return statistics.median(ts)
 
 
-def pool(cls, n, fn):
-    p = cls(max_workers=2)
-    list(p.map_with_error_catching(fn, range(20)))
-    t0 = time.perf_counter()
-    out = list(p.map_with_error_catching(fn, range(n)))
-    dt = time.perf_counter() - t0
-    p.shutdown()
-    assert len(out) == n and all(r.status == 1 for r in out)
-    return n / dt
+def pool(classes, n, fn, rounds=10):
+    """map_with_error_catching over n items with 2 workers, for each class, as `rounds`
+    alternating maps of n / rounds items: calls/s of each."""
+    ps = [cls(max_workers=2) for cls in classes]
+    for p in ps:
+        list(p.map_with_error_catching(fn, range(20)))
+    k = max(1, n // rounds)
+    spent = [0.0 for _ in ps]
+    for _ in range(rounds):
+        for i, p in enumerate(ps):
+            t0 = time.perf_counter()
+            out = list(p.map_with_error_catching(fn, range(k)))
+            spent[i] += time.perf_counter() - t0
+            assert len(out) == k and all(r.status == 1 for r in out)
+    for p in ps:
+        p.shutdown()
+    return [k * rounds / t for t in spent]
 
 
 def main():
@@ -106,15 +122,14 @@ def main():
     rows = []
     load0 = os.getloadavg()[0]
     # by reference: an importable function (int() -> 0), what TVM's own callers send
-    t_warm = warm(tvm_pool.PopenWorker, n_warm, int)
-    k_warm = warm(kcage.PopenWorker, n_warm, int)
+    both = (tvm_pool.PopenWorker, kcage.PopenWorker)
+    t_warm, k_warm = warm(both, n_warm, int)
     rows.append(("warm round trip (by reference), median", t_warm[0] * 1e6,
                  k_warm[0] * 1e6, "us", 3))
     rows.append(("warm round trip (by reference), p99", t_warm[1] * 1e6, k_warm[1] * 1e6,
                  "us", None))
     # by value: a __main__ function, cloudpickled both ways on both sides
-    t_warm = warm(tvm_pool.PopenWorker, n_warm)
-    k_warm = warm(kcage.PopenWorker, n_warm)
+    t_warm, k_warm = warm(both, n_warm)
     rows.append(("warm round trip (by value), median", t_warm[0] * 1e6, k_warm[0] * 1e6,
                  "us", None))
     # kcage's zygote for this configuration is started by the warm run above
@@ -128,12 +143,11 @@ def main():
     rows.append(("timeout+next result, whole cycle", t_to * 1e3, k_to * 1e3, "ms", None))
     # by reference (abs, as TVM's own callers send module functions), then by value (a
     # lambda, cloudpickled per item on both sides)
-    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool, abs)
-    k_pool = pool(kcage.PopenPoolExecutor, n_pool, abs)
+    pools = (tvm_pool.PopenPoolExecutor, kcage.PopenPoolExecutor)
+    t_pool, k_pool = pool(pools, n_pool, abs)
     rows.append(("pool of 2, map_with_error_catching (by ref)", t_pool, k_pool, "calls/s",
                  None))
-    t_pool = pool(tvm_pool.PopenPoolExecutor, n_pool, lambda x: x)
-    k_pool = pool(kcage.PopenPoolExecutor, n_pool, lambda x: x)
+    t_pool, k_pool = pool(pools, n_pool, lambda x: x)
     rows.append(("pool of 2, map_with_error_catching (by value)", t_pool, k_pool, "calls/s",
                  None))
     print("load average before: %.1f, after: %.1f; %d CPUs" % (load0, os.getloadavg()[0],

@@ -104,6 +104,10 @@ int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *
 int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err);
 
 /* cgroup.c */
+/* Give a cgroup created without a CPU limit its leaf in the cpu-only v1 hierarchy,
+ * with this v1 quota and period, and move its processes there (cgroup.c explains why
+ * that hierarchy is left out until a limit asks for it). */
+int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err);
 /* Open (not create) the leaf `name` in every hierarchy: used by the reaper. */
 int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err);
 

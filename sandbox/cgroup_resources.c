@@ -62,15 +62,17 @@ int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err) {
 int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err) {
   if (!(cpus >= 0)) /* NaN too */
     return kc_error_set(err, EINVAL, "cpu bandwidth %g", cpus);
-  int fd = kc_cg_dirfd(cg, KC_CG_CPU);
-  if (fd < 0)
-    return cpus > 0 ? kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller") : 0;
   long long quota = -1;
   if (cpus > 0) {
     quota = (long long)(cpus * KC_CPU_PERIOD_US + 0.5);
     if (quota < 1000) /* the kernel's minimum quota is 1 ms */
       quota = 1000;
   }
+  int fd = kc_cg_dirfd(cg, KC_CG_CPU);
+  if (fd < 0 && cpus > 0 && cg->mode != KC_CGROUP_V2)
+    return kc_cg_join_cpu(cg, quota, KC_CPU_PERIOD_US, err);
+  if (fd < 0)
+    return cpus > 0 ? kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller") : 0;
   if (cg->mode == KC_CGROUP_V2) {
     if (quota < 0)
       return kc_cg_writef(fd, "cpu.max", err, "max %d", KC_CPU_PERIOD_US);

@@ -22,11 +22,12 @@
  * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
  * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
  * leaves the CPU): it yields once, which on a shared CPU is one context switch where a
- * futex round costs a wake and a wait as well, then sleeps.  A waiter's spin budget halves after
- * every wait that ended asleep anyway and doubles after one the spin satisfied, so a
- * peer that is slow or descheduled turns the wait into a sleep.  The worker's CPU is
- * a hint it may forge: the worst it can do is make the parent yield instead of pause
- * for the same bounded budget. */
+ * futex round costs a wake and a wait as well, then sleeps; a Python worker's ring
+ * (sleep_shared) sleeps at once, since on a busy CPU a yield can cost a slice (spin.c).
+ * A waiter's spin budget halves after every wait that ended asleep anyway and doubles
+ * after one the spin satisfied, so a peer that is slow or descheduled turns the wait
+ * into a sleep.  The worker's CPU is a hint it may forge: the worst it can do is make
+ * the parent yield or sleep instead of pause for the same bounded budget. */
 #ifndef KCAGE_RING_H
 #define KCAGE_RING_H
 
@@ -59,6 +60,7 @@ typedef struct kc_ring_ctl {
   _Alignas(64) _Atomic uint64_t sq_tail;  /* parent writes */
   _Atomic int32_t parent_cpu;             /* parent writes: where it last ran (a hint) */
   _Atomic uint32_t worker_spin_ns;        /* parent writes: the worker's spin limit */
+  _Atomic uint32_t worker_sleep_shared;   /* parent writes: kc_spin.sleep_shared */
   _Alignas(64) _Atomic uint64_t sq_head;  /* worker writes (informational) */
   _Alignas(64) _Atomic uint32_t sq_epoch; /* futex word the worker sleeps on */
   _Atomic uint32_t sq_waiters;            /* worker sets while (about to be) asleep */
@@ -154,17 +156,19 @@ int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
 #define KC_PARENT_SPIN_NS 50000u
 typedef struct kc_spin {
   uint64_t budget_ns; /* learnt spin budget; 0 = not learnt yet: the maximum */
+  bool sleep_shared;  /* peer on this CPU: sleep at once, no yield first (spin.c) */
 } kc_spin;
 /* One wait's spin: kc_spin_begin, then kc_spin_step between looks at the ring until
  * the answer is there or a step says stop (sleep then), then kc_spin_end. */
 typedef struct kc_spinner {
   kc_spin *state;
   uint64_t max_ns, budget_ns, t0;
-  unsigned steps, pauses, yields;
+  unsigned steps, pauses, yields, shared; /* shared: slept at once (sleep_shared) */
 } kc_spinner;
 /* min_ns: a floor for this wait only (the learnt budget is not raised by it). */
 void kc_spin_begin(kc_spinner *sp, kc_spin *s, uint64_t max_ns, uint64_t min_ns);
-/* One pause, or a yield when the peer last ran on this CPU.  false = stop spinning. */
+/* One pause, or a yield when the peer last ran on this CPU (with sleep_shared: stop
+ * at once).  false = stop spinning. */
 bool kc_spin_step(kc_spinner *sp, _Atomic int32_t *mine, const _Atomic int32_t *peer,
                   uint64_t until_ns);
 /* satisfied = the answer came while spinning: the budget doubles; else it halves. */

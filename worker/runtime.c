@@ -146,6 +146,7 @@ static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
     return;
   kc_spinner sp;
   uint64_t limit = atomic_load_explicit(&c->worker_spin_ns, memory_order_relaxed);
+  g_spin.sleep_shared = atomic_load_explicit(&c->worker_sleep_shared, memory_order_relaxed);
   kc_spin_begin(&sp, &g_spin, limit, limit ? g_spin_once : 0);
   g_spin_once = 0;
   for (;;) {

@@ -193,6 +193,8 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->worker_path = dupstr(w->o.worker_path);
   w->python_lib = dupstr(w->o.python_lib);
   w->python_boot = dupstr(w->o.python_boot);
+  /* a Python worker's ring sleeps at once when both ends share a CPU (spin.c) */
+  w->spin.sleep_shared = w->python_lib != NULL;
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
@@ -811,6 +813,7 @@ static int respawn_start(kc_worker *w, kc_error *err) {
   if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
     return kc_error_prefix(err, "worker");
   atomic_store(&w->ring.ctl->worker_spin_ns, w->worker_spin_ns);
+  atomic_store(&w->ring.ctl->worker_sleep_shared, w->spin.sleep_shared);
   w->gen = gen;
   int sv[2] = {-1, -1};
   w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -95,7 +95,8 @@ CALL_COMPLETE, CALL_EXCEPTION, CALL_TIMEOUT, CALL_CHILD_ERROR = 1, 2, 3, 4
 class KcCallResult(ctypes.Structure):
     _fields_ = [
         ("status", ctypes.c_int),
-        ("value", ctypes.c_void_p),
+        # a char pointer, not c_void_p: value[:n] is the bytes in one step
+        ("value", ctypes.POINTER(ctypes.c_char)),
         ("value_len", c_size),
         ("message", ctypes.c_char * 1024),
         ("verdict", KcResult),

@@ -106,6 +106,7 @@ import builtins  # noqa: E402
 import copyreg  # noqa: E402
 import enum  # noqa: E402
 import io  # noqa: E402
+import re  # noqa: E402
 
 _SAFE_BUILTINS = {
     "dict", "list", "tuple", "set", "frozenset", "bytes", "bytearray", "str", "int",
@@ -168,10 +169,21 @@ _unpicklers = {frozenset(): _Unpickler}
 _NONE_ANSWER = pickle.dumps((1, None), protocol=_PROTO)
 
 
+# Every opcode that can look a name up (GLOBAL, STACK_GLOBAL, INST, EXT1/2/4), call or
+# build an object (REDUCE, BUILD, OBJ, NEWOBJ, NEWOBJ_EX) or reach persistent_load
+# (PERSID, BINPERSID).  A stream in which none of these byte values occurs anywhere
+# (operands included: a false alarm only costs the slow path) can only build plain
+# data (None, bools, numbers, str, bytes, tuples, lists, dicts, sets), whatever it
+# says: the C loader with no allow-list is then exactly as safe and 3x as fast.
+_ACTING = re.compile(b"[ci\x93\x82\x83\x84Rbo\x81\x92PQ]").search
+
+
 def safe_loads(data, trusted=frozenset()):
     """Unpickle a worker's answer with the allow-list above."""
     if data == _NONE_ANSWER:
         return (1, None)
+    if _ACTING(data) is None:
+        return loads(data)
     cls = _unpicklers.get(trusted)
     if cls is None:
         cls = _unpicklers[trusted] = type("_Unpickler", (_Unpickler,), {"_trusted": trusted})

@@ -40,7 +40,6 @@ from ._lib import lib
 
 # the per-call functions, looked up once
 _send, _recv, _clear = lib.kc_worker_send, lib.kc_worker_recv, lib.kc_call_result_clear
-_string_at = ctypes.string_at
 
 
 class StatusKind(IntEnum):
@@ -50,6 +49,9 @@ class StatusKind(IntEnum):
     COMPLETE = 1
     EXCEPTION = 2
     TIMEOUT = 3
+
+
+_COMPLETE = int(StatusKind.COMPLETE)
 
 
 class MapResult(namedtuple("MapResult", ["status", "value"])):
@@ -169,6 +171,13 @@ class PopenWorker:
 
     def send(self, fn, args=(), kwargs=None, timeout=None):
         """Send fn(*args, **kwargs) to the worker; recv() returns its outcome."""
+        if not self._live or self._remaining_uses is not None:
+            self._before_send()
+        self._send(OP_CALL, fn, args, kwargs or {}, timeout)
+
+    def _before_send(self):
+        """Start the worker when there is none, recycle it after maximum_uses, count a
+        use."""
         if self._live and self._maximum_uses and self._remaining_uses == 0:
             self.kill()
         if not self._live:
@@ -177,8 +186,6 @@ class PopenWorker:
                 self._send(OP_INIT, self._initializer, self._initargs, {}, None)
                 self.recv()
             self._remaining_uses = self._maximum_uses
-        kwargs = {} if not kwargs else kwargs
-        self._send(OP_CALL, fn, args, kwargs, timeout)
         if self._remaining_uses:
             self._remaining_uses -= 1
 
@@ -199,7 +206,7 @@ class PopenWorker:
         try:
             if status == _lib.CALL_COMPLETE:
                 n = res.value_len
-                data = _string_at(res.value, n) if n else b""
+                data = res.value[:n] if n else b""
             elif status == _lib.CALL_TIMEOUT:
                 # kcage killed the worker at the deadline and is starting its
                 # replacement; like TVM, the next send runs the initializer
@@ -225,7 +232,7 @@ class PopenWorker:
                 exc = ChildProcessError("Subprocess terminated: result refused: %s" % e)
                 exc.verdict = "result_refused"
                 raise exc from None
-        if status == StatusKind.COMPLETE:
+        if status == _COMPLETE:
             return value
         raise value
 

@@ -112,6 +112,25 @@ def test_hostile_result_does_not_run_in_parent(kc, tmp_path):
     assert w.recv() == 3
 
 
+def test_safe_loads_plain_data_and_refusals():
+    """Plain data loads as pickle.loads gives it, whether or not its bytes happen to hold
+    an opcode byte that can act (then the allow-list unpickler reads it); anything that
+    names a global is still checked and refused."""
+    import pickle
+
+    from kcage import _pickle
+
+    values = [(1, 0), (1, "text"), (1, [1, 2.5, {"k": (None, True)}, {3}]),
+              (1, b"c\x93R"), (1, "cio\x81"), (1, 10 ** 30), (2, ("a", b"\x00" * 300))]
+    for value in values:
+        for proto in (4, pickle.HIGHEST_PROTOCOL):  # what the workers write
+            assert _pickle.safe_loads(pickle.dumps(value, protocol=proto)) == value
+    for hostile in ((1, os.system), (1, pickle.loads), (1, eval)):
+        for proto in (0, 2, pickle.HIGHEST_PROTOCOL):
+            with pytest.raises(_pickle.RefusedResult):
+                _pickle.safe_loads(pickle.dumps(hostile, protocol=proto))
+
+
 def test_result_types(kc):
     w = kc.PopenWorker()
     w.send(h.make_point, (3,))

@@ -307,6 +307,72 @@ out:
   return rc;
 }
 
+/* pid's cgroup path in the v1 hierarchy that has the cpu controller ("" in pure v2). */
+static void v1_cpu_path(pid_t pid, char *out, size_t size) {
+  char p[64], line[PATH_MAX + 64];
+  snprintf(p, sizeof p, "/proc/%d/cgroup", (int)pid);
+  out[0] = '\0';
+  FILE *f = fopen(p, "re");
+  if (!f)
+    return;
+  while (fgets(line, sizeof line, f)) {
+    char *ctrl = strchr(line, ':'), *path = ctrl ? strchr(ctrl + 1, ':') : NULL;
+    if (!path)
+      continue;
+    *path++ = '\0';
+    for (char *tok = strtok(ctrl + 1, ","); tok; tok = strtok(NULL, ","))
+      if (!strcmp(tok, "cpu"))
+        snprintf(out, size, "%.*s", (int)strcspn(path, "\n"), path);
+  }
+  fclose(f);
+}
+
+/* Without a CPU limit a sandbox stays in its parent's v1 cpu cgroup (one cpu cgroup for
+ * every sandbox would weigh like one process); a limit given later moves the running
+ * process into a cpu cgroup of its own and throttles it: 0.2 CPU over a 0.6 s busy
+ * loop. */
+static int case_cpu_limit_later(char *msg, size_t n) {
+  kc_error err = {0};
+  kc_cgroup *cg = NULL;
+  int rc = -1;
+  pid_t pid = -1;
+  char mine[PATH_MAX], its[PATH_MAX];
+  kc_cgroup_counters a, b;
+  CHECK(kc_cgroup_create("t-cpul", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_read(cg, &a, &err) == 0, "read: %s", err.msg);
+  double wall = 0.6;
+  pid = spawn_in(cg, spin, &wall, NULL, &err);
+  CHECK(pid > 0, "spawn: %s", err.msg);
+  v1_cpu_path(getpid(), mine, sizeof mine);
+  v1_cpu_path(pid, its, sizeof its);
+  bool v1_cpu = kc_cg_host_get()->v1_ctrl & KC_CG_CPU;
+  CHECK(!v1_cpu || !strcmp(mine, its), "no CPU limit, yet in cpu cgroup %s (we are in %s)", its,
+        mine);
+  kc_cgroup_limits lim = {.cpus = 0.2};
+  CHECK(kc_cgroup_set_limits(cg, &lim, &err) == 0, "set 0.2 CPU: %s", err.msg);
+  v1_cpu_path(pid, its, sizeof its);
+  const char *leaf = kc_cgroup_dir_name(cg);
+  size_t ll = strlen(leaf), il = strlen(its);
+  CHECK(!v1_cpu || (il > ll && !strcmp(its + il - ll, leaf)), "limited, yet in cpu cgroup %s", its);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  pid = -1;
+  CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "spinner status 0x%x", st);
+  CHECK(kc_cgroup_read(cg, &b, &err) == 0, "read: %s", err.msg);
+  int64_t used = b.cpu_usec - a.cpu_usec;
+  CHECK(a.cpu_usec >= 0 && used > 10000 && used < 360000,
+        "%lld us of CPU in a %.1f s busy loop limited to 0.2 CPU", (long long)used, wall);
+  snprintf(msg, n, "%lld us of CPU in %.1f s wall", (long long)used, wall);
+  rc = 0;
+out:
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+  }
+  kc_cgroup_destroy(cg);
+  return rc;
+}
+
 static void tree(void *arg, int fd) {
   (void)arg;
   pid_t pids[6];
@@ -569,6 +635,7 @@ const kc_cgt_case kc_cgt_cases[] = {
     {"slot_rewrite", case_slot_rewrite},
     {"pids", case_pids},
     {"cpu_throttle", case_cpu_throttle},
+    {"cpu_limit_later", case_cpu_limit_later},
     {"kill_tree", case_kill_tree},
     {"destroy_live", case_destroy_live},
     {"reap_stale", case_reap_stale},
