@@ -169,6 +169,9 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, doubl
   cfg.sets = SETS;
   cfg.memory_bytes = 2ull << 30;
   cfg.timeout_s = 60;
+  /* KC_BENCH_PIECE_BYTES: compare rounds in pieces with whole rounds (a huge value) */
+  const char *pb = getenv("KC_BENCH_PIECE_BYTES");
+  cfg.piece_bytes = pb ? strtoull(pb, NULL, 0) : 0;
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {so};

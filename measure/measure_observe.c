@@ -139,3 +139,29 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
   }
   return 0;
 }
+
+/* Field 39 of /proc/PID/stat (processor): the 37th after the name; -1 when unknown. */
+static int last_cpu(pid_t pid) {
+  char buf[1024];
+  if (kc_read_proc(pid, "stat", buf, sizeof buf) < 0)
+    return -1;
+  char *p = strrchr(buf, ')');
+  for (int f = 0; f < 37 && p; f++)
+    p = strchr(p + 1, ' ');
+  return p ? atoi(p + 1) : -1;
+}
+
+bool kc_observe_move_near(pid_t pid, cpu_set_t *saved) {
+  int cpu = last_cpu(pid);
+  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof *saved, saved) < 0 ||
+      !CPU_ISSET(cpu, saved) || CPU_COUNT(saved) == 1)
+    return false;
+  cpu_set_t there;
+  CPU_ZERO(&there);
+  CPU_SET(cpu, &there);
+  return sched_setaffinity(0, sizeof there, &there) == 0;
+}
+
+void kc_observe_move_back(const cpu_set_t *saved) {
+  sched_setaffinity(0, sizeof *saved, saved);
+}
