@@ -259,13 +259,12 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
 static int piece_memory(kc_kmeasure *m, const kc_round_view *v, unsigned char *copy, uint64_t c0,
                         uint64_t cnt, kc_error *err) {
   int r = 0;
-  cpu_set_t mine;
-  bool moved = !copy && kc_observe_move_near(v->pid, &mine);
+  int cpu = copy || !v->home ? -1 : kc_observe_move_near(v->pid, v->home);
   for (uint64_t i = 0; !copy && r == 0 && i < cnt; i++)
     r = kc_observe_poison(v->pid, v->base + i * v->region, v->region,
                           kc_poison_word(v->poison_seed, c0 + i), err);
-  if (moved)
-    kc_observe_move_back(&mine);
+  if (cpu >= 0)
+    kc_observe_move_away(v->home, cpu);
   if (copy)
     r = kc_observe_read(v->pid, v->base, copy + c0 * v->region, cnt * v->region, err);
   if (r == 0)
@@ -348,14 +347,17 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
-  cpu_set_t mine;
-  bool moved = kc_observe_move_near(v.pid, &mine);
+  cpu_set_t home;
+  v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;
+  int cpu = v.home ? kc_observe_move_near(v.pid, v.home) : -1;
   v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
                           x->data_seed, x->round++, x->flush_cache);
-  if (moved)
-    kc_observe_move_back(&mine);
+  if (cpu >= 0)
+    kc_observe_move_away(v.home, cpu);
   double wall = 0;
   r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
+  if (v.home)
+    sched_setaffinity(0, sizeof home, &home);
   *dt = wall * (double)want / (double)number;
   if (r > 0 && timed)
     m->timed_calls += number;

@@ -166,11 +166,14 @@ double kc_observe_cont_arrived(pid_t pid);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
 /* Move the calling thread onto the CPU the (stopped) process last ran on, where it will
- * run next, saving its own CPU set: memory written from there is warm for it, as a
- * harness's own writes are for its calls (lines another core wrote must first be
- * fetched from that core).  Returns false (nothing moved) when that cannot be done. */
-bool kc_observe_move_near(pid_t pid, cpu_set_t *saved);
-void kc_observe_move_back(const cpu_set_t *saved);
+ * run next, if `home` (the caller's own CPU set, saved) allows it: memory written from
+ * there is warm for it, as a harness's own writes are for its calls (lines another core
+ * wrote must first be fetched from that core).  Returns that CPU, or -1 (nothing
+ * moved).  Then move away from it (home less that CPU) before the process runs: a
+ * parent left there would share its CPU, or push it onto another, cold one.  The
+ * caller restores home when the round is over. */
+int kc_observe_move_near(pid_t pid, const cpu_set_t *home);
+void kc_observe_move_away(const cpu_set_t *home, int cpu);
 /* Fill len bytes of its memory at addr with an 8-byte word, as kc_poison_fill does. */
 int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_error *err);
 

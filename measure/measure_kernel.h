@@ -104,6 +104,7 @@ typedef struct kc_round_view {
   /* a round run in pieces: every call's outputs, copied out after its piece (the
    * regions above were reused); NULL: read them from the worker */
   const unsigned char *copy;
+  const cpu_set_t *home; /* the parent's own CPUs, or NULL: it writes from where it is */
 } kc_round_view;
 
 /* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent

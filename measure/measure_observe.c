@@ -151,17 +151,18 @@ static int last_cpu(pid_t pid) {
   return p ? atoi(p + 1) : -1;
 }
 
-bool kc_observe_move_near(pid_t pid, cpu_set_t *saved) {
+int kc_observe_move_near(pid_t pid, const cpu_set_t *home) {
   int cpu = last_cpu(pid);
-  if (cpu < 0 || cpu >= CPU_SETSIZE || sched_getaffinity(0, sizeof *saved, saved) < 0 ||
-      !CPU_ISSET(cpu, saved) || CPU_COUNT(saved) == 1)
-    return false;
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, home) || CPU_COUNT(home) == 1)
+    return -1;
   cpu_set_t there;
   CPU_ZERO(&there);
   CPU_SET(cpu, &there);
-  return sched_setaffinity(0, sizeof there, &there) == 0;
+  return sched_setaffinity(0, sizeof there, &there) == 0 ? cpu : -1;
 }
 
-void kc_observe_move_back(const cpu_set_t *saved) {
-  sched_setaffinity(0, sizeof *saved, saved);
+void kc_observe_move_away(const cpu_set_t *home, int cpu) {
+  cpu_set_t rest = *home;
+  CPU_CLR(cpu, &rest);
+  sched_setaffinity(0, sizeof rest, CPU_COUNT(&rest) ? &rest : home);
 }
