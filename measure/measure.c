@@ -207,9 +207,9 @@ static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t region) 
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
     llc_half = l3 > (1 << 20) ? (uint64_t)l3 / 2 : 16u << 20;
   }
-  uint64_t budget = x->piece_bytes ? x->piece_bytes : llc_half;
   if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
     return number;
+  uint64_t budget = x->piece_bytes ? x->piece_bytes : llc_half;
   uint64_t k = region ? budget / region : number;
   return k < 1 ? 1 : k < number ? k : number;
 }
@@ -252,28 +252,37 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   return ok ? check_cpu(m, v->pid, cpu0, could_run, what) : 0;
 }
 
-/* Before a piece (worker stopped): its regions poisoned from outside, call c0 + i's
- * with call c0 + i's word.  After it: its outputs copied out, where the round's checks
- * read them.  1 done, 0 the worker's memory is gone (its own doing: status set), -1
- * parent error. */
-static int piece_memory(kc_kmeasure *m, const kc_round_view *v, unsigned char *copy, uint64_t c0,
-                        uint64_t cnt, kc_error *err) {
-  int r = 0;
-  int cpu = copy || !v->home ? -1 : kc_observe_move_near(v->pid, v->home);
-  for (uint64_t i = 0; !copy && r == 0 && i < cnt; i++)
-    r = kc_observe_poison(v->pid, v->base + i * v->region, v->region,
-                          kc_poison_word(v->poison_seed, c0 + i), err);
-  if (cpu >= 0)
-    kc_observe_move_away(v->home, cpu);
-  if (copy)
-    r = kc_observe_read(v->pid, v->base, copy + c0 * v->region, cnt * v->region, err);
-  if (r == 0)
-    return 1;
+/* A failure to reach the worker's memory: 0 when its memory is gone (its own doing:
+ * status set), -1 a parent error. */
+static int memory_gone(kc_kmeasure *m, const kc_error *err) {
   if (err->code != EFAULT)
     return -1;
   kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
                      "the output area of a round is gone from the worker's memory");
   return 0;
+}
+
+/* Before a piece (worker stopped): its regions poisoned from outside, from the CPU the
+ * worker runs on, call c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
+static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
+                        kc_error *err) {
+  int r = 0;
+  int cpu = v->home ? kc_observe_move_near(v->pid, v->home) : -1;
+  for (uint64_t i = 0; r == 0 && i < cnt; i++)
+    r = kc_observe_poison(v->pid, v->base + i * v->region, v->region,
+                          kc_poison_word(v->poison_seed, c0 + i), err);
+  if (cpu >= 0)
+    kc_observe_move_away(v->home, cpu);
+  return r == 0 ? 1 : memory_gone(m, err);
+}
+
+/* After a piece (worker stopped): its outputs copied out, where the round's checks
+ * read them.  1 done, else memory_gone. */
+static int copy_piece(kc_kmeasure *m, const kc_round_view *v, unsigned char *copy, uint64_t c0,
+                      uint64_t cnt, kc_error *err) {
+  if (kc_observe_read(v->pid, v->base, copy + c0 * v->region, cnt * v->region, err) == 0)
+    return 1;
+  return memory_gone(m, err);
 }
 
 /* The round's calls, in pieces when their outputs do not fit the cache (piece_calls),
@@ -289,12 +298,12 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
   for (uint64_t c0 = 0; r > 0 && c0 < v->number; c0 += piece) {
     uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
     double w = 0;
-    if (copy && (r = piece_memory(m, v, NULL, c0, cnt, err)) <= 0)
+    if (copy && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
       return r;
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
     if (r > 0 && copy)
-      r = piece_memory(m, v, copy, c0, cnt, err);
+      r = copy_piece(m, v, copy, c0, cnt, err);
   }
   v->copy = copy;
   if (r > 0)
