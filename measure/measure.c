@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "cache_size.h"
 #include "clock.h"
 #include "kcage/cleanup.h"
 
@@ -195,22 +196,22 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   return 0;
 }
 
-/* Outputs written by a round run at once: at most half the last-level cache.  A round
- * whose outputs are larger runs in pieces of as many calls as fit, each piece's regions
- * poisoned by the parent right before it, like a harness that poisons its output before
- * each call: otherwise every call writes an output evicted long ago, and a 4 MiB memset
- * or a large vector add reads its DRAM write-allocate traffic, not its own cost.  One
- * piece at least holds one call. */
-static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t region) {
-  static uint64_t llc_half;
-  if (!llc_half) {
-    long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-    llc_half = l3 > (1 << 20) ? (uint64_t)l3 / 2 : 16u << 20;
-  }
+/* A round whose outputs outgrow half the last-level cache runs in pieces, each piece's
+ * regions poisoned by the parent right before it, as a harness poisons each call's
+ * output right before the call: otherwise each call writes an output evicted long ago,
+ * and a 4 MiB memset or a vector add reads its DRAM write-allocate traffic, not its own
+ * cost.  A piece holds as many calls as the memory they touch (inputs and outputs: the
+ * inputs evict the outputs poisoned for the calls after them) fits in that half; one
+ * call at least.  Outputs that fit as a whole are left alone: splitting a round buys
+ * them nothing and costs a stop and continue per piece. */
+static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
+                            uint64_t in_region) {
   if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
     return number;
-  uint64_t budget = x->piece_bytes ? x->piece_bytes : llc_half;
-  uint64_t k = region ? budget / region : number;
+  uint64_t budget = x->piece_bytes ? x->piece_bytes : kc_llc_bytes() / 2;
+  if (number * out_region <= budget)
+    return number;
+  uint64_t k = budget / (out_region + in_region);
   return k < 1 ? 1 : k < number ? k : number;
 }
 
@@ -269,47 +270,31 @@ static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uin
   int r = 0;
   int cpu = v->home ? kc_observe_move_near(v->pid, v->home) : -1;
   for (uint64_t i = 0; r == 0 && i < cnt; i++)
-    r = kc_observe_poison(v->pid, v->base + i * v->region, v->region,
+    r = kc_observe_poison(v->pid, v->base + (c0 + i) * v->region, v->region,
                           kc_poison_word(v->poison_seed, c0 + i), err);
   if (cpu >= 0)
     kc_observe_move_away(v->home, cpu);
   return r == 0 ? 1 : memory_gone(m, err);
 }
 
-/* After a piece (worker stopped): its outputs copied out, where the round's checks
- * read them.  1 done, else memory_gone. */
-static int copy_piece(kc_kmeasure *m, const kc_round_view *v, unsigned char *copy, uint64_t c0,
-                      uint64_t cnt, kc_error *err) {
-  if (kc_observe_read(v->pid, v->base, copy + c0 * v->region, cnt * v->region, err) == 0)
-    return 1;
-  return memory_gone(m, err);
-}
-
-/* The round's calls, in pieces when their outputs do not fit the cache (piece_calls),
- * then its checks.  *wall: the sum of the pieces' clocks.  1 passed, 0 status set, -1
- * parent error. */
+/* The round's calls, in pieces when they do not fit the cache (piece_calls), then its
+ * checks.  Each call writes its own region of the area, so the checks read every output
+ * after the round, as from a round run at once: nothing is copied out between pieces,
+ * which would push the next calls' inputs out of the cache.  *wall: the sum of the
+ * pieces' clocks.  1 passed, 0 status set, -1 parent error. */
 static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, uint64_t *st,
                      double expect_s, double *wall, kc_error *err) {
-  kc_cleanup_free unsigned char *copy = NULL;
-  if (piece < v->number && !(copy = malloc(v->number * v->region)))
-    return kc_error_set(err, ENOMEM, "the outputs of %llu calls", (unsigned long long)v->number);
   *wall = 0;
   int r = 1;
   for (uint64_t c0 = 0; r > 0 && c0 < v->number; c0 += piece) {
     uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
     double w = 0;
-    if (copy && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
+    if (piece < v->number && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
       return r;
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
-    if (r > 0 && copy)
-      r = copy_piece(m, v, copy, c0, cnt, err);
   }
-  v->copy = copy;
-  if (r > 0)
-    r = kc_verify_round(x, m, v, st, err);
-  v->copy = NULL;
-  return r;
+  return r > 0 ? kc_verify_round(x, m, v, st, err) : r;
 }
 
 /* One round (see the top of this file).  *dt: the parent's clock, request published
@@ -327,13 +312,14 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                           : (uint32_t)(number < x->n_sets ? number : x->n_sets);
   const char *what = timed ? "timed run" : "verify";
   uint64_t region = kc_args_region_bytes(x->spec, true);
-  uint64_t piece = timed ? piece_calls(x, number, region) : number;
+  uint64_t piece =
+      timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false)) : number;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
-  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, piece, pseed};
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
   kc_mreply_prepare rep;
-  uint64_t area = piece * region;
+  uint64_t area = number * region;
   int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
   if (r <= 0)
     return r;

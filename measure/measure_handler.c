@@ -441,7 +441,9 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   uint32_t n_sets = req->n_sets ? req->n_sets : s->n_sets;
   bool area = req->flags & KC_MRUN_AREA;
   if (req->number == 0 || n_sets > s->n_sets || req->first_set >= n_sets ||
-      req->n_checks > KC_MPROTO_MAX_CHECKS || (area && req->number > s->area_calls)) {
+      req->n_checks > KC_MPROTO_MAX_CHECKS ||
+      (area &&
+       (req->first_call > s->area_calls || req->number > s->area_calls - req->first_call))) {
     errf(errbuf, errcap, "error: bad run request");
     return -1;
   }
@@ -475,7 +477,7 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
     DLTensor *args = &s->live[set * n];
     memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
     if (area) { /* already poisoned, outside the clock */
-      o = s->area + i * s->out_region;
+      o = s->area + (req->first_call + i) * s->out_region;
       for (uint32_t t = 0; t < n; t++)
         if (!s->spec.t[t].out)
           args[t].data = (unsigned char *)args[t].data + view;

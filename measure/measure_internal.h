@@ -59,13 +59,14 @@ typedef struct kc_mreq_run {
   uint32_t n_sets; /* sets the calls rotate through; 0 = all the inputs file holds */
   uint32_t flags;  /* KC_MRUN_AREA */
   /* call i is call first_call + i of its round (a round run in pieces): the pass over
-   * the sets, and so the inputs' addresses, continue where the last piece left off */
+   * the sets, and so the inputs' addresses, continue where the last piece left off,
+   * and with KC_MRUN_AREA it writes region first_call + i */
   uint64_t first_call;
 } kc_mreq_run;
 
-/* Call i writes region i of the output area that the last PREPARE poisoned, and the
- * calls themselves touch nothing else: the parent reads every call's output from
- * outside once the round is over.  Without it (the reference, tests) each set has one
+/* Call first_call + i writes that region of the output area that the last PREPARE
+ * poisoned, and the calls themselves touch nothing else: the parent reads every call's
+ * output from outside once the round is over.  Without it (the reference, tests) each set has one
  * output region, poisoned before every call, and only `checks` come back. */
 #define KC_MRUN_AREA 1u
 

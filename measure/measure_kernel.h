@@ -101,9 +101,6 @@ typedef struct kc_round_view {
   uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
   uint64_t poison_seed;
   bool timed;
-  /* a round run in pieces: every call's outputs, copied out after its piece (the
-   * regions above were reused); NULL: read them from the worker */
-  const unsigned char *copy;
   const cpu_set_t *home; /* the parent's own CPUs, or NULL: it writes from where it is */
 } kc_round_view;
 

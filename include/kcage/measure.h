@@ -197,10 +197,10 @@ typedef struct kc_bench_config {
    * kernels in input order), from the calling thread; the record stays the batch's. */
   void (*on_record)(void *ctx, const json_t *record);
   void *record_ctx;
-  /* Output bytes a timed round writes between two poisonings from outside: a round
-   * whose calls' outputs are larger runs in pieces of as many calls as fit, so that
-   * each call writes memory as warm as a harness that poisons its output before each
-   * call.  0 = half the last-level cache. */
+  /* A timed round whose outputs are larger runs in pieces, each poisoned from outside
+   * right before it, of as many calls as touch (inputs and outputs) at most this many
+   * bytes: each call then writes memory as warm as a harness that poisons its output
+   * before each call.  0 = half the last-level cache (the kernel's cache topology). */
   uint64_t piece_bytes;
 } kc_bench_config;
 

@@ -100,8 +100,8 @@ static void test_examples(void **state) {
 }
 
 /* The same verdicts when every timed round runs in pieces of one call, each piece's
- * outputs poisoned from outside before it and read out after it (what a round whose
- * outputs outgrow the cache does): the classes a piece could open a gap for (ending a
+ * outputs poisoned from outside right before it, all of them read after the round (what
+ * a round whose outputs outgrow the cache does): the classes a piece could open a gap for (ending a
  * round early, skipping calls, reading the schedule, caches of every kind) and the
  * honest kernels. */
 static void test_examples_in_pieces(void **state) {

@@ -146,6 +146,25 @@ static void test_state_prepare_area(void **state) {
   assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), 0);
   for (uint32_t i = 0; i < 5; i++)
     expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), (1 + i) % 2);
+  /* A piece of a round: calls 3 and 4 write regions 3 and 4, and nothing else. */
+  pr.poison_seed = 9;
+  assert_int_equal(kc_mstate_prepare(s, &pr, &rep, e, sizeof e), 0);
+  req.first_set = 1;
+  req.first_call = 3;
+  req.number = 2;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), 0);
+  for (uint32_t i = 0; i < 3; i++)
+    assert_true(kc_poison_equal(area + i * region, region, kc_poison_word(9, i)));
+  for (uint32_t i = 3; i < 5; i++)
+    expect_matmul((const float *)(area + i * region + kc_args_offset(&spec, 2)), (i - 2) % 2);
+  /* a piece that would run past the area's end, or start beyond it: refused */
+  req.number = 3;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  req.number = 1;
+  req.first_call = UINT64_MAX;
+  assert_int_equal(kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e), -1);
+  req.first_call = 0;
+  req.number = 5;
   /* more calls than the area holds, more sets than the file, a first set out of range,
    * an empty or oversized PREPARE: refused */
   req.first_set = 2;

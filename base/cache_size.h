@@ -1,0 +1,11 @@
+/* The caches of this host, as the kernel describes them. */
+#ifndef KCAGE_CACHE_SIZE_H
+#define KCAGE_CACHE_SIZE_H
+
+#include <stdint.h>
+
+/* Bytes of the last-level cache that CPU 0 reaches: sysfs's cache topology, and no more
+ * than what CPUID (sysconf) says; 32 MiB when neither is known. */
+uint64_t kc_llc_bytes(void);
+
+#endif
