@@ -14,7 +14,9 @@ static uint64_t round_seed(uint64_t seed, uint64_t round) {
 
 /* Make set `dup` a copy of set 0 with about one element in 4096 of each input replaced by
  * the value it would have had (at least one): a cache keyed on a sample of the input
- * takes it for set 0 and replays set 0's answer, which the reference tells apart. */
+ * takes it for set 0 and replays set 0's answer, which the reference tells apart.  Only
+ * the elements kept are saved (1/4096 of the tensor), never a copy of the whole: that
+ * would cost the parent a fresh mapping of the input's size every round. */
 static void near_copy(const kc_args_spec *a, unsigned char *map, uint64_t in_region, uint32_t dup,
                       uint64_t seed) {
   uint64_t st = seed ^ 0x6e656172ull;
@@ -24,17 +26,18 @@ static void near_copy(const kc_args_spec *a, unsigned char *map, uint64_t in_reg
       continue;
     size_t es = (size_t)(t->nbytes / t->numel);
     unsigned char *dst = map + dup * in_region + kc_args_offset(a, i);
-    unsigned char *fresh = malloc((size_t)t->nbytes);
-    if (!fresh)
-      continue; /* the set stays all fresh: nothing is wrong, only less is tested */
-    memcpy(fresh, dst, (size_t)t->nbytes);
-    memcpy(dst, map + kc_args_offset(a, i), (size_t)t->nbytes);
     uint64_t k = t->numel / 4096 ? t->numel / 4096 : 1;
-    for (uint64_t j = 0; j < k; j++) {
-      uint64_t e = kc_splitmix64(&st) % t->numel;
-      memcpy(dst + e * es, fresh + e * es, es);
-    }
-    free(fresh);
+    unsigned char *saved = malloc((size_t)(k * es));
+    if (!saved)
+      continue;        /* the set stays all fresh: nothing is wrong, only less is tested */
+    uint64_t st0 = st; /* the same indices, drawn again to put the values back */
+    for (uint64_t j = 0; j < k; j++)
+      memcpy(saved + j * es, dst + kc_splitmix64(&st) % t->numel * es, es);
+    memcpy(dst, map + kc_args_offset(a, i), (size_t)t->nbytes);
+    st = st0;
+    for (uint64_t j = 0; j < k; j++)
+      memcpy(dst + kc_splitmix64(&st) % t->numel * es, saved + j * es, es);
+    free(saved);
   }
 }
 

@@ -198,6 +198,38 @@ static void init_cfg(kc_bench_config *cfg, const char *args) {
   cfg->build.cache_dir = cache;
 }
 
+/* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
+ * element in 4096 of each input differs, at least one), the same for the same round. */
+static void test_round_inputs(void **state) {
+  (void)state;
+  kc_args_spec spec;
+  kc_error err = {0};
+  assert_int_equal(kc_args_parse("f32[20000] i8[3] f32[20000]:out", &spec, &err), 0);
+  uint64_t in = kc_args_region_bytes(&spec, false);
+  unsigned char *a = calloc(3, in), *b = calloc(3, in);
+  assert_non_null(a);
+  assert_non_null(b);
+  assert_int_equal(kc_round_inputs(&spec, a, in, 3, 42, 7, false), 2);
+  assert_int_equal(kc_round_inputs(&spec, b, in, 3, 42, 7, false), 2);
+  assert_memory_equal(a, b, 3 * in);
+  for (uint32_t t = 0; t < 2; t++) {
+    uint64_t off = kc_args_offset(&spec, t), n = spec.t[t].numel;
+    size_t es = (size_t)(spec.t[t].nbytes / n);
+    uint64_t differ = 0, fresh = 0;
+    for (uint64_t e = 0; e < n; e++) {
+      differ += memcmp(a + off + e * es, a + 2 * in + off + e * es, es) != 0;
+      fresh += memcmp(a + off + e * es, a + in + off + e * es, es) != 0;
+    }
+    uint64_t k = n / 4096 ? n / 4096 : 1;
+    assert_true(differ >= 1 && differ <= k);
+    assert_true(fresh > n / 2 || n < 16); /* set 1 is its own data */
+  }
+  assert_int_equal(kc_round_inputs(&spec, b, in, 3, 42, 8, false), 2);
+  assert_memory_not_equal(a, b, in); /* the next round: other data */
+  free(a);
+  free(b);
+}
+
 /* A worker sees its own kernel and the inputs, nothing else: the probe returns
  * non-zero (status `error`) when it sees more, next to two other candidates. */
 static void test_view(void **state) {
@@ -312,10 +344,11 @@ static void test_honest(void **state) {
 int main(void) {
   snprintf(cache, sizeof cache, "%s/integrity", KC_TEST_CACHE_DIR);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_maps_lines), cmocka_unit_test(test_elf_segments),
-      cmocka_unit_test(test_elf_real),   cmocka_unit_test(test_observe),
-      cmocka_unit_test(test_view),       cmocka_unit_test(test_record_fields),
-      cmocka_unit_test(test_honest),     cmocka_unit_test(test_memo_one_call_rounds),
+      cmocka_unit_test(test_maps_lines),   cmocka_unit_test(test_elf_segments),
+      cmocka_unit_test(test_elf_real),     cmocka_unit_test(test_observe),
+      cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
+      cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
+      cmocka_unit_test(test_round_inputs),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
