@@ -258,16 +258,19 @@ static int parent_dirs(const char *path) {
   return mkdir_p(buf, 0755);
 }
 
-static int mount_point(const char *dst, bool dir) {
-  if (parent_dirs(dst) < 0)
-    return -1;
-  if (dir)
-    return mkdir_p(dst, 0755);
+/* An empty file to bind a file onto; its directory exists. */
+static int file_point(const char *dst) {
   int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     return errno == EEXIST ? 0 : -1;
   close(fd);
   return 0;
+}
+
+static int mount_point(const char *dst, bool dir) {
+  if (parent_dirs(dst) < 0)
+    return -1;
+  return dir ? mkdir_p(dst, 0755) : file_point(dst);
 }
 
 static int bind(const kc_mnt *m, kc_error *err) {
@@ -311,7 +314,7 @@ static int dev(const char *dst, kc_error *err) {
   for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++) {
     snprintf(src, sizeof src, "%s/dev/%s", KC_OLDROOT, nodes[i]);
     snprintf(to, sizeof to, "%s/%s", dst, nodes[i]);
-    if (mount_point(to, false) < 0)
+    if (file_point(to) < 0) /* in the tmpfs just mounted: no parent to make */
       return kc_error_set(err, errno, "mount point %s", to);
     if (mount(src, to, NULL, MS_BIND, NULL) < 0)
       return kc_error_set(err, errno, "bind /dev/%s", nodes[i]);
