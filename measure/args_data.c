@@ -17,8 +17,8 @@ float kc_half_to_float(uint16_t h) {
   if (exp == 0) {
     if (man == 0) {
       bits = sign;
-    } else { /* subnormal */
-      float f = ldexpf((float)man, -24);
+    } else {                           /* subnormal */
+      float f = (float)man * 0x1p-24f; /* exact: man < 2^10 */
       return sign ? -f : f;
     }
   } else if (exp == 31) {
@@ -43,7 +43,10 @@ uint16_t kc_float_to_half(float f) {
   if (absx < 0x38800000u) { /* subnormal or zero */
     float a;
     memcpy(&a, &absx, 4);
-    return sign | (uint16_t)lrintf(a * 16777216.0f);
+    /* a * 2^24 < 2^10: adding and taking away 2^23 rounds it to an integer in the
+     * current rounding mode, as lrintf would (nearest even by default). */
+    float r = (a * 16777216.0f + 0x1p23f) - 0x1p23f;
+    return sign | (uint16_t)r;
   }
   uint32_t r = absx + 0xc8000fffu + ((absx >> 13) & 1); /* rebias + round even */
   return sign | (uint16_t)(r >> 13);

@@ -446,8 +446,8 @@ static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err)
       return r;
     m->repeat = rep + 1;
     if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
-      struct timespec ts = {(time_t)(x->cooldown_ms / 1000),
-                            (long)(fmod(x->cooldown_ms, 1000) * 1e6)};
+      time_t sec = (time_t)(x->cooldown_ms / 1000);
+      struct timespec ts = {sec, (long)((x->cooldown_ms - 1000.0 * (double)sec) * 1e6)};
       nanosleep(&ts, NULL);
     }
   }

@@ -258,16 +258,19 @@ static int parent_dirs(const char *path) {
   return mkdir_p(buf, 0755);
 }
 
-static int mount_point(const char *dst, bool dir) {
-  if (parent_dirs(dst) < 0)
-    return -1;
-  if (dir)
-    return mkdir_p(dst, 0755);
+/* An empty file to bind a file onto; its directory exists. */
+static int file_point(const char *dst) {
   int fd = open(dst, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0)
     return errno == EEXIST ? 0 : -1;
   close(fd);
   return 0;
+}
+
+static int mount_point(const char *dst, bool dir) {
+  if (parent_dirs(dst) < 0)
+    return -1;
+  return dir ? mkdir_p(dst, 0755) : file_point(dst);
 }
 
 static int bind(const kc_mnt *m, kc_error *err) {
@@ -311,7 +314,7 @@ static int dev(const char *dst, kc_error *err) {
   for (size_t i = 0; i < sizeof nodes / sizeof nodes[0]; i++) {
     snprintf(src, sizeof src, "%s/dev/%s", KC_OLDROOT, nodes[i]);
     snprintf(to, sizeof to, "%s/%s", dst, nodes[i]);
-    if (mount_point(to, false) < 0)
+    if (file_point(to) < 0) /* in the tmpfs just mounted: no parent to make */
       return kc_error_set(err, errno, "mount point %s", to);
     if (mount(src, to, NULL, MS_BIND, NULL) < 0)
       return kc_error_set(err, errno, "bind /dev/%s", nodes[i]);
@@ -338,39 +341,52 @@ static int dev(const char *dst, kc_error *err) {
  * remote tenant): files and directories that describe the host, not the sandbox.  A
  * file is covered with /dev/null, a directory with an empty read-only tmpfs; what the
  * kernel does not have is skipped.  The sandbox never holds the capability to undo it. */
-static const char *const proc_masked[] = {
-    "acpi",          "asound",  "bootconfig",    "cmdline", "config.gz",  "interrupts",
-    "iomem",         "ioports", "kallsyms",      "kcore",   "keys",       "key-users",
-    "latency_stats", "modules", "sched_debug",   "scsi",    "timer_list", "timer_stats",
-    "vmallocinfo",   "driver",  "dynamic_debug", "mtrr",    "pressure"};
+static const struct {
+  const char *name;
+  bool dir; /* what procfs has there; mask_one copes with a kernel that differs */
+} proc_masked[] = {
+    {"acpi", true},           {"asound", true},       {"bootconfig", false},  {"cmdline", false},
+    {"config.gz", false},     {"interrupts", false},  {"iomem", false},       {"ioports", false},
+    {"kallsyms", false},      {"kcore", false},       {"keys", false},        {"key-users", false},
+    {"latency_stats", false}, {"modules", false},     {"sched_debug", false}, {"scsi", true},
+    {"timer_list", false},    {"timer_stats", false}, {"vmallocinfo", false}, {"driver", true},
+    {"dynamic_debug", true},  {"mtrr", false},        {"pressure", true}};
 static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
 
-/* One entry of proc_masked.  Most are files: the bind of /dev/null is tried first and
- * tells the kinds apart itself (ENOENT: absent, ENOTDIR: a directory), where an lstat
- * per entry cost a call each.  Directories share one empty read-only tmpfs: the first
- * is mounted, the others are binds of it (the same flags and the same read-only
+/* A file is covered with /dev/null.  Directories share one empty read-only tmpfs: the
+ * first is mounted, the others are binds of it (the same flags and the same read-only
  * superblock, one superblock to set up and tear down instead of one each). */
-static int mask_one(const char *path, char *first_dir, size_t cap, kc_error *err) {
-  if (mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL) == 0 || errno == ENOENT)
-    return 0;
-  if (errno != ENOTDIR)
-    return kc_error_set(err, errno, "mask %s", path);
+static int mask_as(const char *path, bool dir, char *first_dir, size_t cap) {
+  if (!dir)
+    return mount(KC_OLDROOT "/dev/null", path, NULL, MS_BIND, NULL);
   int rc = first_dir[0]
                ? mount(first_dir, path, NULL, MS_BIND, NULL)
                : mount("tmpfs", path, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
                        "size=4k,nr_inodes=1,mode=0555");
-  if (rc < 0)
-    return kc_error_set(err, errno, "mask %s", path);
-  if (!first_dir[0])
+  if (rc == 0 && !first_dir[0])
     snprintf(first_dir, cap, "%s", path);
-  return 0;
+  return rc;
+}
+
+/* One entry of proc_masked, masked as the kind procfs has there, with no lstat: the
+ * mount itself says ENOENT for an entry this kernel lacks, and ENOTDIR when the kind
+ * differs (then the other kind is used).  The kind is known rather than probed by a
+ * failing bind because a bind that fails ENOTDIR has already cloned its mount, and
+ * undoing that waits for an expedited RCU grace period (~15-100 us, with IPIs to
+ * every CPU). */
+static int mask_one(const char *path, bool dir, char *first_dir, size_t cap, kc_error *err) {
+  if (mask_as(path, dir, first_dir, cap) == 0 || errno == ENOENT)
+    return 0;
+  if (errno == ENOTDIR && mask_as(path, !dir, first_dir, cap) == 0)
+    return 0;
+  return kc_error_set(err, errno, "mask %s", path);
 }
 
 static int mask_proc(const char *dst, kc_error *err) {
   char path[PATH_MAX + 32], first_dir[PATH_MAX + 32] = "";
   for (size_t i = 0; i < sizeof proc_masked / sizeof proc_masked[0]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dst, proc_masked[i]);
-    if (mask_one(path, first_dir, sizeof first_dir, err) < 0)
+    snprintf(path, sizeof path, "%s/%s", dst, proc_masked[i].name);
+    if (mask_one(path, proc_masked[i].dir, first_dir, sizeof first_dir, err) < 0)
       return -1;
   }
   for (size_t i = 0; i < sizeof proc_readonly / sizeof proc_readonly[0]; i++) {

@@ -27,6 +27,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fnum.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
 #include "kcage/log.h"
@@ -262,7 +263,7 @@ static void drop_tracker(kc_agent *a, const char *why) {
   kc_tracker_close(a->trk);
   a->trk = NULL;
   a->next_connect = kc_now_s() + a->backoff;
-  a->backoff = fmin(a->backoff * 2, a->o.max_backoff_s);
+  a->backoff = kc_fmin(a->backoff * 2, a->o.max_backoff_s);
 }
 
 static int call0(kc_agent *a, json_t *msg, kc_error *err) {
@@ -605,13 +606,13 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     now = kc_now_s();
     double wake = now + 3600;
     if (!a->trk)
-      wake = fmin(wake, a->next_connect);
+      wake = kc_fmin(wake, a->next_connect);
     else if (a->child <= 0)
-      wake = fmin(wake, a->next_check);
+      wake = kc_fmin(wake, a->next_check);
     if (a->child > 0 && a->child_deadline >= 0)
-      wake = fmin(wake, a->child_deadline + 2.01);
+      wake = kc_fmin(wake, a->child_deadline + 2.01);
     for (size_t i = 0; i < a->nhs; i++)
-      wake = fmin(wake, a->hs[i].deadline);
+      wake = kc_fmin(wake, a->hs[i].deadline);
     struct pollfd p[4 + MAX_HANDSHAKES] = {
         {.fd = a->stop_pipe[0], .events = POLLIN},
         {.fd = a->lfd, .events = POLLIN},
@@ -620,7 +621,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     size_t nhs = a->nhs;
     for (size_t i = 0; i < nhs; i++)
       p[4 + i] = (struct pollfd){.fd = a->hs[i].fd, .events = POLLIN};
-    int ms = wake <= now ? 0 : (int)fmin((wake - now) * 1000 + 1, 3600e3);
+    int ms = wake <= now ? 0 : (int)kc_fmin((wake - now) * 1000 + 1, 3600e3);
     int n = poll(p, 4 + nhs, ms);
     expire_handshakes(a);
     if (n < 0 && errno != EINTR)

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "fnum.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
 #include "kcage/tracker.h"
@@ -499,7 +500,7 @@ int kc_rpc_connect(const char *host, uint16_t port, const char *matchkey, double
   int kl;
   if (session_timeout_s > 0) /* integer seconds: TVM's C++ server only parses digits */
     kl = snprintf(key, sizeof key, "client:%s -timeout=%lld", matchkey,
-                  (long long)ceil(session_timeout_s));
+                  kc_ceil_ll(session_timeout_s));
   else
     kl = snprintf(key, sizeof key, "client:%s", matchkey);
   if (kl < 0 || (size_t)kl >= sizeof key)
@@ -556,9 +557,9 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
       break;
     }
     if (i > 0) { /* back off between attempts (0.1 s doubling), within the deadline */
-      double pause = fmin(0.1 * (double)(1u << (i < 6 ? i - 1 : 5)), 2.0);
+      double pause = kc_fmin(0.1 * (double)(1u << (i < 6 ? i - 1 : 5)), 2.0);
       if (deadline >= 0)
-        pause = fmin(pause, fmax(0, deadline - kc_now_s()));
+        pause = kc_fmin(pause, kc_fmax(0, deadline - kc_now_s()));
       struct timespec ts = {(time_t)pause, (long)((pause - floor(pause)) * 1e9)};
       nanosleep(&ts, NULL);
       left = deadline < 0 ? -1 : deadline - kc_now_s();
@@ -567,7 +568,7 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
         break;
       }
     }
-    if (!c && kc_tracker_connect(th, tp, left < 0 ? 10 : fmin(left, 10), &c, &last) < 0) {
+    if (!c && kc_tracker_connect(th, tp, left < 0 ? 10 : kc_fmin(left, 10), &c, &last) < 0) {
       c = NULL;
       continue;
     }
