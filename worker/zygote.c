@@ -42,7 +42,24 @@ typedef struct zpolicy {
 
 static zpolicy g_pols[8];
 
-static int policy_for(const char *name, zpolicy **out, kc_error *err) {
+/* The filter of a policy loaded without one.  uncached: touch no file (root's cache of
+ * compiled programs), for a compile that runs while our root moves. */
+static int policy_compile(zpolicy *z, bool uncached, kc_error *err) {
+  if (z->prog)
+    return 0;
+  /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
+  int rc = uncached ? kc_seccomp_prog_compile_uncached(z->pol, 5, &z->prog, err)
+                    : kc_seccomp_prog_compile(z->pol, 5, &z->prog, err);
+  if (rc < 0) {
+    kc_policy_free(z->pol);
+    memset(z, 0, sizeof *z);
+  }
+  return rc;
+}
+
+/* The policy named name, loaded once (compile: with its filter, else policy_compile
+ * must follow before any worker uses it). */
+static int policy_for(const char *name, bool compile, zpolicy **out, kc_error *err) {
   *out = NULL;
   if (!name[0])
     return 0;
@@ -62,13 +79,9 @@ static int policy_for(const char *name, zpolicy **out, kc_error *err) {
   memset(z, 0, sizeof *z);
   if (kc_policy_load(name, &z->pol, err) < 0)
     return -1;
-  /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
-  if (kc_seccomp_prog_compile(z->pol, 5, &z->prog, err) < 0) {
-    kc_policy_free(z->pol);
-    z->pol = NULL;
-    return -1;
-  }
   snprintf(z->name, sizeof z->name, "%s", name);
+  if (compile && policy_compile(z, false, err) < 0)
+    return -1;
   *out = z;
   return 0;
 }
@@ -137,7 +150,8 @@ static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const zpolicy *
  * and the zygote itself must stay in the parent's (workers are cloned with
  * CLONE_PARENT, which pid 1 of a namespace may not use).  The helper shares our mount
  * namespace, so its pivot_root moves our root too. */
-static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err) {
+static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
+  const kc_policy *pol = zp ? zp->pol : NULL;
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
   ca.flags = CLONE_NEWPID;
@@ -153,10 +167,19 @@ static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err
     }
     _exit(0);
   }
+  /* The helper builds the file system while we compile the policy's filter (about as
+   * long as each other on two CPUs); the compile reads no file, so our root moving
+   * meanwhile changes nothing for it. */
+  kc_error ce = {0};
+  int crc = zp ? policy_compile(zp, true, &ce) : 0;
   int st;
   while (waitpid((pid_t)pid, &st, 0) < 0)
     if (errno != EINTR)
       return kc_error_set(err, errno, "zygote: wait for the file-system helper");
+  if (crc < 0) {
+    *err = ce;
+    return kc_error_prefix(err, "zygote: policy");
+  }
   if (!WIFEXITED(st) || WEXITSTATUS(st))
     return kc_error_set(err, 0, "zygote: the sandbox file system could not be set up");
   const kc_policy_spec *s = pol ? kc_policy_get_spec(pol) : NULL;
@@ -184,10 +207,11 @@ int kc_zygote_main(const kc_zygote_args *a) {
   kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
   kc_error err = {0};
   zpolicy *zp = NULL;
-  if (a->policy && policy_for(a->policy, &zp, &err) < 0) {
+  if (a->policy && (policy_for(a->policy, false, &zp, &err) < 0 ||
+                    (!a->setup_fs && zp && policy_compile(zp, false, &err) < 0))) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
-  } else if (a->setup_fs && enter_fs(a, zp ? zp->pol : NULL, &err) < 0) {
+  } else if (a->setup_fs && enter_fs(a, zp, &err) < 0) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
   } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, &err) < 0) {
@@ -246,7 +270,7 @@ static int serve(int ctl, int parent_pidfd) {
       q.policy[sizeof q.policy - 1] = 0;
       zpolicy *pol = NULL;
       kc_error err = {0};
-      if (policy_for(q.policy, &pol, &err) < 0) {
+      if (policy_for(q.policy, true, &pol, &err) < 0) {
         rep.pid = -(err.code ? err.code : EINVAL);
         snprintf(rep.msg, sizeof rep.msg, "zygote: policy: %.200s", err.msg);
       } else {
