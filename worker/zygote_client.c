@@ -178,13 +178,12 @@ static void close_pair(int (*p)[2]) {
   kc_closep(&(*p)[1]);
 }
 
-/* Fork and exec the zygote, set up its user namespace, and wait for its hello. */
-/* Its workers go into slot cgroups, attached right after the zygote's hello: take the
- * attach lock's grace period now, while the zygote execs and builds its file system
- * (we would only wait for its hello meanwhile), and keep the lock ready with a cheap
- * repeat every 2 ms until the hello comes (a ready lock goes idle one grace period
- * after its last use).  Bounded: a slow start (an interpreter's boot) stops the
- * repeats and pays the wait at the attach, as before. */
+/* Its first workers (and their slots) are attached to their cgroups right after the
+ * zygote's hello: take the attach lock's grace period now, while the zygote execs and
+ * builds its file system (we would only wait for its hello meanwhile), and keep the
+ * lock ready with a cheap repeat every 2 ms until the hello comes (a ready lock goes
+ * idle one grace period after its last use).  Bounded: a slow start (an interpreter's
+ * boot) stops the repeats and pays the wait at the attach, as before. */
 static void warm_attach_until_hello(const kc_zygote *z) {
   kc_cgroup_warm_attach(z->pid);
   for (int i = 0; i < 50; i++) {
@@ -208,6 +207,15 @@ static void describe_end(const kc_zygote *z, char *buf, size_t len) {
     snprintf(buf, len, "it was killed by signal %d (%s)", si.si_status, strsignal(si.si_status));
 }
 
+/* Killed and reaped, but still a kc_zygote: a request in flight fails at once. */
+static void kill_zygote(kc_zygote *z) {
+  if (z->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, z->pidfd, SIGKILL, NULL, 0);
+  else
+    kill(z->pid, SIGKILL);
+  waitpid(z->pid, NULL, 0);
+}
+
 /* The zygote's first answer did not come.  An answer that is not the worker protocol
  * (EPROTO), or none before it ended (EPIPE), means the binary is not a kcage worker (a
  * wrong $KCAGE_WORKER) or died before it could say why: the error names the binary. */
@@ -215,7 +223,7 @@ static int no_hello(kc_zygote *z, const char *bin, const kc_error *e, kc_error *
   char how[96] = "";
   if (e->code == EPROTO || e->code == EPIPE)
     describe_end(z, how, sizeof how);
-  kc_zygote_stop(z);
+  kill_zygote(z);
   if (!how[0]) {
     kc_error_set(err, 0, "zygote did not start (%s): %s", bin, e->msg);
   } else {
@@ -229,7 +237,7 @@ static int no_hello(kc_zygote *z, const char *bin, const kc_error *e, kc_error *
   return -1;
 }
 
-int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
   static _Atomic int reaped;
   if (!atomic_exchange(&reaped, 1))
@@ -244,11 +252,7 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   char margs[ZYG_MAX_MOUNTS][1024];
   if (zygote_argv(o, sandboxed, netns < 0, argv, margs, err) < 0)
     return -1;
-  /* The pool's own host ids (never nobody, never another sandbox's), held until the
-   * zygote and every worker it forked are gone. */
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
-  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0)
-    return kc_error_prefix(err, "zygote");
   /* up: child -> parent "namespaces made"; down: parent -> child "maps written" */
   __attribute__((cleanup(close_pair))) int sv[2] = {-1, -1}, up[2] = {-1, -1}, down[2] = {-1, -1};
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -261,6 +265,13 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (pid == 0)
     zygote_child(bin, argv, sandboxed, as_root, netns, up, down, sv[1]);
   close(kc_steal_fd(sv[1]));
+  /* The pool's own host ids (never nobody, never another sandbox's), held until the
+   * zygote and every worker it forked are gone.  Chosen while the child makes its
+   * namespaces: it waits for its maps, which name them, before anything else. */
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0) {
+    kill_child(pid);
+    return kc_error_prefix(err, "zygote");
+  }
   if (sandboxed && !write_zygote_maps(pid, &ids, up[0], down[1])) {
     int e = errno;
     kill_child(pid);
@@ -277,7 +288,16 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
+  z->made_netns = sandboxed && netns < 0;
+  *out = z;
+  return 0;
+}
+
+int kc_zygote_await(const kc_worker_opts *o, kc_zygote *z, kc_error *err) {
+  const char *bin;
+  if (kc_worker_binary(o, &bin, err) < 0)
+    return kc_error_prefix(err, "zygote");
+  if (z->sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
     warm_attach_until_hello(z);
   /* its hello (generation 0): policy loaded, file system entered, or why not; an
    * interpreter's boot imports what the caller named (TVM: seconds when loaded) */
@@ -288,8 +308,19 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->answer_ms = 0;
   if (hello < 0)
     return no_hello(z, bin, &e, err);
-  if (sandboxed && netns < 0)
-    keep_netns(pid);
+  if (z->made_netns)
+    keep_netns(z->pid);
+  return 0;
+}
+
+int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+  kc_zygote *z;
+  if (kc_zygote_begin(o, &z, err) < 0)
+    return -1;
+  if (kc_zygote_await(o, z, err) < 0) {
+    kc_zygote_stop(z);
+    return -1;
+  }
   *out = z;
   return 0;
 }
@@ -371,7 +402,7 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
   return kc_zygote_collect(z, generation, pid, err);
 }
 
-int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err) {
+int kc_zygote_slot_request(kc_zygote *z, uint32_t generation, int *sock, kc_error *err) {
   KC_ZLOCK(z);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -381,14 +412,24 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
   q.magic = KC_ZYGOTE_MAGIC;
   q.op = KC_ZOP_SLOT;
   q.generation = generation;
-  pid_t pid = 0;
-  int rc = kc_send_fds(z->ctl, &q, sizeof q, &sv[1], 1) < 0
-               ? kc_error_set(err, errno, "zygote: send")
-               : kc_zygote_collect(z, generation, &pid, err);
+  int rc = kc_send_fds(z->ctl, &q, sizeof q, &sv[1], 1);
+  int e = errno;
   close(sv[1]);
+  if (rc < 0) {
+    close(sv[0]);
+    return kc_error_set(err, e, "zygote: send");
+  }
+  *sock = sv[0];
+  return 0;
+}
+
+int kc_zygote_slot_collect(kc_zygote *z, uint32_t generation, int sock, kc_zygote **out,
+                           kc_error *err) {
+  pid_t pid = 0;
+  int rc = kc_zygote_collect(z, generation, &pid, err);
   kc_zygote *s = rc < 0 ? NULL : calloc(1, sizeof *s);
   if (!s) {
-    close(sv[0]);
+    close(sock);
     if (pid > 0) {
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);
@@ -396,7 +437,7 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
     return rc < 0 ? -1 : kc_error_set(err, ENOMEM, "zygote: slot");
   }
   s->pid = pid;
-  s->ctl = sv[0];
+  s->ctl = sock;
   s->sandboxed = z->sandboxed;
   s->ids = z->ids;
   s->ids.lock_fd = -1; /* held by the zygote it came from */
