@@ -31,6 +31,14 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
       a.lo_up = true;
       continue;
     }
+    if (!strcmp(o, "--ns")) {
+      a.userns = true;
+      continue;
+    }
+    if (!strcmp(o, "--netns")) {
+      a.join_netns = true;
+      continue;
+    }
     if (i + 1 >= argc)
       return 2;
     char *v = argv[++i];

@@ -69,6 +69,8 @@ typedef struct kc_zygote_args {
   const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
   size_t n_mounts;
   const char *python_lib, *python_boot; /* kc_worker_opts: an embedded interpreter */
+  bool userns;                          /* make the pool's namespaces first (handshake on fd 4) */
+  bool join_netns;                      /* the process's netns is on fd 5 */
 } kc_zygote_args;
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
@@ -106,6 +108,7 @@ typedef struct kc_zygote {
   pthread_mutex_t mu;
   kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
   bool made_netns;    /* it made the process's shared netns: kept after its hello */
+  int hs;             /* its namespaces' handshake until the maps are written, else -1 */
   /* answers read while waiting for another one (several spawns in flight) */
   kc_zygote_early early[64];
   unsigned n_early;

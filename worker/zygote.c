@@ -7,6 +7,7 @@
  * has to report deaths. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -192,9 +194,40 @@ static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
 
 static int serve(int ctl, int parent_pidfd);
 
+/* The pool's namespaces, made first thing after the exec (the parent spawns us without
+ * a fork: zygote_client.c): a user namespace whose root is the sandbox layer's host id
+ * (the parent writes the maps between "u" and "m" on the handshake socket, fd 4), the
+ * process's one empty network namespace (fd 5; a new one when there is none or it
+ * cannot be joined), private mounts, ipc and uts.  Each worker adds its own pid
+ * namespace. */
+static int enter_pool_namespaces(bool join_netns) {
+  bool as_root = geteuid() == 0;
+  int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (!join_netns || setns(5, CLONE_NEWNET) < 0)
+    nsflags |= CLONE_NEWNET;
+  char c = 'u';
+  if (unshare(nsflags) < 0 || write(4, &c, 1) != 1 || read(4, &c, 1) != 1 || c != 'm')
+    return -1;
+  /* become the namespace's root: full capabilities in the pool's namespaces, none
+   * outside them, and no supplementary groups (setgroups is denied to a non-root
+   * caller's namespace; inside, everyone is root by now, so our euid from before the
+   * unshare decides) */
+  if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
+      setresuid(0, 0, 0) < 0)
+    return -1;
+  mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  close(4);
+  if (join_netns)
+    close(5);
+  return 0;
+}
+
 int kc_zygote_main(const kc_zygote_args *a) {
   int ctl = a->ctl;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
+  if (a->userns && enter_pool_namespaces(a->join_netns) < 0)
+    return 125;
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
   if (parent_pidfd < 0 || getppid() == 1)
     return 1;
