@@ -19,7 +19,7 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
     fprintf(stderr, "kcage-worker: started by the kcage library only\n");
     return 2;
   }
-  kc_zygote_args a = {.ctl = atoi(argv[2])};
+  kc_zygote_args a = {.ctl = atoi(argv[2]), .argv = argv};
   kc_mount mounts[64];
   for (int i = 3; i < argc; i++) {
     const char *o = argv[i];

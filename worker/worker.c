@@ -867,10 +867,6 @@ static int request_spawn(kc_worker *w, kc_error *err) {
   w->handoff = sv[0];
   if (rc < 0) {
     drop_process(w);
-    if (w->own_zyg) { /* a dead zygote is replaced at the next try */
-      kc_zygote_stop(w->zyg);
-      w->zyg = NULL;
-    }
     return kc_error_prefix(err, "worker");
   }
   w->spawning = true;
@@ -884,20 +880,23 @@ static int respawn_start(kc_worker *w, kc_error *err) {
   if (fresh && kc_zygote_begin(&w->o, &w->zyg, err) < 0)
     return kc_error_prefix(err, "worker");
   int rc = ensure_cgroup(w, err);
-  if (rc == 0)
-    rc = request_spawn(w, err);
-  if (rc == 0)
+  bool request_failed = false;
+  if (rc == 0 && (rc = request_spawn(w, err)) < 0)
+    request_failed = true;
+  else if (rc == 0)
     ask_slot(w);
   kc_error ze = {0};
-  if (fresh && w->zyg && kc_zygote_await(&w->o, w->zyg, &ze) < 0) {
+  if (fresh && kc_zygote_await(&w->o, w->zyg, &ze) < 0) {
     drop_process(w); /* its answer never comes: the zygote is dead */
     kc_zygote_stop(w->zyg);
     w->zyg = NULL;
-    if (rc == 0) {
-      if (err)
-        *err = ze;
-      return kc_error_prefix(err, "worker");
-    }
+    if (err) /* a zygote that did not start explains anything else that failed */
+      *err = ze;
+    return kc_error_prefix(err, "worker");
+  }
+  if (request_failed && w->own_zyg) {
+    kc_zygote_stop(w->zyg); /* a dead zygote is replaced at the next try */
+    w->zyg = NULL;
   }
   return rc;
 }

@@ -194,13 +194,15 @@ static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
 
 static int serve(int ctl, int parent_pidfd);
 
+enum { ZYG_REEXEC_MAXARG = 160 }; /* zygote_client.c's argv: 13 + 2 * 64 mounts */
+
 /* The pool's namespaces, made first thing after the exec (the parent spawns us without
  * a fork: zygote_client.c): a user namespace whose root is the sandbox layer's host id
  * (the parent writes the maps between "u" and "m" on the handshake socket, fd 4), the
  * process's one empty network namespace (fd 5; a new one when there is none or it
  * cannot be joined), private mounts, ipc and uts.  Each worker adds its own pid
  * namespace. */
-static int enter_pool_namespaces(bool join_netns) {
+static int enter_pool_namespaces(bool join_netns, char **argv) {
   bool as_root = geteuid() == 0;
   int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   if (!join_netns || setns(5, CLONE_NEWNET) < 0)
@@ -219,14 +221,27 @@ static int enter_pool_namespaces(bool join_netns) {
   close(4);
   if (join_netns)
     close(5);
-  return 0;
+  /* A process's memory belongs to the user namespace it exec'd in: ours, and our
+   * workers' (forks), to the caller's.  A root caller may read a worker's mappings
+   * anyway (CAP_SYS_PTRACE there); a non-root one only in a namespace it owns, so for
+   * it we exec again, in the pool's (the namespaces are made: no --ns). */
+  if (as_root)
+    return 0;
+  char *args[ZYG_REEXEC_MAXARG];
+  int n = 0;
+  for (int i = 0; argv[i] && n < ZYG_REEXEC_MAXARG - 1; i++)
+    if (strcmp(argv[i], "--ns") && strcmp(argv[i], "--netns"))
+      args[n++] = argv[i];
+  args[n] = NULL;
+  execv("/proc/self/exe", args);
+  return -1;
 }
 
 int kc_zygote_main(const kc_zygote_args *a) {
   int ctl = a->ctl;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
-  if (a->userns && enter_pool_namespaces(a->join_netns) < 0)
+  if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
     return 125;
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
   if (parent_pidfd < 0 || getppid() == 1)

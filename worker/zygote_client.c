@@ -138,8 +138,12 @@ static int spawn_zygote(const char *bin, char **argv, const int src[3], pid_t *p
   for (int i = 0; i < 3 && rc == 0; i++)
     if (hi[i] >= 0)
       rc = posix_spawn_file_actions_adddup2(&fa, hi[i], 3 + i);
+  /* nothing else of ours: every fd above the ones it was given is closed */
+  int top = 3;
+  while (top < 6 && hi[top - 3] >= 0)
+    top++;
   if (rc == 0)
-    rc = posix_spawn_file_actions_addclosefrom_np(&fa, 6);
+    rc = posix_spawn_file_actions_addclosefrom_np(&fa, top);
   if (rc == 0)
     rc = posix_spawn(pid, bin, &fa, NULL, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -207,6 +211,12 @@ static void describe_end(const kc_zygote *z, char *buf, size_t len) {
     snprintf(buf, len, "it exited with status %d", si.si_status);
   else
     snprintf(buf, len, "it was killed by signal %d (%s)", si.si_status, strsignal(si.si_status));
+}
+
+/* Whether it has ended (within 200 ms), without reaping it. */
+static bool zygote_ended(const kc_zygote *z) {
+  struct pollfd p = {.fd = z->pidfd, .events = POLLIN};
+  return z->pidfd >= 0 && poll(&p, 1, 200) > 0;
 }
 
 /* Killed and reaped, but still a kc_zygote: a request in flight fails at once. */
@@ -299,6 +309,11 @@ int kc_zygote_await(const kc_worker_opts *o, kc_zygote *z, kc_error *err) {
     int e = errno;
     close(kc_steal_fd(z->hs));
     if (!ok) {
+      /* no "u": it never got as far as its namespaces (not a kcage worker, say) */
+      kc_error he = {.code = EPIPE};
+      snprintf(he.msg, sizeof he.msg, "zygote: user namespace: %s", strerror(e));
+      if (zygote_ended(z))
+        return no_hello(z, bin, &he, err);
       kill_zygote(z);
       return kc_error_set(err, e, "zygote: user namespace");
     }
