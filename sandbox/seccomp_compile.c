@@ -366,7 +366,8 @@ static unsigned char *cache_key(const kc_policy *p, int handoff, size_t *len) {
 
 static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog, kc_error *err);
 
-int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
+static int prog_compile(const kc_policy *p, int handoff, bool cached, kc_seccomp_prog **out,
+                        kc_error *err) {
   *out = NULL;
   kc_seccomp_prog *prog = calloc(1, sizeof *prog);
   if (!prog)
@@ -376,7 +377,7 @@ int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **o
     return 0;
   }
   size_t klen = 0;
-  kc_cleanup_free unsigned char *key = cache_key(p, handoff, &klen);
+  kc_cleanup_free unsigned char *key = cached ? cache_key(p, handoff, &klen) : NULL;
   if (key && kc__bpf_cache_get(key, klen, &prog->insns, &prog->len) == 0) {
     prog->listener = kc_policy_needs_listener(p);
     *out = prog;
@@ -388,6 +389,15 @@ int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **o
     kc__bpf_cache_put(key, klen, prog->insns, prog->len);
   *out = prog;
   return 0;
+}
+
+int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
+  return prog_compile(p, handoff, true, out, err);
+}
+
+int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                                     kc_error *err) {
+  return prog_compile(p, handoff, false, out, err);
 }
 
 /* libseccomp's compile and export into prog; on failure prog is freed. */

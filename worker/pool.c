@@ -56,6 +56,8 @@ void kc_pool_opts_init(kc_pool_opts *o) {
   kc_worker_opts_init(&o->worker);
 }
 
+static int new_workers(kc_pool *p, kc_error *err);
+
 int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
   kc_pool *p = calloc(1, sizeof *p);
   if (!p)
@@ -77,24 +79,34 @@ int kc_pool_new(const kc_pool_opts *opts, kc_pool **out, kc_error *err) {
   }
   if (!p->o.worker.policy && p->o.worker.isolation == KC_ISOLATION_SANDBOX)
     p->o.worker.policy = "measure"; /* the zygote preloads it before its root moves */
-  if (kc_zygote_start(&p->o.worker, &p->zyg, err) < 0) {
+  if (kc_zygote_begin(&p->o.worker, &p->zyg, err) < 0) {
     kc_pool_shutdown(p, false);
     return kc_error_prefix(err, "pool");
   }
-  for (unsigned i = 0; i < p->n; i++) {
-    slot *s = &p->slots[i];
-    if (kc_worker_new_shared(&p->o.worker, p->zyg, &s->w, err) < 0) {
-      kc_pool_shutdown(p, false);
-      return kc_error_prefix(err, "pool");
-    }
-    s->cap = kc_worker_depth(s->w);
-    s->q = calloc(s->cap, sizeof *s->q);
-    if (!s->q) {
-      kc_pool_shutdown(p, false);
-      return kc_error_set(err, ENOMEM, "pool");
-    }
+  if (new_workers(p, err) < 0 || kc_zygote_await(&p->o.worker, p->zyg, err) < 0) {
+    kc_pool_shutdown(p, false);
+    return kc_error_prefix(err, "pool");
   }
   *out = p;
+  return 0;
+}
+
+/* The workers, each asked of the zygote while it starts: their cgroups and rings are
+ * made meanwhile, and their requests wait on its socket for its hello.  A worker that
+ * could not be asked for yet (a limit its cgroup refuses, say) meets the error again
+ * at its first call, as it would have without the head start. */
+static int new_workers(kc_pool *p, kc_error *err) {
+  for (unsigned i = 0; i < p->n; i++) {
+    slot *s = &p->slots[i];
+    if (kc_worker_new_shared(&p->o.worker, p->zyg, &s->w, err) < 0)
+      return -1;
+    s->cap = kc_worker_depth(s->w);
+    s->q = calloc(s->cap, sizeof *s->q);
+    if (!s->q)
+      return kc_error_set(err, ENOMEM, "worker queue");
+    kc_error ignored = {0};
+    kc_worker_prestart(s->w, &ignored);
+  }
   return 0;
 }
 

@@ -19,7 +19,7 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
     fprintf(stderr, "kcage-worker: started by the kcage library only\n");
     return 2;
   }
-  kc_zygote_args a = {.ctl = atoi(argv[2])};
+  kc_zygote_args a = {.ctl = atoi(argv[2]), .argv = argv};
   kc_mount mounts[64];
   for (int i = 3; i < argc; i++) {
     const char *o = argv[i];
@@ -29,6 +29,14 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
     }
     if (!strcmp(o, "--lo")) {
       a.lo_up = true;
+      continue;
+    }
+    if (!strcmp(o, "--ns")) {
+      a.userns = true;
+      continue;
+    }
+    if (!strcmp(o, "--netns")) {
+      a.join_netns = true;
       continue;
     }
     if (i + 1 >= argc)

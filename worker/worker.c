@@ -57,6 +57,9 @@ struct kc_worker {
   kc_zygote *zyg;
   bool own_zyg;
   kc_zygote *slot; /* forked from zyg, lives in cg: workers are born in the cgroup */
+  /* a slot asked of zyg along with the spawn in flight: its socket (-1: none) */
+  int slot_sock;
+  uint32_t slot_gen;
   kc_cgroup *cg;
   bool cg_tried;
   int64_t oom_base, pids_base;
@@ -235,7 +238,7 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
     return kc_error_set(err, EINVAL, "worker: payload limits over 1 GiB");
   }
   w->q = calloc(KC_DEFAULT_DEPTH, sizeof *w->q);
-  w->pidfd = w->evfd = w->listener = w->handoff = -1;
+  w->pidfd = w->evfd = w->listener = w->handoff = w->slot_sock = -1;
   w->ring.memfd = -1;
   w->zyg = zyg;
   if (!w->q || (w->o.initargs_len && !w->initargs)) {
@@ -767,8 +770,11 @@ static uint32_t next_gen(void) {
   return g ? g : 1; /* 0 is the zygote's hello */
 }
 
-/* The slot's own zygote, inside the slot's cgroup (attached once, here). */
-static void ensure_slot(kc_worker *w) {
+/* The slot's own zygote, inside the slot's cgroup: asked of the zygote right after a
+ * spawn request (the first worker, or one after the slot died, comes from the zygote
+ * itself and is attached by pid), collected and attached by settle_slot while that
+ * worker locks itself down.  Workers spawned after it are born in the cgroup. */
+static void ask_slot(kc_worker *w) {
   if (w->slot && !kc_zygote_alive(w->slot)) {
     kc_zygote_stop(w->slot);
     w->slot = NULL;
@@ -776,11 +782,29 @@ static void ensure_slot(kc_worker *w) {
   /* Under the rlimit fallback each worker gets its limits itself: a slot's zygote
    * holding RLIMIT_NPROC could not fork the worker (the kernel counts the processes
    * of the pool's whole user namespace). */
-  if (w->slot || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX || kc_cgroup_uses_rlimits(w->cg))
+  if (w->slot || w->slot_sock >= 0 || !w->cg || w->o.isolation != KC_ISOLATION_SANDBOX ||
+      kc_cgroup_uses_rlimits(w->cg))
     return;
+  w->slot_gen = next_gen();
   kc_error e = {0};
-  if (kc_zygote_slot(w->zyg, next_gen(), &w->slot, &e) < 0)
-    return; /* workers are then attached one by one */
+  if (kc_zygote_slot_request(w->zyg, w->slot_gen, &w->slot_sock, &e) < 0)
+    w->slot_sock = -1; /* workers are then attached one by one */
+}
+
+static void settle_slot(kc_worker *w) {
+  if (w->slot_sock < 0)
+    return;
+  int sock = w->slot_sock;
+  w->slot_sock = -1;
+  kc_error e = {0};
+  if (!w->zyg) { /* gone with the failed spawn: the slot ends when its socket closes */
+    close(sock);
+    return;
+  }
+  if (kc_zygote_slot_collect(w->zyg, w->slot_gen, sock, &w->slot, &e) < 0) {
+    w->slot = NULL;
+    return;
+  }
   /* The OOM killer should pick the worker, not the slot's zygote: it does anyway by
    * size (a few hundred KiB against the worker's allocation), and where we may (with
    * CAP_SYS_RESOURCE, which this CI machine does not give) the zygote is exempted.
@@ -793,20 +817,18 @@ static void ensure_slot(kc_worker *w) {
     (void)n;
     close(fd);
   }
-  if (kc_cgroup_attach(w->cg, w->slot->pid, &e) < 0) {
+  if (!w->cg || kc_cgroup_attach(w->cg, w->slot->pid, &e) < 0) {
     kc_zygote_stop(w->slot);
     w->slot = NULL;
   }
 }
 
-static int respawn_start(kc_worker *w, kc_error *err) {
-  if (!w->zyg) {
-    if (kc_zygote_start(&w->o, &w->zyg, err) < 0)
-      return kc_error_prefix(err, "worker");
+/* Ring, eventfd, socket, and the request to the slot (or the zygote). */
+static int request_spawn(kc_worker *w, kc_error *err) {
+  if (w->slot && !kc_zygote_alive(w->slot)) {
+    kc_zygote_stop(w->slot);
+    w->slot = NULL;
   }
-  if (ensure_cgroup(w, err) < 0)
-    return -1;
-  ensure_slot(w);
   uint32_t gen = next_gen();
   kc_ring_params rp = {KC_DEFAULT_DEPTH, (uint32_t)w->o.max_arg_bytes,
                        (uint32_t)w->o.max_result_bytes};
@@ -845,18 +867,57 @@ static int respawn_start(kc_worker *w, kc_error *err) {
   w->handoff = sv[0];
   if (rc < 0) {
     drop_process(w);
-    if (w->own_zyg) { /* a dead zygote is replaced at the next try */
-      kc_zygote_stop(w->zyg);
-      w->zyg = NULL;
-    }
     return kc_error_prefix(err, "worker");
   }
   w->spawning = true;
   return 0;
 }
 
-/* The zygote's answer for the spawn in flight: pid, pidfd, cgroup attach. */
+/* A zygote of our own is started here, and everything that does not need it running
+ * (cgroup, ring, the requests, queued on its socket) is done while it starts. */
+static int respawn_start(kc_worker *w, kc_error *err) {
+  bool fresh = !w->zyg;
+  if (fresh && kc_zygote_begin(&w->o, &w->zyg, err) < 0)
+    return kc_error_prefix(err, "worker");
+  int rc = ensure_cgroup(w, err);
+  bool request_failed = false;
+  if (rc == 0 && (rc = request_spawn(w, err)) < 0)
+    request_failed = true;
+  else if (rc == 0)
+    ask_slot(w);
+  kc_error ze = {0};
+  if (fresh && kc_zygote_await(&w->o, w->zyg, &ze) < 0) {
+    drop_process(w); /* its answer never comes: the zygote is dead */
+    kc_zygote_stop(w->zyg);
+    w->zyg = NULL;
+    if (err) /* a zygote that did not start explains anything else that failed */
+      *err = ze;
+    return kc_error_prefix(err, "worker");
+  }
+  if (request_failed && w->own_zyg) {
+    kc_zygote_stop(w->zyg); /* a dead zygote is replaced at the next try */
+    w->zyg = NULL;
+  }
+  return rc;
+}
+
+int kc_worker_prestart(kc_worker *w, kc_error *err) {
+  if (w->pid || w->spawning)
+    return 0;
+  return respawn_start(w, err);
+}
+
+static int collect_worker(kc_worker *w, kc_error *err);
+
+/* The spawn in flight, and the slot asked for with it, whatever became of the spawn. */
 static int collect_pid(kc_worker *w, kc_error *err) {
+  int rc = collect_worker(w, err);
+  settle_slot(w);
+  return rc;
+}
+
+/* The zygote's answer for the spawn in flight: pid, pidfd, cgroup attach. */
+static int collect_worker(kc_worker *w, kc_error *err) {
   w->spawning = false;
   pid_t pid = 0;
   if (kc_zygote_collect(w->slot ? w->slot : w->zyg, w->gen, &pid, err) < 0) {

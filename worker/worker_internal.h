@@ -69,6 +69,9 @@ typedef struct kc_zygote_args {
   const kc_mount *mounts; /* extra mounts (kc_worker_opts.mounts) */
   size_t n_mounts;
   const char *python_lib, *python_boot; /* kc_worker_opts: an embedded interpreter */
+  bool userns;                          /* make the pool's namespaces first (handshake on fd 4) */
+  bool join_netns;                      /* the process's netns is on fd 5 */
+  char **argv; /* our own, to exec again inside the namespaces (a non-root caller) */
 } kc_zygote_args;
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
@@ -105,12 +108,18 @@ typedef struct kc_zygote {
   bool shared;
   pthread_mutex_t mu;
   kc_sandbox_ids ids; /* the host ids of the pool's root, held while the zygote lives */
+  bool made_netns;    /* it made the process's shared netns: kept after its hello */
+  int hs;             /* its namespaces' handshake until the maps are written, else -1 */
   /* answers read while waiting for another one (several spawns in flight) */
   kc_zygote_early early[64];
   unsigned n_early;
 } kc_zygote;
 
 int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err);
+/* The same in two halves, so that requests can be queued while it starts: begin (fork,
+ * exec, namespaces), await (its hello; on failure the zygote is killed, not freed). */
+int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err);
+int kc_zygote_await(const kc_worker_opts *o, kc_zygote *z, kc_error *err);
 /* fds: memfd, evfd, worker sock, stdout, stderr [, v2 cgroup dir] */
 int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t generation,
                     const int *fds, int nfds, pid_t *pid, kc_error *err);
@@ -119,8 +128,11 @@ int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t
                       const int *fds, int nfds, kc_error *err);
 int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *err);
 void kc_zygote_stop(kc_zygote *z);
-/* A slot zygote forked from z (see zygote.c): a kc_zygote of its own. */
-int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err);
+/* A slot zygote forked from z (see zygote.c): a kc_zygote of its own.  Asked for
+ * (*sock: its socket, ours until collected) and collected in two halves. */
+int kc_zygote_slot_request(kc_zygote *z, uint32_t generation, int *sock, kc_error *err);
+int kc_zygote_slot_collect(kc_zygote *z, uint32_t generation, int sock, kc_zygote **out,
+                           kc_error *err);
 /* The kcage-worker to exec: o->worker_path, a checked $KCAGE_WORKER, or the one next to
  * kcage; -1 when $KCAGE_WORKER names a file others could change. */
 int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err);
@@ -128,6 +140,9 @@ int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err);
 /* worker.c: used by the pool, which shares one zygote between its workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
                          kc_error *err);
+/* Start the worker's process now (its first call would), without waiting for it; an
+ * error is left for that first call to meet again. */
+int kc_worker_prestart(kc_worker *w, kc_error *err);
 /* fds the parent must poll for this worker: eventfd, pidfd, listener (-1 when none) */
 int kc_worker_pollfds(kc_worker *w, int fds[3]);
 /* Parent's cq_waiters flag: set before sleeping, cleared after */

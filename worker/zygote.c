@@ -7,6 +7,7 @@
  * has to report deaths. */
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <linux/sched.h>
 #include <poll.h>
 #include <sched.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -42,7 +44,24 @@ typedef struct zpolicy {
 
 static zpolicy g_pols[8];
 
-static int policy_for(const char *name, zpolicy **out, kc_error *err) {
+/* The filter of a policy loaded without one.  uncached: touch no file (root's cache of
+ * compiled programs), for a compile that runs while our root moves. */
+static int policy_compile(zpolicy *z, bool uncached, kc_error *err) {
+  if (z->prog)
+    return 0;
+  /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
+  int rc = uncached ? kc_seccomp_prog_compile_uncached(z->pol, 5, &z->prog, err)
+                    : kc_seccomp_prog_compile(z->pol, 5, &z->prog, err);
+  if (rc < 0) {
+    kc_policy_free(z->pol);
+    memset(z, 0, sizeof *z);
+  }
+  return rc;
+}
+
+/* The policy named name, loaded once (compile: with its filter, else policy_compile
+ * must follow before any worker uses it). */
+static int policy_for(const char *name, bool compile, zpolicy **out, kc_error *err) {
   *out = NULL;
   if (!name[0])
     return 0;
@@ -62,13 +81,9 @@ static int policy_for(const char *name, zpolicy **out, kc_error *err) {
   memset(z, 0, sizeof *z);
   if (kc_policy_load(name, &z->pol, err) < 0)
     return -1;
-  /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
-  if (kc_seccomp_prog_compile(z->pol, 5, &z->prog, err) < 0) {
-    kc_policy_free(z->pol);
-    z->pol = NULL;
-    return -1;
-  }
   snprintf(z->name, sizeof z->name, "%s", name);
+  if (compile && policy_compile(z, false, err) < 0)
+    return -1;
   *out = z;
   return 0;
 }
@@ -137,7 +152,8 @@ static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const zpolicy *
  * and the zygote itself must stay in the parent's (workers are cloned with
  * CLONE_PARENT, which pid 1 of a namespace may not use).  The helper shares our mount
  * namespace, so its pivot_root moves our root too. */
-static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err) {
+static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
+  const kc_policy *pol = zp ? zp->pol : NULL;
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
   ca.flags = CLONE_NEWPID;
@@ -153,10 +169,19 @@ static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err
     }
     _exit(0);
   }
+  /* The helper builds the file system while we compile the policy's filter (about as
+   * long as each other on two CPUs); the compile reads no file, so our root moving
+   * meanwhile changes nothing for it. */
+  kc_error ce = {0};
+  int crc = zp ? policy_compile(zp, true, &ce) : 0;
   int st;
   while (waitpid((pid_t)pid, &st, 0) < 0)
     if (errno != EINTR)
       return kc_error_set(err, errno, "zygote: wait for the file-system helper");
+  if (crc < 0) {
+    *err = ce;
+    return kc_error_prefix(err, "zygote: policy");
+  }
   if (!WIFEXITED(st) || WEXITSTATUS(st))
     return kc_error_set(err, 0, "zygote: the sandbox file system could not be set up");
   const kc_policy_spec *s = pol ? kc_policy_get_spec(pol) : NULL;
@@ -169,9 +194,55 @@ static int enter_fs(const kc_zygote_args *a, const kc_policy *pol, kc_error *err
 
 static int serve(int ctl, int parent_pidfd);
 
+enum { ZYG_REEXEC_MAXARG = 160 }; /* zygote_client.c's argv: 13 + 2 * 64 mounts */
+
+/* The pool's namespaces, made first thing after the exec (the parent spawns us without
+ * a fork: zygote_client.c): a user namespace whose root is the sandbox layer's host id
+ * (the parent writes the maps between "u" and "m" on the handshake socket, fd 4), the
+ * process's one empty network namespace (fd 5; a new one when there is none or it
+ * cannot be joined), private mounts, ipc and uts.  Each worker adds its own pid
+ * namespace. */
+static int enter_pool_namespaces(bool join_netns, char **argv) {
+  bool as_root = geteuid() == 0;
+  int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
+  if (!join_netns || setns(5, CLONE_NEWNET) < 0)
+    nsflags |= CLONE_NEWNET;
+  char c = 'u';
+  if (unshare(nsflags) < 0 || write(4, &c, 1) != 1 || read(4, &c, 1) != 1 || c != 'm')
+    return -1;
+  /* become the namespace's root: full capabilities in the pool's namespaces, none
+   * outside them, and no supplementary groups (setgroups is denied to a non-root
+   * caller's namespace; inside, everyone is root by now, so our euid from before the
+   * unshare decides) */
+  if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
+      setresuid(0, 0, 0) < 0)
+    return -1;
+  mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+  close(4);
+  if (join_netns)
+    close(5);
+  /* A process's memory belongs to the user namespace it exec'd in: ours, and our
+   * workers' (forks), to the caller's.  A root caller may read a worker's mappings
+   * anyway (CAP_SYS_PTRACE there); a non-root one only in a namespace it owns, so for
+   * it we exec again, in the pool's (the namespaces are made: no --ns). */
+  if (as_root)
+    return 0;
+  char *args[ZYG_REEXEC_MAXARG];
+  int n = 0;
+  for (int i = 0; argv[i] && n < ZYG_REEXEC_MAXARG - 1; i++)
+    if (strcmp(argv[i], "--ns") && strcmp(argv[i], "--netns"))
+      args[n++] = argv[i];
+  args[n] = NULL;
+  execv("/proc/self/exe", args);
+  return -1;
+}
+
 int kc_zygote_main(const kc_zygote_args *a) {
   int ctl = a->ctl;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
+  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
+  if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
+    return 125;
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
   if (parent_pidfd < 0 || getppid() == 1)
     return 1;
@@ -184,10 +255,11 @@ int kc_zygote_main(const kc_zygote_args *a) {
   kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
   kc_error err = {0};
   zpolicy *zp = NULL;
-  if (a->policy && policy_for(a->policy, &zp, &err) < 0) {
+  if (a->policy && (policy_for(a->policy, false, &zp, &err) < 0 ||
+                    (!a->setup_fs && zp && policy_compile(zp, false, &err) < 0))) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
-  } else if (a->setup_fs && enter_fs(a, zp ? zp->pol : NULL, &err) < 0) {
+  } else if (a->setup_fs && enter_fs(a, zp, &err) < 0) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
   } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, &err) < 0) {
@@ -246,7 +318,7 @@ static int serve(int ctl, int parent_pidfd) {
       q.policy[sizeof q.policy - 1] = 0;
       zpolicy *pol = NULL;
       kc_error err = {0};
-      if (policy_for(q.policy, &pol, &err) < 0) {
+      if (policy_for(q.policy, true, &pol, &err) < 0) {
         rep.pid = -(err.code ? err.code : EINVAL);
         snprintf(rep.msg, sizeof rep.msg, "zygote: policy: %.200s", err.msg);
       } else {

@@ -7,6 +7,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <spawn.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,9 +76,10 @@ static void keep_netns(pid_t zygote) {
   pthread_mutex_unlock(&g_netns_mu);
 }
 
-/* kcage-worker zygote 3 [--policy P] [--fs] [--lo] [mounts] [--python LIB BOOT], built
- * before the fork into argv (MAXARG + 1 slots) and margs (one string per mount). */
-enum { ZYG_MAX_MOUNTS = 64, ZYG_MAXARG = 11 + 2 * ZYG_MAX_MOUNTS };
+/* kcage-worker zygote 3 [--ns [--netns]] [--policy P] [--fs] [--lo] [mounts]
+ * [--python LIB BOOT], built before the spawn into argv (MAXARG + 1 slots) and margs
+ * (one string per mount). */
+enum { ZYG_MAX_MOUNTS = 64, ZYG_MAXARG = 13 + 2 * ZYG_MAX_MOUNTS };
 
 static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, char **argv,
                        char (*margs)[1024], kc_error *err) {
@@ -87,6 +89,10 @@ static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, 
   argv[ac++] = "kcage-worker";
   argv[ac++] = "zygote";
   argv[ac++] = "3";
+  if (sandboxed)
+    argv[ac++] = "--ns"; /* its namespaces: handshake on fd 4 (zygote.c) */
+  if (sandboxed && !own_netns)
+    argv[ac++] = "--netns"; /* the process's netns to join, on fd 5 */
   if (o->policy) {
     argv[ac++] = "--policy";
     argv[ac++] = (char *)o->policy;
@@ -115,44 +121,44 @@ static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, 
   return 0;
 }
 
-/* The forked child: the pool's namespaces, then exec of kcage-worker.  Never returns. */
-__attribute__((noreturn)) static void zygote_child(const char *bin, char **argv, bool sandboxed,
-                                                   bool as_root, int netns, const int up[2],
-                                                   const int down[2], int sock) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
-  if (sandboxed) {
-    /* A user namespace whose root is the sandbox layer's host id, the process's one
-     * empty network namespace (loopback only; or a new one when that could not be
-     * made), private mounts, ipc and uts.  Each worker adds its own pid namespace. */
-    char c = 'u';
-    int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
-    if (netns < 0 || setns(netns, CLONE_NEWNET) < 0)
-      nsflags |= CLONE_NEWNET;
-    if (unshare(nsflags) < 0 || write(up[1], &c, 1) != 1 || read(down[0], &c, 1) != 1 || c != 'm')
-      _exit(125);
-    /* become the namespace's root: full capabilities in the pool's namespaces, none
-     * outside them, and no supplementary groups (setgroups is denied to a non-root
-     * caller's namespace; inside, everyone is root by now, so the caller's euid from
-     * before the fork decides) */
-    if (setresgid(0, 0, 0) < 0 || (setgroups(0, NULL) < 0 && (as_root || errno != EPERM)) ||
-        setresuid(0, 0, 0) < 0)
-      _exit(125);
-    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
-  }
-  if (dup3(sock, 3, 0) < 0)
-    _exit(125);
-  syscall(SYS_close_range, 4u, ~0U, 0);
-  execv(bin, argv);
-  _exit(127);
+/* kcage-worker spawned with its socket at 3 and, when it makes the pool's namespaces,
+ * its handshake socket at 4 and the netns to join at 5.  A spawn (vfork and exec)
+ * copies nothing of the caller's memory: a fork of a caller of a few dozen MB cost a
+ * new pool milliseconds (page tables copied, then torn down at the exec, and every
+ * page the caller wrote meanwhile a copy-on-write fault).  So the namespaces are made
+ * by the zygote itself after the exec (zygote.c: enter_pool_namespaces). */
+static int spawn_zygote(const char *bin, char **argv, const int src[3], pid_t *pid) {
+  /* sources moved above the targets first, so no dup2 can clobber one */
+  int hi[3] = {-1, -1, -1}, rc = 0;
+  for (int i = 0; i < 3 && rc == 0; i++)
+    if (src[i] >= 0 && (hi[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 16)) < 0)
+      rc = errno;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  for (int i = 0; i < 3 && rc == 0; i++)
+    if (hi[i] >= 0)
+      rc = posix_spawn_file_actions_adddup2(&fa, hi[i], 3 + i);
+  /* nothing else of ours: every fd above the ones it was given is closed */
+  int top = 3;
+  while (top < 6 && hi[top - 3] >= 0)
+    top++;
+  if (rc == 0)
+    rc = posix_spawn_file_actions_addclosefrom_np(&fa, top);
+  if (rc == 0)
+    rc = posix_spawn(pid, bin, &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  for (int i = 0; i < 3; i++)
+    if (hi[i] >= 0)
+      close(hi[i]);
+  return rc;
 }
 
 /* The maps are written by us (root on the host) so that the namespace's root can be an
  * unprivileged host uid, which the child could not map itself: the pool's own host ids
  * (as a non-root caller, ourselves, after denying setgroups). */
-static bool write_zygote_maps(pid_t pid, const kc_sandbox_ids *ids, int up_rd, int down_wr) {
+static bool write_zygote_maps(pid_t pid, const kc_sandbox_ids *ids, int hs) {
   char c = 0, path[64], map[2][64];
-  bool ok = read(up_rd, &c, 1) == 1 && c == 'u';
+  bool ok = read(hs, &c, 1) == 1 && c == 'u';
   snprintf(map[0], sizeof map[0], "0 %u 1\n", (unsigned)ids->uid);
   snprintf(map[1], sizeof map[1], "0 %u 1\n", (unsigned)ids->gid);
   static const char *files[3] = {"setgroups", "uid_map", "gid_map"};
@@ -165,7 +171,7 @@ static bool write_zygote_maps(pid_t pid, const kc_sandbox_ids *ids, int up_rd, i
       close(fd);
   }
   c = 'm';
-  return ok && write(down_wr, &c, 1) == 1;
+  return ok && write(hs, &c, 1) == 1;
 }
 
 static void kill_child(pid_t pid) {
@@ -178,13 +184,12 @@ static void close_pair(int (*p)[2]) {
   kc_closep(&(*p)[1]);
 }
 
-/* Fork and exec the zygote, set up its user namespace, and wait for its hello. */
-/* Its workers go into slot cgroups, attached right after the zygote's hello: take the
- * attach lock's grace period now, while the zygote execs and builds its file system
- * (we would only wait for its hello meanwhile), and keep the lock ready with a cheap
- * repeat every 2 ms until the hello comes (a ready lock goes idle one grace period
- * after its last use).  Bounded: a slow start (an interpreter's boot) stops the
- * repeats and pays the wait at the attach, as before. */
+/* Its first workers (and their slots) are attached to their cgroups right after the
+ * zygote's hello: take the attach lock's grace period now, while the zygote execs and
+ * builds its file system (we would only wait for its hello meanwhile), and keep the
+ * lock ready with a cheap repeat every 2 ms until the hello comes (a ready lock goes
+ * idle one grace period after its last use).  Bounded: a slow start (an interpreter's
+ * boot) stops the repeats and pays the wait at the attach, as before. */
 static void warm_attach_until_hello(const kc_zygote *z) {
   kc_cgroup_warm_attach(z->pid);
   for (int i = 0; i < 50; i++) {
@@ -208,6 +213,21 @@ static void describe_end(const kc_zygote *z, char *buf, size_t len) {
     snprintf(buf, len, "it was killed by signal %d (%s)", si.si_status, strsignal(si.si_status));
 }
 
+/* Whether it has ended (within 200 ms), without reaping it. */
+static bool zygote_ended(const kc_zygote *z) {
+  struct pollfd p = {.fd = z->pidfd, .events = POLLIN};
+  return z->pidfd >= 0 && poll(&p, 1, 200) > 0;
+}
+
+/* Killed and reaped, but still a kc_zygote: a request in flight fails at once. */
+static void kill_zygote(kc_zygote *z) {
+  if (z->pidfd >= 0)
+    syscall(SYS_pidfd_send_signal, z->pidfd, SIGKILL, NULL, 0);
+  else
+    kill(z->pid, SIGKILL);
+  waitpid(z->pid, NULL, 0);
+}
+
 /* The zygote's first answer did not come.  An answer that is not the worker protocol
  * (EPROTO), or none before it ended (EPIPE), means the binary is not a kcage worker (a
  * wrong $KCAGE_WORKER) or died before it could say why: the error names the binary. */
@@ -215,7 +235,7 @@ static int no_hello(kc_zygote *z, const char *bin, const kc_error *e, kc_error *
   char how[96] = "";
   if (e->code == EPROTO || e->code == EPIPE)
     describe_end(z, how, sizeof how);
-  kc_zygote_stop(z);
+  kill_zygote(z);
   if (!how[0]) {
     kc_error_set(err, 0, "zygote did not start (%s): %s", bin, e->msg);
   } else {
@@ -229,7 +249,7 @@ static int no_hello(kc_zygote *z, const char *bin, const kc_error *e, kc_error *
   return -1;
 }
 
-int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* Cgroups a SIGKILLed kcage left behind are removed at the next start. */
   static _Atomic int reaped;
   if (!atomic_exchange(&reaped, 1))
@@ -238,33 +258,30 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (kc_worker_binary(o, &bin, err) < 0)
     return kc_error_prefix(err, "zygote");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
-  bool as_root = geteuid() == 0;
   int netns = sandboxed ? shared_netns() : -1;
   char *argv[ZYG_MAXARG + 1];
   char margs[ZYG_MAX_MOUNTS][1024];
   if (zygote_argv(o, sandboxed, netns < 0, argv, margs, err) < 0)
     return -1;
-  /* The pool's own host ids (never nobody, never another sandbox's), held until the
-   * zygote and every worker it forked are gone. */
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
-  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0)
-    return kc_error_prefix(err, "zygote");
-  /* up: child -> parent "namespaces made"; down: parent -> child "maps written" */
-  __attribute__((cleanup(close_pair))) int sv[2] = {-1, -1}, up[2] = {-1, -1}, down[2] = {-1, -1};
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+  /* sv: the zygote's socket; hs: its namespaces' handshake ("made" / "maps written") */
+  __attribute__((cleanup(close_pair))) int sv[2] = {-1, -1}, hs[2] = {-1, -1};
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0 ||
+      (sandboxed && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, hs) < 0))
     return kc_error_set(err, errno, "zygote: socketpair");
-  if (sandboxed && (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0))
-    return kc_error_set(err, errno, "zygote: pipe");
-  pid_t pid = fork();
-  if (pid < 0)
-    return kc_error_set(err, errno, "zygote: fork");
-  if (pid == 0)
-    zygote_child(bin, argv, sandboxed, as_root, netns, up, down, sv[1]);
+  pid_t pid;
+  int rc = spawn_zygote(bin, argv, (int[3]){sv[1], hs[1], netns}, &pid);
+  if (rc)
+    return kc_error_set(err, rc, "zygote: spawn %s", bin);
   close(kc_steal_fd(sv[1]));
-  if (sandboxed && !write_zygote_maps(pid, &ids, up[0], down[1])) {
-    int e = errno;
+  if (hs[1] >= 0)
+    close(kc_steal_fd(hs[1]));
+  /* The pool's own host ids (never nobody, never another sandbox's), held until the
+   * zygote and every worker it forked are gone.  Chosen while the zygote execs: it
+   * waits for its maps, which name them, before anything else. */
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0) {
     kill_child(pid);
-    return kc_error_set(err, e, "zygote: user namespace");
+    return kc_error_prefix(err, "zygote");
   }
   kc_zygote *z = calloc(1, sizeof *z);
   if (!z) {
@@ -273,11 +290,35 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   }
   z->pid = pid;
   z->ctl = kc_steal_fd(sv[0]);
+  z->hs = sandboxed ? kc_steal_fd(hs[0]) : -1;
   z->sandboxed = sandboxed;
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  if (sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
+  z->made_netns = sandboxed && netns < 0;
+  *out = z;
+  return 0;
+}
+
+int kc_zygote_await(const kc_worker_opts *o, kc_zygote *z, kc_error *err) {
+  const char *bin;
+  if (kc_worker_binary(o, &bin, err) < 0)
+    return kc_error_prefix(err, "zygote");
+  if (z->hs >= 0) {
+    bool ok = write_zygote_maps(z->pid, &z->ids, z->hs);
+    int e = errno;
+    close(kc_steal_fd(z->hs));
+    if (!ok) {
+      /* no "u": it never got as far as its namespaces (not a kcage worker, say) */
+      kc_error he = {.code = EPIPE};
+      snprintf(he.msg, sizeof he.msg, "zygote: user namespace: %s", strerror(e));
+      if (zygote_ended(z))
+        return no_hello(z, bin, &he, err);
+      kill_zygote(z);
+      return kc_error_set(err, e, "zygote: user namespace");
+    }
+  }
+  if (z->sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
     warm_attach_until_hello(z);
   /* its hello (generation 0): policy loaded, file system entered, or why not; an
    * interpreter's boot imports what the caller named (TVM: seconds when loaded) */
@@ -288,8 +329,19 @@ int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->answer_ms = 0;
   if (hello < 0)
     return no_hello(z, bin, &e, err);
-  if (sandboxed && netns < 0)
-    keep_netns(pid);
+  if (z->made_netns)
+    keep_netns(z->pid);
+  return 0;
+}
+
+int kc_zygote_start(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
+  kc_zygote *z;
+  if (kc_zygote_begin(o, &z, err) < 0)
+    return -1;
+  if (kc_zygote_await(o, z, err) < 0) {
+    kc_zygote_stop(z);
+    return -1;
+  }
   *out = z;
   return 0;
 }
@@ -371,7 +423,7 @@ int kc_zygote_spawn(kc_zygote *z, uint32_t flags, const char *policy, uint32_t g
   return kc_zygote_collect(z, generation, pid, err);
 }
 
-int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error *err) {
+int kc_zygote_slot_request(kc_zygote *z, uint32_t generation, int *sock, kc_error *err) {
   KC_ZLOCK(z);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
@@ -381,14 +433,24 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
   q.magic = KC_ZYGOTE_MAGIC;
   q.op = KC_ZOP_SLOT;
   q.generation = generation;
-  pid_t pid = 0;
-  int rc = kc_send_fds(z->ctl, &q, sizeof q, &sv[1], 1) < 0
-               ? kc_error_set(err, errno, "zygote: send")
-               : kc_zygote_collect(z, generation, &pid, err);
+  int rc = kc_send_fds(z->ctl, &q, sizeof q, &sv[1], 1);
+  int e = errno;
   close(sv[1]);
+  if (rc < 0) {
+    close(sv[0]);
+    return kc_error_set(err, e, "zygote: send");
+  }
+  *sock = sv[0];
+  return 0;
+}
+
+int kc_zygote_slot_collect(kc_zygote *z, uint32_t generation, int sock, kc_zygote **out,
+                           kc_error *err) {
+  pid_t pid = 0;
+  int rc = kc_zygote_collect(z, generation, &pid, err);
   kc_zygote *s = rc < 0 ? NULL : calloc(1, sizeof *s);
   if (!s) {
-    close(sv[0]);
+    close(sock);
     if (pid > 0) {
       kill(pid, SIGKILL);
       waitpid(pid, NULL, 0);
@@ -396,7 +458,8 @@ int kc_zygote_slot(kc_zygote *z, uint32_t generation, kc_zygote **out, kc_error 
     return rc < 0 ? -1 : kc_error_set(err, ENOMEM, "zygote: slot");
   }
   s->pid = pid;
-  s->ctl = sv[0];
+  s->ctl = sock;
+  s->hs = -1;
   s->sandboxed = z->sandboxed;
   s->ids = z->ids;
   s->ids.lock_fd = -1; /* held by the zygote it came from */
@@ -415,6 +478,8 @@ void kc_zygote_stop(kc_zygote *z) {
     return;
   if (z->ctl >= 0)
     close(z->ctl);
+  if (z->hs >= 0)
+    close(z->hs);
   if (z->pidfd >= 0)
     syscall(SYS_pidfd_send_signal, z->pidfd, SIGKILL, NULL, 0);
   else

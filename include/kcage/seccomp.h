@@ -81,6 +81,10 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
  * with errno rather than a kc_error. */
 typedef struct kc_seccomp_prog kc_seccomp_prog;
 int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err);
+/* The same without root's cache of compiled programs: it touches no file, for a caller
+ * whose root may move meanwhile (the zygote compiles while its file system is built). */
+int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                                     kc_error *err);
 void kc_seccomp_prog_free(kc_seccomp_prog *prog);
 size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
 int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);
