@@ -327,6 +327,25 @@ static void test_exception_message(void **state) {
 }
 
 /* The three ways a call hangs: all must end on the parent's deadline. */
+/* SIGSTOP is asynchronous: until the kernel says the worker is stopped, it may still
+ * take the next request and answer it.  Waits for state T (5 s at most). */
+static void stop_and_wait(pid_t pid) {
+  assert_int_equal(kill(pid, SIGSTOP), 0);
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  for (double until = now_s() + 5; now_s() < until; sched_yield()) {
+    FILE *f = fopen(path, "re");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *p = strrchr(buf, ')');
+    if (p && (p[2] == 'T' || p[2] == 't'))
+      return;
+  }
+  fail_msg("worker %d did not stop within 5 s", (int)pid);
+}
+
 static double timeout_late(kc_worker *w, const char *fn, bool stop_first) {
   double timeout = 0.1, best = 1e9;
   for (int attempt = 0; attempt < 3; attempt++) {
@@ -335,7 +354,7 @@ static double timeout_late(kc_worker *w, const char *fn, bool stop_first) {
     call(w, "echo", "", 0, 5, &r);
     assert_int_equal(r.status, KC_CALL_COMPLETE);
     if (stop_first)
-      kill(kc_worker_pid(w), SIGSTOP);
+      stop_and_wait(kc_worker_pid(w));
     pid_t old = kc_worker_pid(w);
     double t0 = now_s();
     call(w, fn, "", 0, timeout, &r);
