@@ -619,10 +619,8 @@ static void test_pool_maximum_uses(void **state) {
   kc_pool_shutdown(p, true);
 }
 
-/* A map far longer than the pool's in-flight window: every call runs once, and each
- * result lands at its own index (the window streams; it never reorders or drops). */
-static void test_pool_map_streams(void **state) {
-  (void)state;
+/* A pool of two workers with a 30 s call limit, as the map tests use. */
+static kc_pool *pool_of_two(void) {
   kc_pool_opts o;
   kc_pool_opts_init(&o);
   opts_init(&o.worker);
@@ -631,6 +629,15 @@ static void test_pool_map_streams(void **state) {
   kc_pool *p;
   kc_error err = {0};
   assert_int_equal(kc_pool_new(&o, &p, &err), 0);
+  return p;
+}
+
+/* A map far longer than the pool's in-flight window: every call runs once, and each
+ * result lands at its own index (the window streams; it never reorders or drops). */
+static void test_pool_map_streams(void **state) {
+  (void)state;
+  kc_pool *p = pool_of_two();
+  kc_error err = {0};
   enum { N = 20000 };
   kc_blob *args = calloc(N, sizeof *args);
   uint32_t *vals = calloc(N, sizeof *vals);
@@ -686,14 +693,8 @@ static long minor_faults_of(pid_t pid) {
  * counted by the kernel, so the bound holds however loaded the machine is. */
 static void test_pool_map_no_fault_per_call(void **state) {
   (void)state;
-  kc_pool_opts o;
-  kc_pool_opts_init(&o);
-  opts_init(&o.worker);
-  o.max_workers = 2;
-  o.timeout_s = 30;
-  kc_pool *p;
+  kc_pool *p = pool_of_two();
   kc_error err = {0};
-  assert_int_equal(kc_pool_new(&o, &p, &err), 0);
   enum { N = 8000, MAPS = 3 };
   kc_blob *args = calloc(N, sizeof *args);
   kc_call_result *res = calloc(N, sizeof *res);
