@@ -498,7 +498,8 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   int r = load(x, m, err);
   if (r <= 0)
     return r;
-  int a = kc_audit_maps(kc_mrunner_pid(x->runner), x->artifact, m->message, sizeof m->message);
+  int a = kc_audit_maps(kc_mrunner_pid(x->runner), x->artifact, kc_mrunner_plain(x->runner),
+                        m->message, sizeof m->message);
   if (a < 0) {
     m->status = a == -1 ? KC_BENCH_SUSPICIOUS : KC_BENCH_ERROR;
     return 0;

@@ -3,7 +3,8 @@
  * loaded (and the worker sealed) the parent reads the worker's mappings from outside
  * (/proc/PID/maps: the kernel's account, not the worker's): no mapping may be
  * writable and executable, and executable code may come only from the kernel's own
- * .so, the system's libraries (/usr, bound read-only) and the worker program.  The
+ * .so, the system's libraries (/usr, bound read-only) and the worker program (with
+ * --no-isolation, a fork of the caller: also the code the caller itself maps).  The
  * seal forbids new executable mappings; this audit covers the ones made before it (a
  * constructor or an ifunc resolver mapping a file RWX, say). */
 #include <elf.h>
@@ -93,7 +94,38 @@ int kc_audit_maps_line(const char *line, const char *artifact, const char *exe, 
   return -1;
 }
 
-int kc_audit_maps(pid_t pid, const char *artifact, char *msg, size_t cap) {
+/* A line of /proc/PID/maps that maps a file executable and not writable: its path (pl
+ * bytes), else NULL. */
+static const char *code_path(const char *line, size_t *pl) {
+  unsigned long long lo, hi, off, inode;
+  char perms[8], dev[32];
+  int used = 0;
+  if (sscanf(line, "%llx-%llx %7s %llx %31s %llu %n", &lo, &hi, perms, &off, dev, &inode, &used) <
+          6 ||
+      strlen(perms) < 3 || perms[1] == 'w' || perms[2] != 'x' || line[used] != '/')
+    return NULL;
+  *pl = strcspn(line + used, "\n");
+  return line + used;
+}
+
+/* Whether this process maps the same file as code: a plain measuring process is a fork
+ * of ours, and what it inherited is the caller's code, not the kernel's doing (a
+ * Python caller's extension modules, a library user's own .so outside /usr). */
+static bool inherited_code(const char *line) {
+  size_t pl, ml;
+  const char *path = code_path(line, &pl), *mine;
+  FILE *f = path ? fopen("/proc/self/maps", "re") : NULL;
+  if (!f)
+    return false;
+  char buf[8192];
+  bool found = false;
+  while (!found && fgets(buf, sizeof buf, f))
+    found = (mine = code_path(buf, &ml)) && ml == pl && !strncmp(mine, path, pl);
+  fclose(f);
+  return found;
+}
+
+int kc_audit_maps(pid_t pid, const char *artifact, bool inherited, char *msg, size_t cap) {
   char path[64], exe[4096];
   snprintf(path, sizeof path, "/proc/%d/exe", (int)pid);
   ssize_t el = readlink(path, exe, sizeof exe - 1);
@@ -109,7 +141,9 @@ int kc_audit_maps(pid_t pid, const char *artifact, char *msg, size_t cap) {
   char line[8192];
   int rc = 0;
   while (!rc && fgets(line, sizeof line, f))
-    rc = kc_audit_maps_line(line, artifact, el > 0 ? exe : NULL, msg, cap);
+    if (kc_audit_maps_line(line, artifact, el > 0 ? exe : NULL, msg, cap) < 0 &&
+        !(inherited && inherited_code(line)))
+      rc = -1;
   fclose(f);
   return rc;
 }

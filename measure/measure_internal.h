@@ -180,6 +180,8 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
 
 /* The process that answers the next call (0 when none is running yet). */
 pid_t kc_mrunner_pid(kc_mrunner *r);
+/* true: the plain forked process (it holds every mapping of the caller's) */
+bool kc_mrunner_plain(const kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is
  * continued, and it is stopped again as soon as its completion is seen - before
  * anything else.  elapsed_s leaves out the wake-up after SIGCONT (the scheduler's

@@ -115,7 +115,7 @@ int kc_audit_elf_image(const unsigned char *img, size_t len, char *msg, size_t c
 int kc_audit_elf(const char *path, char *msg, size_t cap);
 int kc_audit_maps_line(const char *line, const char *artifact, const char *exe, char *msg,
                        size_t cap);
-int kc_audit_maps(pid_t pid, const char *artifact, char *msg, size_t cap);
+int kc_audit_maps(pid_t pid, const char *artifact, bool inherited, char *msg, size_t cap);
 
 /* Returns 0 with m->status set (whatever the kernel did), -1 on a parent failure. */
 int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err);

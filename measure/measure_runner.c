@@ -360,6 +360,10 @@ static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_res
   }
 }
 
+bool kc_mrunner_plain(const kc_mrunner *r) {
+  return !r->w;
+}
+
 pid_t kc_mrunner_pid(kc_mrunner *r) {
   if (r->w)
     return kc_worker_pid(r->w);

@@ -2,6 +2,7 @@
  * check on crafted input, the parent's outside view of a process (stop, CPU account,
  * memory), what a worker can see, the integrity fields of the records, and no false
  * alarms: honest kernels of many shapes, dtypes and speeds stay `ok`, every time. */
+#include <dlfcn.h>
 #include <elf.h>
 #include <errno.h>
 #include <setjmp.h>
@@ -198,6 +199,37 @@ static void init_cfg(kc_bench_config *cfg, const char *args) {
   cfg->build.cache_dir = cache;
 }
 
+/* --no-isolation forks the caller: the code it had loaded from outside /usr (a Python
+ * caller's extension modules, a library user's own .so) is inherited, not foreign, and
+ * an honest kernel stays `ok`. */
+static void test_plain_inherits_caller_code(void **state) {
+  (void)state;
+  char dir[] = "/tmp/kc-inherit.XXXXXX", cmd[512], so[256];
+  assert_non_null(mkdtemp(dir));
+  snprintf(so, sizeof so, "%s/libcaller.so", dir);
+  snprintf(cmd, sizeof cmd,
+           "echo 'int kc_caller_code(void) { return 7; }' > %s/c.c && "
+           "cc -shared -fPIC -o %s %s/c.c",
+           dir, so, dir);
+  assert_int_equal(system(cmd), 0);
+  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  assert_non_null(dl);
+  kc_bench_config cfg;
+  init_cfg(&cfg, "f32[32,32] f32[32,32] f32[32,32]:out");
+  cfg.reference = KC_EXAMPLES_DIR "/reference.c";
+  cfg.no_isolation = true;
+  const char *k[] = {KC_EXAMPLES_DIR "/tiled.c"};
+  json_t *recs = run(&cfg, k, 1);
+  json_t *r = json_array_get(recs, 0);
+  if (strcmp(json_string_value(json_object_get(r, "status")), "ok"))
+    fail_msg("%s: %s", json_string_value(json_object_get(r, "status")),
+             json_string_value(json_object_get(r, "message")));
+  json_decref(recs);
+  dlclose(dl);
+  snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+  assert_int_equal(system(cmd), 0);
+}
+
 /* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
  * element in 4096 of each input differs, at least one), the same for the same round. */
 static void test_round_inputs(void **state) {
@@ -348,7 +380,7 @@ int main(void) {
       cmocka_unit_test(test_elf_real),     cmocka_unit_test(test_observe),
       cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
       cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
-      cmocka_unit_test(test_round_inputs),
+      cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
