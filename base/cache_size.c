@@ -20,8 +20,9 @@ static int cache_attr(unsigned index, const char *name, char *buf, size_t cap) {
   return ok;
 }
 
-/* The data or unified cache of the highest level in sysfs; 0 when there is none. */
-static uint64_t sysfs_llc(void) {
+/* The data or unified cache of `level` in sysfs (0: the highest level there is); 0 when
+ * sysfs names none. */
+static uint64_t sysfs_cache(long want) {
   uint64_t best = 0;
   long best_level = 0;
   char level[16], type[32], size[32];
@@ -31,12 +32,22 @@ static uint64_t sysfs_llc(void) {
       continue;
     uint64_t bytes;
     long l = atol(level);
-    if (!strcmp(type, "Instruction") || kc_parse_size(size, &bytes) < 0 || l < best_level)
+    if (!strcmp(type, "Instruction") || kc_parse_size(size, &bytes) < 0 ||
+        (want ? l != want : l < best_level))
       continue;
     best = l > best_level || bytes > best ? bytes : best;
     best_level = l;
   }
   return best;
+}
+
+uint64_t kc_cache_bytes(unsigned level) {
+  static uint64_t known[4];
+  if (level == 0 || level > 3)
+    return 0;
+  if (!known[level])
+    known[level] = sysfs_cache(level) + 1; /* +1: asked, even when the answer is 0 */
+  return known[level] - 1;
 }
 
 /* CPUID's figure alone can be the whole package's: on AMD guests glibc reported 256 MiB
@@ -46,7 +57,7 @@ uint64_t kc_llc_bytes(void) {
   static uint64_t llc;
   if (llc)
     return llc;
-  uint64_t fs = sysfs_llc();
+  uint64_t fs = sysfs_cache(0);
   long cpuid = sysconf(_SC_LEVEL3_CACHE_SIZE);
   uint64_t c = cpuid > (1 << 20) ? (uint64_t)cpuid : 0;
   uint64_t v = fs && c ? (fs < c ? fs : c) : fs ? fs : c;

@@ -1,5 +1,6 @@
 /* base/cache_size.c: the last-level cache a round in pieces is sized by, read from the
- * kernel's cache topology, never larger than what CPUID claims. */
+ * kernel's cache topology, never larger than what CPUID claims; and each level's size,
+ * which sizes a round's input sets. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,9 +14,9 @@
 #include "cache_size.h"
 #include "kcage/units.h"
 
-/* The size of the highest-level data or unified cache of CPU 0, read again through the
- * shell: one `level type size` line per cache from sysfs; 0 when none. */
-static uint64_t sysfs_llc_here(void) {
+/* The size of CPU 0's data or unified cache of level `want` (0: the highest level), read
+ * again through the shell: one `level type size` line per cache from sysfs; 0 when none. */
+static uint64_t sysfs_cache_here(int want) {
   FILE *p = popen("for d in /sys/devices/system/cpu/cpu0/cache/index*; do "
                   "echo \"$(cat $d/level) $(cat $d/type) $(cat $d/size)\"; done 2>/dev/null",
                   "r");
@@ -26,7 +27,8 @@ static uint64_t sysfs_llc_here(void) {
   char type[32], size[32];
   while (fscanf(p, "%d %31s %31s", &level, type, size) == 3) {
     uint64_t b;
-    if (strcmp(type, "Instruction") && kc_parse_size(size, &b) == 0 && level >= best_level) {
+    if (strcmp(type, "Instruction") && kc_parse_size(size, &b) == 0 &&
+        (want ? level == want : level >= best_level)) {
       best = level > best_level || b > best ? b : best;
       best_level = level;
     }
@@ -43,7 +45,7 @@ static void test_llc(void **state) {
   long cpuid = sysconf(_SC_LEVEL3_CACHE_SIZE);
   if (cpuid > (1 << 20))
     assert_true(llc <= (uint64_t)cpuid);
-  uint64_t fs = sysfs_llc_here();
+  uint64_t fs = sysfs_cache_here(0);
   if (fs)
     assert_true(llc <= fs);
   if (fs && (cpuid <= (1 << 20) || fs <= (uint64_t)cpuid))
@@ -52,7 +54,22 @@ static void test_llc(void **state) {
     assert_int_equal(llc, 32u << 20);
 }
 
+/* Each level as sysfs has it (0 where it has none), the same answer every time, and
+ * nothing for levels that are not caches of a CPU. */
+static void test_levels(void **state) {
+  (void)state;
+  for (int level = 1; level <= 3; level++) {
+    uint64_t here = sysfs_cache_here(level);
+    assert_int_equal(kc_cache_bytes((unsigned)level), here);
+    assert_int_equal(kc_cache_bytes((unsigned)level), here);
+  }
+  if (kc_cache_bytes(1) && kc_cache_bytes(2))
+    assert_true(kc_cache_bytes(1) <= kc_cache_bytes(2));
+  assert_int_equal(kc_cache_bytes(0), 0);
+  assert_int_equal(kc_cache_bytes(4), 0);
+}
+
 int main(void) {
-  const struct CMUnitTest tests[] = {cmocka_unit_test(test_llc)};
+  const struct CMUnitTest tests[] = {cmocka_unit_test(test_llc), cmocka_unit_test(test_levels)};
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
