@@ -337,6 +337,7 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
   };
   json_t *o = kc_mrecord(&in);
   json_object_set_new(o, "limits", limits_record());
+  json_object_set_new(o, "cpu", cfg->pin_cpu ? json_integer(cfg->cpu) : json_null());
   return o;
 }
 
@@ -382,11 +383,10 @@ typedef struct session {
   uint64_t data_seed;
 } session;
 
-/* Inputs of a round: up to 8 MiB of distinct sets (about a last-level cache; never
- * fewer than --sets), so that short calls each get their own input; outputs: up to
- * 128 MiB of regions (and a quarter of the worker's memory), one per call of a round,
- * never fewer than two. */
-#define KC_ROUND_INPUT_BYTES (8ull << 20)
+/* Inputs of a round: distinct sets so that calls each get their own input where
+ * kc_round_input_budget allows (never fewer than --sets); outputs: up to 128 MiB of
+ * regions (and a quarter of the worker's memory), one per call of a round, never fewer
+ * than two. */
 #define KC_ROUND_OUTPUT_BYTES (128ull << 20)
 
 /* What the worker holds besides the tensors: its code, libraries, ring and stack. */
@@ -395,7 +395,7 @@ typedef struct session {
 /* The sets of inputs the file holds: a round uses up to this many. */
 static uint32_t input_slots(const session *s) {
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
-  uint64_t slots = in_region ? KC_ROUND_INPUT_BYTES / in_region : 4096;
+  uint64_t slots = in_region ? kc_round_input_budget(in_region, s->n_sets) / in_region : 4096;
   slots = slots > 4096 ? 4096 : slots;
   return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
 }
@@ -559,6 +559,7 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->cooldown_ms = cfg->cooldown_ms;
   x->flush_cache = cfg->flush_cache;
   x->piece_bytes = cfg->piece_bytes;
+  x->cpu = cfg->pin_cpu ? (int)cfg->cpu : -1;
   x->checks = cfg->checks ? cfg->checks : 2;
   x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
   x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
@@ -701,6 +702,37 @@ typedef struct batch {
   const char *isolation;
 } batch;
 
+/* "0-3,6": the CPUs of a set, as the kernel lists them. */
+static const char *cpu_list(const cpu_set_t *set, char *buf, size_t cap) {
+  size_t len = 0;
+  buf[0] = '\0';
+  for (int c = 0; c < CPU_SETSIZE && len < cap; c++) {
+    if (!CPU_ISSET(c, set) || (c > 0 && CPU_ISSET(c - 1, set)))
+      continue;
+    int e = c;
+    while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+      e++;
+    int w = e > c ? snprintf(buf + len, cap - len, "%s%d-%d", len ? "," : "", c, e)
+                  : snprintf(buf + len, cap - len, "%s%d", len ? "," : "", c);
+    len += w > 0 ? (size_t)w : 0;
+  }
+  return buf;
+}
+
+/* --cpu: a CPU the caller itself may run on (one outside its set would be a pin the
+ * caller's own placement forbids, or no CPU at all). */
+static int check_cpu_choice(const kc_bench_config *cfg, kc_error *err) {
+  cpu_set_t mine;
+  if (!cfg->pin_cpu)
+    return 0;
+  if (sched_getaffinity(0, sizeof mine, &mine) < 0)
+    return kc_error_set(err, errno, "--cpu");
+  if (cfg->cpu >= CPU_SETSIZE || !CPU_ISSET(cfg->cpu, &mine))
+    return kc_error_set(err, 0, "--cpu %u: not one of the CPUs this process may run on (%s)",
+                        cfg->cpu, cpu_list(&mine, (char[256]){0}, 256));
+  return 0;
+}
+
 /* What can be refused before anything is read or built. */
 static int check_batch(batch *b, kc_error *err) {
   const kc_bench_config *cfg = b->cfg;
@@ -710,7 +742,7 @@ static int check_batch(batch *b, kc_error *err) {
   if (b->s.n_sets > 64)
     return kc_error_set(err, 0, "too many input sets (at most 64)");
   b->s.out_region = kc_args_region_bytes(&b->s.spec, true);
-  if (check_fits(cfg, &b->s, err) < 0)
+  if (check_fits(cfg, &b->s, err) < 0 || check_cpu_choice(cfg, err) < 0)
     return -1;
   if (b->n == 0)
     return kc_error_set(err, 0, "no kernels given");

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache_size.h"
 #include "measure_kernel.h"
 
 static uint64_t round_seed(uint64_t seed, uint64_t round) {
@@ -63,4 +64,20 @@ uint32_t kc_round_inputs(const kc_args_spec *a, unsigned char *map, uint64_t in_
   (void)flush;
 #endif
   return dup;
+}
+
+/* The bytes of distinct input sets a round spreads its calls over.  A harness (TVM's
+ * evaluator) rotating --sets sets reads them from the smallest cache level they fit in;
+ * sets spread past that level make every call fetch its inputs from a slower one, inside
+ * the clock (a 32x32 matmul read 19 % slower over 8 MiB of sets than over 4 sets, which
+ * sit in L1 and L2; over 512 KiB, 0.8 %).  So sets that a harness keeps in L1 or L2 stay
+ * within half of that level; larger ones, read from the last level or from memory
+ * anyway, get up to 8 MiB.  Unknown cache sizes: 8 MiB. */
+uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets) {
+  for (unsigned level = 1; level <= 2; level++) {
+    uint64_t half = kc_cache_bytes(level) / 2;
+    if (half && in_region * n_sets <= half)
+      return half;
+  }
+  return 8ull << 20;
 }

@@ -28,6 +28,7 @@ typedef struct kc_mctx {
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
   uint64_t piece_bytes; /* kc_bench_config's; 0 = half the last-level cache */
+  int cpu;              /* the worker's CPU during rounds (--cpu); -1 = the scheduler's */
   uint32_t checks;
   double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
   double call_s;   /* one kernel call, --timeout (0 = 10 s); a round of N calls gets N times it */
@@ -86,6 +87,9 @@ void kc_rfc3339(const struct timespec *ts, char *buf, size_t len);
  * err (the reference failed: a setup error, not the kernel's). */
 int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_t region,
                       double timeout_s, unsigned char *out, kc_error *err);
+
+/* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */
+uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets);
 
 /* Write round `round`'s inputs for sets [0, n_sets) into map (measure_inputs.c).
  * Returns the set that is a near-copy of set 0, or UINT32_MAX when there is none. */

@@ -19,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include "cache_size.h"
 #include "kcage/measure.h"
 #include "measure_kernel.h"
 
@@ -232,6 +233,26 @@ static void test_plain_inherits_caller_code(void **state) {
 
 /* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
  * element in 4096 of each input differs, at least one), the same for the same round. */
+/* The input budget: sets that --sets would keep in half of L1 or L2 stay within half of
+ * that level (never fewer than those sets), larger ones get 8 MiB, as they do when the
+ * caches are unknown. */
+static void test_input_budget(void **state) {
+  (void)state;
+  uint64_t l1 = kc_cache_bytes(1) / 2, l2 = kc_cache_bytes(2) / 2, big = 8ull << 20;
+  assert_int_equal(kc_round_input_budget(8ull << 20, 4), big);
+  assert_int_equal(kc_round_input_budget(512ull << 10, 4),
+                   l2 && 4 * (512ull << 10) <= l2 ? l2 : big);
+  if (l1 >= 4 * 2048)
+    assert_int_equal(kc_round_input_budget(2048, 4), l1);
+  if (l2 >= 4 * (8ull << 10) && l1 < 4 * (8ull << 10))
+    assert_int_equal(kc_round_input_budget(8ull << 10, 4), l2);
+  if (!l1 && !l2)
+    assert_int_equal(kc_round_input_budget(64, 4), big);
+  for (uint64_t in = 64; in <= (64ull << 20); in *= 4)
+    for (uint32_t sets = 1; sets <= 64; sets *= 4)
+      assert_true(kc_round_input_budget(in, sets) >= (in * sets <= big ? in * sets : 0));
+}
+
 static void test_round_inputs(void **state) {
   (void)state;
   kc_args_spec spec;
@@ -381,6 +402,7 @@ int main(void) {
       cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
       cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
       cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
+      cmocka_unit_test(test_input_budget),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
