@@ -51,6 +51,9 @@ static void usage(FILE *out) {
           "  --no-isolation       run the kernels in a plain process, with no namespaces and\n"
           "                       no cgroup: only for code you trust (records say\n"
           "                       \"isolation\": \"none\")\n"
+          "  --cpu N              run each measuring worker's rounds on CPU N alone, and keep\n"
+          "                       kcage itself off it meanwhile (default: wherever the\n"
+          "                       scheduler puts it; the record's \"cpu\" says which)\n"
           "  --max-cv X           mark a kernel unstable (record \"unstable\": true, '!' in the\n"
           "                       table) when the CV of its rounds is above X (default 0.1)\n"
           "resources:\n"
@@ -129,6 +132,7 @@ enum {
   O_LFALLBACK,
   O_NO_ISOLATION,
   O_SANDBOX_IDS,
+  O_CPU,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -164,6 +168,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"auth-key", 1, 0, O_AUTHKEY},
                                      {"budget", 1, 0, O_BUDGET},
                                      {"max-cv", 1, 0, O_MAXCV},
+                                     {"cpu", 1, 0, O_CPU},
                                      {"help", 0, 0, O_HELP},
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {"sandbox-ids", 1, 0, O_SANDBOX_IDS},
@@ -489,6 +494,9 @@ static int timing_option(bench_args *b, int c, const char *a) {
     return 0;
   case O_MAXCV:
     return kc_parse_decimal(a, &g->max_cv) < 0 || g->max_cv <= 0 ? bad_value(c, a) : 0;
+  case O_CPU:
+    g->pin_cpu = true;
+    return uint_option(c, a, 0, 1u << 20, &g->cpu);
   }
   return NOT_MINE;
 }
@@ -545,6 +553,10 @@ static int check_usage(const bench_args *b, kc_auth_key *auth, int argc, char **
   }
   if (cfg->tracker && cfg->no_isolation) {
     kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg->tracker && cfg->pin_cpu) {
+    kc_cli_error("bench", "--cpu is for local runs: an agent places its own workers");
     return KC_EXIT_USAGE;
   }
   if (cfg->tracker && !cfg->key) {

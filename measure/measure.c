@@ -342,6 +342,11 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
+  /* Every round, since a worker that died was replaced by one that was never pinned. */
+  if (x->cpu >= 0 && kc_observe_pin(v.pid, x->cpu) < 0) {
+    kc_observe_cont(v.pid);
+    return kc_error_set(err, errno, "--cpu %d: pin the measuring worker", x->cpu);
+  }
   cpu_set_t home;
   v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;
   int cpu = v.home ? kc_observe_move_near(v.pid, v.home) : -1;

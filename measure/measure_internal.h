@@ -175,6 +175,8 @@ int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *e
  * caller restores home when the round is over. */
 int kc_observe_move_near(pid_t pid, const cpu_set_t *home);
 void kc_observe_move_away(const cpu_set_t *home, int cpu);
+/* Keep the process on `cpu` alone (--cpu); -1 with errno when the kernel refuses. */
+int kc_observe_pin(pid_t pid, int cpu);
 /* Fill len bytes of its memory at addr with an 8-byte word, as kc_poison_fill does. */
 int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_error *err);
 

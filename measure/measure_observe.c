@@ -161,6 +161,13 @@ int kc_observe_move_near(pid_t pid, const cpu_set_t *home) {
   return sched_setaffinity(0, sizeof there, &there) == 0 ? cpu : -1;
 }
 
+int kc_observe_pin(pid_t pid, int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  return sched_setaffinity(pid, sizeof one, &one);
+}
+
 void kc_observe_move_away(const cpu_set_t *home, int cpu) {
   cpu_set_t rest = *home;
   CPU_CLR(cpu, &rest);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One `kcage bench` behaviour case around measurement (see CMakeLists.txt): large
-# outputs, the per-call timeout and the budget, an interrupted batch, the CV flag.
+# outputs, the per-call timeout and the budget, an interrupted batch, the CV flag, --cpu.
 # Behaviour only: no case asserts a speed.
 set -uo pipefail
 kcage=$1 kernels=$2 cache=$3 case=$4
@@ -117,6 +117,33 @@ cv_flag)
     --json "$tmp/b.jsonl" "$kernels/jitter.c" >"$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
   cat "$tmp/out"
   [[ $(field unstable "$tmp/b.jsonl") == false ]] && ! grep -q '%!' "$tmp/out"
+  ;;
+cpu_pin)
+  # --cpu N: every round of the worker runs on CPU N.  For each CPU this process may
+  # use, a kernel that writes the CPU it runs on agrees, call after call and round after
+  # round, with a reference that writes N; the record says which CPU.
+  cpus=()
+  for ((c = 0; c < $(nproc --all); c++)); do
+    taskset -c "$c" true 2>/dev/null && cpus+=("$c")
+  done
+  if ((${#cpus[@]} < 2)); then
+    echo "SKIP: needs two CPUs this process may use (has ${#cpus[@]})"
+    exit 77
+  fi
+  for c in "${cpus[@]}"; do
+    sed "s/(float)sched_getcpu()/(float)$c/" "$kernels/where_cpu.c" >"$tmp/ref$c.c"
+    "$kcage" bench --args "$one" --repeat 8 --min-repeat-ms 2 --cpu "$c" --reference "$tmp/ref$c.c" \
+      --json "$tmp/c$c.jsonl" "$kernels/where_cpu.c" >"$tmp/out" 2>&1 || { cat "$tmp/out"; exit 1; }
+    cat "$tmp/out"
+    [[ $(field status "$tmp/c$c.jsonl") == '"ok"' && $(field cpu "$tmp/c$c.jsonl") == "$c" ]] ||
+      { echo "FAIL: --cpu $c"; cat "$tmp/c$c.jsonl"; exit 1; }
+  done
+  # Not a CPU this process may use: refused before anything runs, in one line.
+  "$kcage" bench --args "$one" --cpu 4095 "$kernels/fill.c" >"$tmp/out" 2>"$tmp/err"
+  rc=$?
+  cat "$tmp/err"
+  [[ $rc == 2 && $(wc -l <"$tmp/err") == 1 ]] &&
+    grep -q "^kcage: bench: --cpu 4095: not one of the CPUs this process may run on" "$tmp/err"
   ;;
 *)
   echo "unknown case $case"

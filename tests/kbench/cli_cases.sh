@@ -157,7 +157,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"abi":"build_s":"cc":"cflags":"checked_calls":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"abi":"build_s":"cc":"cflags":"checked_calls":"cpu":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
   # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
   # in their shortest form (never 17 digits).
   head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1
