@@ -6,6 +6,7 @@
  * ratio kcage/harness per case; target within 2 %. */
 #include <dlfcn.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,6 +88,30 @@ static const bcase cases[] = {
 
 static char tmpdir[256];
 
+/* The CPUs trials run on, in turn: a trial's harness and its kcage worker share one
+ * (--cpu), since this guest's vCPUs differ in memory bandwidth from minute to minute
+ * (a vector add read 0.78x to 1.37x on vCPU 1 against vCPU 0 in runs of one hour), and
+ * a harness on one compared with a worker on the other measures that difference. */
+static cpu_set_t all_cpus;
+static int trial_cpus[CPU_SETSIZE], n_trial_cpus;
+
+static void find_cpus(void) {
+  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) < 0)
+    return;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &all_cpus))
+      trial_cpus[n_trial_cpus++] = c;
+}
+
+/* Pin the calling thread to cpu (-1: back to every CPU it had). */
+static void pin_self(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  if (cpu >= 0)
+    CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, cpu >= 0 ? &one : &all_cpus);
+}
+
 typedef int (*kernel_fn)(DLTensor *, int32_t);
 
 /* The harness: everything but the call outside the clock. */
@@ -146,7 +171,8 @@ static double harness_round(harness *h, uint64_t number, uint64_t seed) {
 void kc_sched_slice(uint64_t ns);
 #define KC_SUPERVISOR_SLICE_NS 100000
 
-static double harness_trial(harness *h, uint64_t number, uint32_t repeat, double *min) {
+static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cpu, double *min) {
+  pin_self(cpu);
   kc_sched_slice(0);
   double v[64];
   for (int w = 0; w < 3; w++) /* warm, as kcage's untimed rounds do */
@@ -156,10 +182,11 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, double
   double med = kc_bench_quantile(v, repeat, 0.5);
   *min = v[0]; /* sorted by the quantile */
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
+  pin_self(-1);
   return med;
 }
 
-static double kcage_trial(const char *so, const bcase *c, uint64_t number, double *min) {
+static double kcage_trial(const char *so, const bcase *c, uint64_t number, int cpu, double *min) {
   kc_bench_config cfg;
   kc_bench_config_init(&cfg);
   cfg.args = c->args;
@@ -172,6 +199,8 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, doubl
   /* KC_BENCH_PIECE_BYTES: compare rounds in pieces with whole rounds (a huge value) */
   const char *pb = getenv("KC_BENCH_PIECE_BYTES");
   cfg.piece_bytes = pb ? strtoull(pb, NULL, 0) : 0;
+  cfg.pin_cpu = cpu >= 0;
+  cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {so};
@@ -222,9 +251,10 @@ static void run_case(const bcase *c, size_t idx) {
      * within seconds, so kcage is compared with the geometric mean of the harness trials
      * on either side of it, which cancels a drift linear over the three. */
     double h1min, h2min, kmin;
-    double h1 = harness_trial(&h, number, c->repeat, &h1min);
-    kc[t] = kcage_trial(so, c, number, &kmin);
-    double h2 = harness_trial(&h, number, c->repeat, &h2min);
+    int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
+    double h1 = harness_trial(&h, number, c->repeat, cpu, &h1min);
+    kc[t] = kcage_trial(so, c, number, cpu, &kmin);
+    double h2 = harness_trial(&h, number, c->repeat, cpu, &h2min);
     un[t] = sqrt(h1 * h2);
     hs[2 * t] = h1;
     hs[2 * t + 1] = h2;
@@ -267,9 +297,10 @@ int main(int argc, char **argv) {
     return 1;
   }
   chmod(tmpdir, 0755); /* the worker's user must reach the .so */
+  find_cpus();
   printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets, output poisoned "
          "before each call outside the clock), same number and repeat, %d trials, each one "
-         "harness, kcage, harness;\n"
+         "harness, kcage, harness, all three on one CPU (kcage --cpu), the CPUs in turn;\n"
          "ratio = median over trials of kcage median / geometric mean of the two harness "
          "medians around it; target within 2 %%\n",
          SETS, TRIALS);
