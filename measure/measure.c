@@ -238,7 +238,7 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   }
   kc_mcall c;
   double t_cont = kc_now_s();
-  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, &c, err) < 0)
+  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, v->leave, &c, err) < 0)
     return -1;
   double could_run = kc_now_s() - t_cont;
   *wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
@@ -264,17 +264,45 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
 }
 
 /* Before a piece (worker stopped): its regions poisoned from outside, from the CPU the
- * worker runs on, call c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
+ * worker runs on (the parent stays there until it has continued the worker), call
+ * c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
-  int cpu = v->home ? kc_observe_move_near(v->pid, v->home) : -1;
+  if (v->leave)
+    kc_observe_move_to(v->cpu, v->home);
   for (uint64_t i = 0; r == 0 && i < cnt; i++)
     r = kc_observe_poison(v->pid, v->base + (c0 + i) * v->region, v->region,
                           kc_poison_word(v->poison_seed, c0 + i), err);
-  if (cpu >= 0)
-    kc_observe_move_away(v->home, cpu);
   return r == 0 ? 1 : memory_gone(m, err);
+}
+
+/* Where a round runs.  The worker (stopped) is kept on one CPU for the whole round: the
+ * one --cpu names, else the one it last ran on, where the caches hold what it touched.
+ * The parent moves there to write the round's inputs and each piece's poison, so that
+ * the lines are warm for it as a harness's own writes are for its calls (lines another
+ * core wrote must first be fetched from that core), and it stays there until it has
+ * continued the worker: the worker is then queued on a CPU that is awake, and leaves
+ * only then (kc_observe_cont_arrived).  *had: the worker's CPUs before, to restore
+ * after the round (*restore).  0, or -1 with err when --cpu cannot be held. */
+static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *leave, cpu_set_t *had,
+                       bool *restore, kc_error *err) {
+  *restore = false;
+  v->cpu = x->cpu >= 0 ? x->cpu : kc_observe_last_cpu(v->pid);
+  v->leave = NULL;
+  if (x->cpu >= 0) {
+    if (kc_observe_pin(v->pid, x->cpu) < 0)
+      return kc_error_set(err, errno, "--cpu %d: pin the measuring worker", x->cpu);
+  } else if (v->cpu >= 0 && sched_getaffinity(v->pid, sizeof *had, had) == 0 &&
+             CPU_ISSET(v->cpu, had) && CPU_COUNT(had) > 1) {
+    *restore = kc_observe_pin(v->pid, v->cpu) == 0;
+  }
+  if (kc_observe_move_to(v->cpu, v->home)) {
+    *leave = *v->home;
+    CPU_CLR(v->cpu, leave);
+    v->leave = leave;
+  }
+  return 0;
 }
 
 /* The round's calls, in pieces when they do not fit the cache (piece_calls), then its
@@ -343,21 +371,21 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
   /* Every round, since a worker that died was replaced by one that was never pinned. */
-  if (x->cpu >= 0 && kc_observe_pin(v.pid, x->cpu) < 0) {
-    kc_observe_cont(v.pid);
-    return kc_error_set(err, errno, "--cpu %d: pin the measuring worker", x->cpu);
-  }
-  cpu_set_t home;
+  cpu_set_t home, leave, had;
+  bool restore;
   v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;
-  int cpu = v.home ? kc_observe_move_near(v.pid, v.home) : -1;
+  if (place_round(x, &v, &leave, &had, &restore, err) < 0) {
+    kc_observe_cont(v.pid);
+    return -1;
+  }
   v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
                           x->data_seed, x->round++, x->flush_cache);
-  if (cpu >= 0)
-    kc_observe_move_away(v.home, cpu);
   double wall = 0;
   r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
   if (v.home)
     sched_setaffinity(0, sizeof home, &home);
+  if (restore)
+    sched_setaffinity(v.pid, sizeof had, &had);
   *dt = wall * (double)want / (double)number;
   if (r > 0 && timed)
     m->timed_calls += number;

@@ -160,21 +160,21 @@ void kc_mcall_clear(kc_mcall *c);
 /* The measuring process seen from outside, by host pid (measure_observe.c). */
 int kc_observe_stop(pid_t pid); /* SIGSTOP, then wait until stopped; -1 when gone */
 void kc_observe_cont(pid_t pid);
-/* SIGCONT, then wait (at most 5 ms) until the scheduler has given the process a CPU;
- * returns the seconds it waited for one (its wake-up: it ran nothing meanwhile), 0 when
- * unknown. */
-double kc_observe_cont_arrived(pid_t pid);
+/* SIGCONT, then move the calling thread onto `leave` (unless NULL), then wait (at most
+ * 5 ms) until the scheduler has given the process a CPU; returns the seconds it waited
+ * for one (its wake-up: it ran nothing meanwhile), 0 when unknown.  A caller that sits
+ * on the CPU the process is pinned to, and leaves only now, has it queued there at once
+ * and counted from then: continued onto an idle CPU instead, it would be queued only once
+ * that CPU woke (on this guest up to 0.4 ms), and that wait would be timed. */
+double kc_observe_cont_arrived(pid_t pid, const cpu_set_t *leave);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
-/* Move the calling thread onto the CPU the (stopped) process last ran on, where it will
- * run next, if `home` (the caller's own CPU set, saved) allows it: memory written from
- * there is warm for it, as a harness's own writes are for its calls (lines another core
- * wrote must first be fetched from that core).  Returns that CPU, or -1 (nothing
- * moved).  Then move away from it (home less that CPU) before the process runs: a
- * parent left there would share its CPU, or push it onto another, cold one.  The
- * caller restores home when the round is over. */
-int kc_observe_move_near(pid_t pid, const cpu_set_t *home);
-void kc_observe_move_away(const cpu_set_t *home, int cpu);
+/* The CPU the process last ran on (/proc/PID/stat); -1 when unknown. */
+int kc_observe_last_cpu(pid_t pid);
+/* Move the calling thread onto `cpu`, if `home` (the caller's own CPU set, saved) holds
+ * it and another CPU to leave to; false: nothing moved.  The caller restores home when
+ * the round is over. */
+bool kc_observe_move_to(int cpu, const cpu_set_t *home);
 /* Keep the process on `cpu` alone (--cpu); -1 with errno when the kernel refuses. */
 int kc_observe_pin(pid_t pid, int cpu);
 /* Fill len bytes of its memory at addr with an 8-byte word, as kc_poison_fill does. */
@@ -185,12 +185,13 @@ pid_t kc_mrunner_pid(kc_mrunner *r);
 /* true: the plain forked process (it holds every mapping of the caller's) */
 bool kc_mrunner_plain(const kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is
- * continued, and it is stopped again as soon as its completion is seen - before
- * anything else.  elapsed_s leaves out the wake-up after SIGCONT (the scheduler's
- * account of the time the process waited for a CPU before it first ran).  So it sees the round's
+ * continued (and the caller moves to `leave`, unless NULL: kc_observe_cont_arrived), and
+ * it is stopped again as soon as its completion is seen - before anything else.
+ * elapsed_s leaves out the wake-up after SIGCONT (the scheduler's account of the time
+ * the process waited for a CPU before it first ran).  So it sees the round's
  * inputs only inside the clock, and whatever it does after it claims to be done does not happen
  * until the parent has checked the round. */
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
-                          double expect_s, kc_mcall *res, kc_error *err);
+                          double expect_s, const cpu_set_t *leave, kc_mcall *res, kc_error *err);
 
 #endif

@@ -57,10 +57,12 @@ static int schedstat(pid_t pid, long long v[3]) {
   return sscanf(buf, "%lld %lld %lld", &v[0], &v[1], &v[2]) == 3 ? 0 : -1;
 }
 
-double kc_observe_cont_arrived(pid_t pid) {
+double kc_observe_cont_arrived(pid_t pid, const cpu_set_t *leave) {
   long long a[3], b[3];
   bool known = schedstat(pid, a) == 0;
   kc_observe_cont(pid);
+  if (leave)
+    sched_setaffinity(0, sizeof *leave, leave);
   if (!known)
     return 0;
   /* The scheduler counts each arrival on a CPU and the time the process waited for it:
@@ -141,7 +143,7 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
 }
 
 /* Field 39 of /proc/PID/stat (processor): the 37th after the name; -1 when unknown. */
-static int last_cpu(pid_t pid) {
+int kc_observe_last_cpu(pid_t pid) {
   char buf[1024];
   if (kc_read_proc(pid, "stat", buf, sizeof buf) < 0)
     return -1;
@@ -151,14 +153,13 @@ static int last_cpu(pid_t pid) {
   return p ? atoi(p + 1) : -1;
 }
 
-int kc_observe_move_near(pid_t pid, const cpu_set_t *home) {
-  int cpu = last_cpu(pid);
-  if (cpu < 0 || cpu >= CPU_SETSIZE || !CPU_ISSET(cpu, home) || CPU_COUNT(home) == 1)
-    return -1;
+bool kc_observe_move_to(int cpu, const cpu_set_t *home) {
+  if (cpu < 0 || cpu >= CPU_SETSIZE || !home || !CPU_ISSET(cpu, home) || CPU_COUNT(home) == 1)
+    return false;
   cpu_set_t there;
   CPU_ZERO(&there);
   CPU_SET(cpu, &there);
-  return sched_setaffinity(0, sizeof there, &there) == 0 ? cpu : -1;
+  return sched_setaffinity(0, sizeof there, &there) == 0;
 }
 
 int kc_observe_pin(pid_t pid, int cpu) {
@@ -166,10 +167,4 @@ int kc_observe_pin(pid_t pid, int cpu) {
   CPU_ZERO(&one);
   CPU_SET(cpu, &one);
   return sched_setaffinity(pid, sizeof one, &one);
-}
-
-void kc_observe_move_away(const cpu_set_t *home, int cpu) {
-  cpu_set_t rest = *home;
-  CPU_CLR(cpu, &rest);
-  sched_setaffinity(0, sizeof rest, CPU_COUNT(&rest) ? &rest : home);
 }

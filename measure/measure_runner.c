@@ -268,7 +268,7 @@ static int no_answer(kc_mrunner *r, int rr, kc_mcall *res, kc_error *err) {
 }
 
 static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, bool timed,
-                      kc_mcall *res, kc_error *err) {
+                      const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
   if (r->pid <= 0 && plain_start(r, err) < 0)
     return -1;
   if (len > r->o.max_arg_bytes)
@@ -279,7 +279,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     plain_died(r, res, -1);
     return 0;
   }
-  double wake = timed ? kc_observe_cont_arrived(r->pid) : 0;
+  double wake = timed ? kc_observe_cont_arrived(r->pid, leave) : 0;
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
@@ -371,7 +371,7 @@ pid_t kc_mrunner_pid(kc_mrunner *r) {
 }
 
 static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s, double expect_s,
-                    bool timed, kc_mcall *res, kc_error *err) {
+                    bool timed, const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
   memset(res, 0, sizeof *res);
   kc_result_init(&res->verdict);
   if (r->w) {
@@ -379,7 +379,7 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
       return -1;
     pid_t pid = kc_worker_pid(r->w);
-    double wake = timed ? kc_observe_cont_arrived(pid) : 0;
+    double wake = timed ? kc_observe_cont_arrived(pid, leave) : 0;
     kc_call_result cr;
     kc_call_result_init(&cr);
     int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
@@ -423,20 +423,20 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     return 0;
   }
   (void)expect_s; /* the plain runner blocks in poll() on its socket */
-  return plain_call(r, arg, len, timeout_s, timed, res, err);
+  return plain_call(r, arg, len, timeout_s, timed, leave, res, err);
 }
 
 int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
                     kc_error *err) {
-  return call_any(r, arg, len, timeout_s, 0, false, res, err);
+  return call_any(r, arg, len, timeout_s, 0, false, NULL, res, err);
 }
 
 int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                            double expect_s, kc_mcall *res, kc_error *err) {
-  return call_any(r, arg, len, timeout_s, expect_s, false, res, err);
+  return call_any(r, arg, len, timeout_s, expect_s, false, NULL, res, err);
 }
 
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
-                          double expect_s, kc_mcall *res, kc_error *err) {
-  return call_any(r, arg, len, timeout_s, expect_s, true, res, err);
+                          double expect_s, const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
+  return call_any(r, arg, len, timeout_s, expect_s, true, leave, res, err);
 }
