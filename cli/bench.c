@@ -53,7 +53,7 @@ static void usage(FILE *out) {
           "                       \"isolation\": \"none\")\n"
           "  --cpu N              run each measuring worker's rounds on CPU N alone, and keep\n"
           "                       kcage itself off it meanwhile (default: wherever the\n"
-          "                       scheduler puts it; the record's \"cpu\" says which)\n"
+          "                       scheduler puts it); the record's \"cpu\" is N, or null\n"
           "  --max-cv X           mark a kernel unstable (record \"unstable\": true, '!' in the\n"
           "                       table) when the CV of its rounds is above X (default 0.1)\n"
           "resources:\n"

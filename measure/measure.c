@@ -203,12 +203,21 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * cost.  A piece holds as many calls as the memory they touch (inputs and outputs: the
  * inputs evict the outputs poisoned for the calls after them) fits in that half; one
  * call at least.  Outputs that fit as a whole are left alone: splitting a round buys
- * them nothing and costs a stop and continue per piece. */
+ * them nothing and costs a stop and continue per piece.
+ *
+ * Calls of a millisecond or more, whose output fits half of L2, go by half of L2
+ * instead: a harness's output sits there when its call starts, and such a call can pay
+ * for a stop and continue of its own (tens of microseconds).  A 256x256 matmul, whose
+ * 256 KiB output is written in strided rows, read 6 % slow with 19 outputs poisoned up
+ * front, and as fast as a harness with each poisoned right before its call. */
 static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
-                            uint64_t in_region) {
+                            uint64_t in_region, double per_call_s) {
   if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
     return number;
   uint64_t budget = x->piece_bytes ? x->piece_bytes : kc_llc_bytes() / 2;
+  uint64_t l2 = kc_cache_bytes(2) / 2;
+  if (!x->piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget)
+    budget = l2;
   if (number * out_region <= budget)
     return number;
   uint64_t k = budget / (out_region + in_region);
@@ -340,8 +349,9 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                           : (uint32_t)(number < x->n_sets ? number : x->n_sets);
   const char *what = timed ? "timed run" : "verify";
   uint64_t region = kc_args_region_bytes(x->spec, true);
-  uint64_t piece =
-      timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false)) : number;
+  uint64_t piece = timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false),
+                                       expect_s / (double)number)
+                         : number;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
