@@ -182,6 +182,63 @@ static void test_observe(void **state) {
   free(big);
 }
 
+/* Where a round runs: the worker pinned to each CPU in turn is seen there; the parent
+ * moves onto a CPU only when its own set holds it and another to leave to; continuing
+ * the worker leaves the parent on `leave`, and the worker runs again.  Everything is
+ * observed first and asserted once the spinning child is gone. */
+static void test_observe_placement(void **state) {
+  (void)state;
+  cpu_set_t home;
+  assert_int_equal(sched_getaffinity(0, sizeof home, &home), 0);
+  if (CPU_COUNT(&home) < 2)
+    skip();
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    for (;;)
+      counter++;
+  }
+  struct timespec ts = {0, 1000 * 1000};
+  bool pinned = true;
+  for (int c = 0; c < CPU_SETSIZE; c++) {
+    if (!CPU_ISSET(c, &home))
+      continue;
+    pinned = pinned && kc_observe_pin(pid, c) == 0;
+    for (int i = 0; i < 2000 && kc_observe_last_cpu(pid) != c; i++)
+      nanosleep(&ts, NULL);
+    pinned = pinned && kc_observe_last_cpu(pid) == c;
+  }
+  int c = kc_observe_last_cpu(pid);
+  cpu_set_t one, leave = home, now;
+  CPU_ZERO(&one);
+  CPU_SET(c, &one);
+  CPU_CLR(c, &leave);
+  bool outside = kc_observe_move_to(CPU_SETSIZE, &home);
+  bool alone = kc_observe_move_to(c, &one); /* nowhere to leave to */
+  bool stopped = kc_observe_stop(pid) == 0;
+  bool moved = kc_observe_move_to(c, &home);
+  kc_observe_cont_arrived(pid, &leave);
+  bool left = sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(&now, &leave);
+  uint64_t v0 = 0, v1 = 0;
+  kc_error err = {0};
+  kc_observe_read(pid, (uint64_t)(uintptr_t)&counter, &v0, sizeof v0, &err);
+  v1 = v0;
+  for (int i = 0; i < 2000 && v1 == v0; i++) {
+    nanosleep(&ts, NULL);
+    kc_observe_read(pid, (uint64_t)(uintptr_t)&counter, &v1, sizeof v1, &err);
+  }
+  sched_setaffinity(0, sizeof home, &home);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  assert_true(pinned);
+  assert_false(outside);
+  assert_false(alone);
+  assert_true(stopped && moved);
+  assert_true(left);
+  assert_true(v1 > v0);
+  assert_int_equal(kc_observe_last_cpu(pid), -1);
+}
+
 static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
   json_t *recs = NULL;
   kc_error err = {0};
@@ -402,7 +459,7 @@ int main(void) {
       cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
       cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
       cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
-      cmocka_unit_test(test_input_budget),
+      cmocka_unit_test(test_input_budget), cmocka_unit_test(test_observe_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
