@@ -292,7 +292,8 @@ static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uin
  * the lines are warm for it as a harness's own writes are for its calls (lines another
  * core wrote must first be fetched from that core), and it stays there until it has
  * continued the worker: the worker is then queued on a CPU that is awake, and leaves
- * only then (kc_observe_cont_arrived).  *had: the worker's CPUs before, to restore
+ * only then (kc_observe_cont_arrived).  Done every round: a worker that died was
+ * replaced by one that was never pinned.  *had: the worker's CPUs before, to restore
  * after the round (*restore).  0, or -1 with err when --cpu cannot be held. */
 static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *leave, cpu_set_t *had,
                        bool *restore, kc_error *err) {
@@ -380,7 +381,6 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
-  /* Every round, since a worker that died was replaced by one that was never pinned. */
   cpu_set_t home, leave, had;
   bool restore;
   v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;
