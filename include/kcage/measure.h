@@ -45,6 +45,7 @@ typedef struct kc_tensor_spec {
   bool out;
   uint64_t numel;
   uint64_t nbytes;
+  uint64_t offset; /* in its region: kc_args_offset */
 } kc_tensor_spec;
 
 typedef struct kc_args_spec {
@@ -52,6 +53,7 @@ typedef struct kc_args_spec {
   kc_tensor_spec t[KC_ARGS_MAX_TENSORS];
   uint64_t in_bytes;  /* sum over inputs */
   uint64_t out_bytes; /* sum over outputs */
+  uint64_t region[2]; /* [out]: kc_args_region_bytes */
 } kc_args_spec;
 
 int kc_args_parse(const char *text, kc_args_spec *out, kc_error *err);
@@ -60,8 +62,10 @@ int kc_args_format(const kc_args_spec *a, char *buf, size_t len);
 /* "f32" etc.; "?" for a dtype outside the language. */
 const char *kc_dtype_name(DLDataType t);
 int kc_dtype_parse(const char *name, size_t len, DLDataType *out);
-/* Byte offset of tensor i in a set laid out inputs first (in order), then outputs (in
- * order), each tensor aligned to 64 bytes.  in_region/out_region sizes below. */
+/* Byte offset of tensor i in its set's region: the inputs' region (in order) or the
+ * outputs' (in order), each tensor aligned to 64 bytes, and large ones staggered so that
+ * no two start at the same offset within a 2 MiB page (args.c).  The regions' sizes
+ * below. */
 uint64_t kc_args_offset(const kc_args_spec *a, uint32_t i);
 uint64_t kc_args_region_bytes(const kc_args_spec *a, bool out);
 

@@ -139,6 +139,53 @@ static void test_poison_and_close(void **state) {
   assert_true(isinf(e));
 }
 
+/* The distance of two offsets within a 2 MiB page, either way round. */
+static uint64_t phase_gap(uint64_t a, uint64_t b) {
+  uint64_t d = (a - b) % (2u << 20);
+  return d < (1u << 20) ? d : (2u << 20) - d;
+}
+
+/* Large tensors of a region never start at the same offset within a 2 MiB page (their
+ * streams would share DRAM banks and cache sets); small ones are packed as they come;
+ * the padding stays under 2 MiB a tensor and the region holds every tensor. */
+static void test_layout_staggers(void **state) {
+  (void)state;
+  kc_args_spec a;
+  kc_error err;
+  assert_int_equal(kc_args_parse("f32[16777216] f32[16777216] f32[16777216]:out", &a, &err), 0);
+  uint64_t b64 = 64ull << 20;
+  assert_true(kc_args_offset(&a, 1) >= b64 && kc_args_offset(&a, 1) < b64 + (2u << 20));
+  assert_true(phase_gap(kc_args_offset(&a, 0), kc_args_offset(&a, 1)) >= (16u << 10));
+  assert_int_equal(kc_args_offset(&a, 1) % 64, 0);
+  assert_int_equal(kc_args_offset(&a, 2), 0); /* the first of its own region */
+  assert_int_equal(kc_args_region_bytes(&a, false), kc_args_offset(&a, 1) + b64);
+  assert_int_equal(kc_args_region_bytes(&a, true), b64);
+
+  /* fourteen 4 MiB inputs: every pair apart, and two outputs apart in theirs */
+  char text[512] = "";
+  for (int i = 0; i < 14; i++)
+    strcat(text, "f32[1048576] ");
+  strcat(text, "f32[1048576]:out f32[1048576]:out");
+  assert_int_equal(kc_args_parse(text, &a, &err), 0);
+  uint64_t end = 0;
+  for (uint32_t i = 0; i < a.n; i++) {
+    uint64_t off = kc_args_offset(&a, i);
+    for (uint32_t j = 0; j < i; j++)
+      if (a.t[j].out == a.t[i].out)
+        assert_true(phase_gap(off, kc_args_offset(&a, j)) >= (16u << 10));
+    if (!a.t[i].out) {
+      assert_true(off >= end && off - end < (2u << 20));
+      end = off + a.t[i].nbytes;
+    }
+  }
+  assert_int_equal(kc_args_region_bytes(&a, false), end);
+
+  /* small tensors: packed, 64-byte aligned */
+  assert_int_equal(kc_args_parse("f32[10] f32[32,32] f32[32,32]:out", &a, &err), 0);
+  assert_int_equal(kc_args_offset(&a, 1), 64);
+  assert_int_equal(kc_args_region_bytes(&a, false), 64 + 4096);
+}
+
 static void test_status_names(void **state) {
   (void)state;
   static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
@@ -156,7 +203,7 @@ int main(void) {
       cmocka_unit_test(test_parse_matmul), cmocka_unit_test(test_parse_all_dtypes),
       cmocka_unit_test(test_parse_errors), cmocka_unit_test(test_data_deterministic),
       cmocka_unit_test(test_half),         cmocka_unit_test(test_poison_and_close),
-      cmocka_unit_test(test_status_names),
+      cmocka_unit_test(test_status_names), cmocka_unit_test(test_layout_staggers),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
