@@ -371,6 +371,8 @@ typedef struct session {
   char dir[PATH_MAX];
   char view[PATH_MAX + 8];
   char inputs[PATH_MAX + 32];
+  char in_dir[PATH_MAX];    /* the inputs file's own directory, or "" (kc_inputs_file) */
+  char in_at[PATH_MAX + 8]; /* where workers see it */
   char kernel[PATH_MAX + 32];
   int in_fd;
   unsigned char *in_map; /* the parent's read-write mapping of the inputs file */
@@ -503,7 +505,6 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   if (mkdir(s->view, 0755) < 0)
     return kc_error_set(err, errno, "mkdir %s", s->view);
   chmod(s->dir, 0711); /* the workers' ids reach view/ but cannot list the session */
-  snprintf(s->inputs, sizeof s->inputs, "%s/inputs.bin", s->view);
   snprintf(s->kernel, sizeof s->kernel, "%s/kernel.so", s->view);
   uint64_t in_region = kc_args_region_bytes(&s->spec, false);
   s->n_slots = input_slots(s);
@@ -515,11 +516,11 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
   s->in_len = (size_t)(in_region * s->n_slots);
   /* Read-only for the workers (mode, and the read-only bind); the parent writes each
    * round's data through its own mapping while the worker is stopped. */
-  s->in_fd = open(s->inputs, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0444);
+  s->in_fd = kc_inputs_file(s->in_len, s->dir, s->view, s->in_dir, sizeof s->in_dir, s->inputs,
+                            sizeof s->inputs, err);
   if (s->in_fd < 0)
-    return kc_error_set(err, errno, "create %s", s->inputs);
-  if (ftruncate(s->in_fd, (off_t)(s->in_len ? s->in_len : 1)) < 0)
-    return kc_error_set(err, errno, "size %s", s->inputs);
+    return -1;
+  snprintf(s->in_at, sizeof s->in_at, "%s/in", s->dir);
   s->in_map =
       mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ | PROT_WRITE, MAP_SHARED, s->in_fd, 0);
   if (s->in_map == MAP_FAILED) {
@@ -829,6 +830,8 @@ static int stage_items(batch *b, kc_error *err) {
 static int start_runners(batch *b, kc_error *err) {
   const kc_bench_config *cfg = b->cfg;
   kc_mrunner_opts ro = {.bind_dir = b->s.view,
+                        .inputs_dir = b->s.in_dir[0] ? b->s.in_dir : NULL,
+                        .inputs_at = b->s.in_at,
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
                         .max_result_bytes = 4096,
@@ -887,6 +890,8 @@ static void free_batch(batch *b) {
   free(b->items);
   if (b->have_session)
     kc_rm_rf(b->s.dir);
+  if (b->s.in_dir[0])
+    kc_rm_rf(b->s.in_dir);
   if (b->s.in_map)
     munmap(b->s.in_map, b->s.in_len ? b->s.in_len : 1);
   if (b->s.in_fd >= 0)

@@ -23,6 +23,12 @@ int kc_mkdir_p(const char *path, kc_error *err);
 int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
 int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
 void kc_rm_rf(const char *path);
+/* A batch's inputs file of `len` bytes (inputs_file.c): in a fresh directory in memory
+ * (its path to `dir`, to bind into workers at SESSION/in and to remove after), else
+ * view/inputs.bin (dir ""); the path the parent and its workers open to `path`.  The fd
+ * (read-write), or -1 with err. */
+int kc_inputs_file(size_t len, const char *session, const char *view, char *dir, size_t dircap,
+                   char *path, size_t cap, kc_error *err);
 /* The compiler when no --cc is given: $CC (not in a set-id process), else cc. */
 const char *kc_build_default_cc(void);
 /* read (wr=false) or write exactly len bytes; -1 on error or EOF. */
@@ -112,7 +118,9 @@ void kc_mstate_free(kc_mstate *s);
  * linked, else a plain forked process (no sandbox) running the same handler. */
 typedef struct kc_mrunner kc_mrunner;
 typedef struct kc_mrunner_opts {
-  const char *bind_dir; /* ro-bound into the worker at the same path */
+  const char *bind_dir;   /* ro-bound into the worker at the same path */
+  const char *inputs_dir; /* when not NULL: ro-bound into the worker at inputs_at */
+  const char *inputs_at;
   uint64_t memory_bytes;
   size_t max_result_bytes;
   size_t max_arg_bytes;

@@ -67,9 +67,10 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
     wo.policy = "measure";
     wo.limits.memory_bytes = o->memory_bytes;
     wo.limits.pids = 1;
-    kc_mount m = {.kind = KC_MOUNT_RO_BIND, .src = o->bind_dir, .dst = o->bind_dir};
-    wo.mounts = &m;
-    wo.n_mounts = 1;
+    kc_mount m[2] = {{.kind = KC_MOUNT_RO_BIND, .src = o->bind_dir, .dst = o->bind_dir},
+                     {.kind = KC_MOUNT_RO_BIND, .src = o->inputs_dir, .dst = o->inputs_at}};
+    wo.mounts = m;
+    wo.n_mounts = o->inputs_dir ? 2 : 1;
     wo.max_arg_bytes = o->max_arg_bytes;
     wo.max_result_bytes = o->max_result_bytes;
     wo.stdout_.mode = KC_STDIO_DISCARD;
