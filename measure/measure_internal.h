@@ -168,13 +168,22 @@ void kc_mcall_clear(kc_mcall *c);
 /* The measuring process seen from outside, by host pid (measure_observe.c). */
 int kc_observe_stop(pid_t pid); /* SIGSTOP, then wait until stopped; -1 when gone */
 void kc_observe_cont(pid_t pid);
-/* SIGCONT, then move the calling thread onto `leave` (unless NULL), then wait (at most
- * 5 ms) until the scheduler has given the process a CPU; returns the seconds it waited
- * for one (its wake-up: it ran nothing meanwhile), 0 when unknown.  A caller that sits
- * on the CPU the process is pinned to, and leaves only now, has it queued there at once
- * and counted from then: continued onto an idle CPU instead, it would be queued only once
- * that CPU woke (on this guest up to 0.4 ms), and that wait would be timed. */
-double kc_observe_cont_arrived(pid_t pid, const cpu_set_t *leave);
+/* A stopped process's scheduler counts, read before its timed request is sent: reading
+ * them costs a /proc read (microseconds) that must not fall inside the clock. */
+typedef struct kc_arrival {
+  pid_t pid;
+  bool known;
+  long long base[3];
+} kc_arrival;
+void kc_observe_arrival_base(pid_t pid, kc_arrival *a);
+/* SIGCONT (*cont_s: the time right before it), then move the calling thread onto `leave`
+ * (unless NULL), then wait (at most 5 ms) until the scheduler has given the process a
+ * CPU; returns the seconds it waited for one (its wake-up: it ran nothing meanwhile), 0
+ * when unknown.  A caller that sits on the CPU the process is pinned to, and leaves only
+ * now, has it queued there at once and counted from then: continued onto an idle CPU
+ * instead, it would be queued only once that CPU woke (on this guest up to 0.4 ms), and
+ * that wait would be timed. */
+double kc_observe_cont_arrived(const kc_arrival *base, const cpu_set_t *leave, double *cont_s);
 int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
 /* The CPU the process last ran on (/proc/PID/stat); -1 when unknown. */

@@ -57,16 +57,23 @@ static int schedstat(pid_t pid, long long v[3]) {
   return sscanf(buf, "%lld %lld %lld", &v[0], &v[1], &v[2]) == 3 ? 0 : -1;
 }
 
-double kc_observe_cont_arrived(pid_t pid, const cpu_set_t *leave) {
-  long long a[3], b[3];
-  bool known = schedstat(pid, a) == 0;
+void kc_observe_arrival_base(pid_t pid, kc_arrival *a) {
+  a->pid = pid;
+  a->known = schedstat(pid, a->base) == 0;
+}
+
+double kc_observe_cont_arrived(const kc_arrival *base, const cpu_set_t *leave, double *cont_s) {
+  pid_t pid = base->pid;
+  *cont_s = kc_now_s();
   kc_observe_cont(pid);
   if (leave)
     sched_setaffinity(0, sizeof *leave, leave);
-  if (!known)
+  if (!base->known)
     return 0;
   /* The scheduler counts each arrival on a CPU and the time the process waited for it:
    * the first arrival after SIGCONT ends its wake-up, during which it ran nothing. */
+  const long long *a = base->base;
+  long long b[3];
   double until = kc_now_s() + 0.005;
   for (;;) {
     if (schedstat(pid, b) < 0)

@@ -274,13 +274,16 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     return -1;
   if (len > r->o.max_arg_bytes)
     return kc_error_set(err, E2BIG, "measure request");
+  kc_arrival arr;
+  if (timed)
+    kc_observe_arrival_base(r->pid, &arr);
   double sent = kc_now_s(), deadline = sent + (timeout_s > 0 ? timeout_s : 1e9);
   uint32_t l32 = (uint32_t)len;
   if (kc_io_all(r->sock, &l32, 4, true) < 0 || kc_io_all(r->sock, (void *)arg, len, true) < 0) {
     plain_died(r, res, -1);
     return 0;
   }
-  double wake = timed ? kc_observe_cont_arrived(r->pid, leave) : 0;
+  double wake = timed ? kc_observe_cont_arrived(&arr, leave, &sent) : 0;
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
@@ -376,11 +379,24 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
   memset(res, 0, sizeof *res);
   kc_result_init(&res->verdict);
   if (r->w) {
+    /* A timed request goes to a stopped worker, which runs nothing before SIGCONT: the
+     * clock is started by the send (inside the worker pool) and wound on to SIGCONT
+     * (`early`), whatever the send and the scheduler counts cost before it. */
+    kc_arrival arr;
+    if (timed)
+      kc_observe_arrival_base(kc_worker_pid(r->w), &arr);
     double sent = kc_now_s();
     if (kc_worker_send(r->w, "measure", arg, len, timeout_s, err) < 0)
       return -1;
+    double sent_done = kc_now_s(), cont = sent_done, wake = 0;
     pid_t pid = kc_worker_pid(r->w);
-    double wake = timed ? kc_observe_cont_arrived(pid, leave) : 0;
+    bool same = timed && arr.pid == pid; /* else a worker the send started: not stopped */
+    if (timed) {
+      arr.known = arr.known && same;
+      arr.pid = pid;
+      wake = kc_observe_cont_arrived(&arr, leave, &cont);
+    }
+    double early = same && cont > sent_done ? cont - sent_done : 0;
     kc_call_result cr;
     kc_call_result_init(&cr);
     int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
@@ -404,7 +420,7 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
       res->status = KC_MCALL_OK;
       res->value = cr.value;
       res->value_len = cr.value_len;
-      res->elapsed_s = cr.elapsed_s - wake;
+      res->elapsed_s = cr.elapsed_s - wake - early;
       res->pid = cr.pid;
       cr.value = NULL;
       break;

@@ -217,7 +217,10 @@ static void test_observe_placement(void **state) {
   bool alone = kc_observe_move_to(c, &one); /* nowhere to leave to */
   bool stopped = kc_observe_stop(pid) == 0;
   bool moved = kc_observe_move_to(c, &home);
-  kc_observe_cont_arrived(pid, &leave);
+  kc_arrival arr;
+  kc_observe_arrival_base(pid, &arr);
+  double cont_s;
+  kc_observe_cont_arrived(&arr, &leave, &cont_s);
   bool left = sched_getaffinity(0, sizeof now, &now) == 0 && CPU_EQUAL(&now, &leave);
   uint64_t v0 = 0, v1 = 0;
   kc_error err = {0};
