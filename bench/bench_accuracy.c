@@ -1,15 +1,18 @@
 /* bench_accuracy: does `kcage bench` read what a kernel costs, at every size?
  * The same .so is timed by a minimal unsandboxed harness (dlopen, four rotating input/
  * output sets, the output poisoned before each call and the clock read around the call
- * alone) and by `kcage bench` (sandboxed worker, every integrity defence on), with the
- * same `number` and `repeat`, in trials of harness, kcage, harness.  Printed: the median
- * ratio kcage/harness per case; target within 2 %. */
+ * alone, each set's tensors laid out as kcage lays them out, allocated afresh each trial)
+ * and by `kcage bench` (sandboxed worker, every integrity defence on), with the same
+ * `number` and `repeat`, in trials of harness, kcage, harness.  Printed: the median ratio
+ * kcage/harness per case; target within 2 %.  One more case keeps malloc's layout in the
+ * harness, to show what a layout costs (harness_alloc). */
 #include <dlfcn.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 
 #include "../measure/measure_internal.h"
@@ -68,6 +71,7 @@
 typedef struct bcase {
   const char *name, *key, *args, *src;
   uint32_t repeat;
+  bool malloced; /* the harness mallocs each tensor (else it lays them out as kcage does) */
 } bcase;
 
 static const bcase cases[] = {
@@ -78,6 +82,8 @@ static const bcase cases[] = {
      MATMUL_SRC, 5},
     {"vector add 1M", "vadd_1m", "f32[1048576] f32[1048576] f32[1048576]:out", VADD_SRC, 30},
     {"vector add 16M", "vadd_16m", "f32[16777216] f32[16777216] f32[16777216]:out", VADD_SRC, 30},
+    {"vector add 16M, malloc", "vadd_16m_malloc", "f32[16777216] f32[16777216] f32[16777216]:out",
+     VADD_SRC, 30, true},
     {"memset 4 MiB", "memset_4mib", "f32[1] f32[1048576]:out", MEMSET_SRC, 30},
     {"sum of 1M to a scalar", "sum_1m", "f32[1048576] f32[1]:out", SUM_SRC, 30},
 };
@@ -118,6 +124,8 @@ typedef int (*kernel_fn)(DLTensor *, int32_t);
 typedef struct harness {
   kc_args_spec spec;
   kernel_fn fn;
+  bool malloced;
+  unsigned char *set[SETS]; /* laid out: one mapping a set, inputs' region then outputs' */
   unsigned char *buf[SETS][KC_ARGS_MAX_TENSORS];
   DLTensor t[SETS][KC_ARGS_MAX_TENSORS];
 } harness;
@@ -132,10 +140,38 @@ static void harness_init(harness *h, const char *so, const char *args) {
     fprintf(stderr, "bench_accuracy: %s: %s\n", so, dlerror());
     exit(1);
   }
-  for (uint32_t s = 0; s < SETS; s++)
+}
+
+/* The harness's tensors, allocated afresh for each trial as a kcage run's are.
+ *
+ * Laid out as kcage lays out a set (kc_args_offset), in one mapping, by default: where a
+ * memory-bound kernel's tensors sit decides its speed here.  Two tensors whose pages
+ * share their offset within 2 MiB fall on the same DRAM banks and cache sets; malloc'd
+ * 64 MiB tensors, first touched one after another, get physical pages that do, 4 KiB
+ * apart (a 16M vector add read 9.1-11.3 ms with them and 6.4-7.1 ms with the tensors
+ * mapped apart, interleaved in one process).  The "malloc" case keeps malloc's layout,
+ * to show what that accident costs a harness that has it. */
+static void harness_alloc(harness *h) {
+  uint64_t in = kc_args_region_bytes(&h->spec, false), out = kc_args_region_bytes(&h->spec, true);
+  for (uint32_t s = 0; s < SETS; s++) {
+    h->set[s] = NULL;
+    if (!h->malloced) {
+      h->set[s] = mmap(NULL, in + out, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      if (h->set[s] == MAP_FAILED) {
+        fprintf(stderr, "bench_accuracy: out of memory\n");
+        exit(1);
+      }
+    }
     for (uint32_t i = 0; i < h->spec.n; i++) {
       const kc_tensor_spec *ts = &h->spec.t[i];
-      h->buf[s][i] = aligned_alloc(64, (ts->nbytes + 63) / 64 * 64);
+      if (h->malloced)
+        h->buf[s][i] = aligned_alloc(64, (ts->nbytes + 63) / 64 * 64);
+      else
+        h->buf[s][i] = h->set[s] + (ts->out ? in : 0) + kc_args_offset(&h->spec, i);
+      if (!h->buf[s][i]) {
+        fprintf(stderr, "bench_accuracy: out of memory\n");
+        exit(1);
+      }
       if (ts->out)
         memset(h->buf[s][i], 0, ts->nbytes); /* faulted in, like kcage's */
       else
@@ -146,6 +182,17 @@ static void harness_init(harness *h, const char *so, const char *args) {
                               .dtype = ts->dtype,
                               .shape = (int64_t *)ts->shape};
     }
+  }
+}
+
+static void harness_free(harness *h) {
+  uint64_t len = kc_args_region_bytes(&h->spec, false) + kc_args_region_bytes(&h->spec, true);
+  for (uint32_t s = 0; s < SETS; s++)
+    if (h->malloced)
+      for (uint32_t i = 0; i < h->spec.n; i++)
+        free(h->buf[s][i]);
+    else
+      munmap(h->set[s], len);
 }
 
 /* One round of `number` calls, rotating sets; seconds per call. */
@@ -174,6 +221,7 @@ void kc_sched_slice(uint64_t ns);
 static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cpu, double *min) {
   pin_self(cpu);
   kc_sched_slice(0);
+  harness_alloc(h);
   double v[64];
   for (int w = 0; w < 3; w++) /* warm, as kcage's untimed rounds do */
     harness_round(h, number, (uint64_t)w);
@@ -181,6 +229,7 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
     v[r] = harness_round(h, number, 100 + r);
   double med = kc_bench_quantile(v, repeat, 0.5);
   *min = v[0]; /* sorted by the quantile */
+  harness_free(h);
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
   pin_self(-1);
   return med;
@@ -241,8 +290,11 @@ static void run_case(const bcase *c, size_t idx) {
   free(data);
   harness h;
   harness_init(&h, so, c->args);
+  h.malloced = c->malloced;
+  harness_alloc(&h);
   double per = harness_round(&h, 2, 0);
   per = harness_round(&h, SETS, 1);
+  harness_free(&h);
   uint64_t number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
   number = number < 1 ? 1 : number;
   double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[2 * TRIALS];
@@ -284,9 +336,6 @@ static void run_case(const bcase *c, size_t idx) {
   kc_bench_set("accuracy", key, um * 1e6);
   snprintf(key, sizeof key, "%s_harness_spread_pct", c->key);
   kc_bench_set("accuracy", key, spread);
-  for (uint32_t s = 0; s < SETS; s++)
-    for (uint32_t i = 0; i < h.spec.n; i++)
-      free(h.buf[s][i]);
 }
 
 int main(int argc, char **argv) {
@@ -298,8 +347,9 @@ int main(int argc, char **argv) {
   }
   chmod(tmpdir, 0755); /* the worker's user must reach the .so */
   find_cpus();
-  printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets, output poisoned "
-         "before each call outside the clock), same number and repeat, %d trials, each one "
+  printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
+         "output poisoned before each call outside the clock), same number and repeat, %d "
+         "trials, each one "
          "harness, kcage, harness, all three on one CPU (kcage --cpu), the CPUs in turn;\n"
          "ratio = median over trials of kcage median / geometric mean of the two harness "
          "medians around it; target within 2 %%\n",
