@@ -53,6 +53,11 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
     }
     if (a.n_mounts == sizeof mounts / sizeof mounts[0])
       return 2;
+    /* Split a copy: argv stays whole for the zygote's exec of itself in the pool's
+     * namespaces (zygote.c), which parses it again. */
+    static char *copies[64]; /* the mounts point into them for the process's life */
+    if (!(v = copies[a.n_mounts] = strdup(v)))
+      return 2;
     kc_mount *m = &mounts[a.n_mounts++];
     memset(m, 0, sizeof *m);
     char *colon = strchr(v, ':');
