@@ -204,8 +204,9 @@ bool kc_mrunner_plain(const kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is
  * continued (and the caller moves to `leave`, unless NULL: kc_observe_cont_arrived), and
  * it is stopped again as soon as its completion is seen - before anything else.
- * elapsed_s leaves out the wake-up after SIGCONT (the scheduler's account of the time
- * the process waited for a CPU before it first ran).  So it sees the round's
+ * elapsed_s runs from SIGCONT to the completion seen, less the wake-up after SIGCONT
+ * (the scheduler's account of the time the process waited for a CPU before it first
+ * ran).  So it sees the round's
  * inputs only inside the clock, and whatever it does after it claims to be done does not happen
  * until the parent has checked the round. */
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
