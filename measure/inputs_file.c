@@ -10,8 +10,8 @@
  *
  * The space is taken up front (fallocate): a tmpfs that fills up would otherwise kill
  * the parent with SIGBUS on its next write into the mapping.  Without swap nothing takes
- * it back while the batch runs, so a file larger than half of the memory free now goes
- * to TMPDIR instead, as does one the tmpfs cannot hold.  A run killed with SIGKILL
+ * it back while the batch runs, so a file larger than half of the memory available now
+ * goes to TMPDIR instead, as does one the tmpfs cannot hold.  A run killed with SIGKILL
  * cannot remove its directory: the next run removes those of processes that are gone
  * (the pid is in the name).
  *
@@ -57,14 +57,31 @@ static void sweep(void) {
   closedir(d);
 }
 
+/* Bytes of memory available now without swapping: MemAvailable, which counts the page
+ * cache that can be dropped (a long-running host's free memory is mostly that), else
+ * the free pages alone. */
+static size_t available_bytes(void) {
+  unsigned long long kb = 0;
+  FILE *f = fopen("/proc/meminfo", "re");
+  char line[128];
+  while (f && !kb && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) != 1)
+      kb = 0;
+  if (f)
+    fclose(f);
+  if (kb)
+    return (size_t)kb * 1024;
+  long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? (size_t)pages * (size_t)page : 0;
+}
+
 /* The file in a fresh directory under /dev/shm: its fd, or -1 (nothing left behind). */
 static int in_memory(size_t len, char *dir, size_t dircap, char *path, size_t cap) {
   struct statfs fs;
   if (statfs(SHM, &fs) < 0 || fs.f_type != TMPFS_MAGIC)
     return -1;
-  /* Memory that no swap may take back: at most half of what is free now. */
-  long free_pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  if (free_pages <= 0 || page <= 0 || len > (size_t)free_pages / 2 * (size_t)page)
+  /* Memory that no swap may take back: at most half of what is available now. */
+  if (len > available_bytes() / 2)
     return -1;
   sweep();
   snprintf(dir, dircap, SHM "/" PREFIX "%d.XXXXXX", (int)getpid());
