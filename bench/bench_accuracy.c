@@ -145,12 +145,10 @@ static void harness_init(harness *h, const char *so, const char *args) {
 /* The harness's tensors, allocated afresh for each trial as a kcage run's are.
  *
  * Laid out as kcage lays out a set (kc_args_offset), in one mapping, by default: where a
- * memory-bound kernel's tensors sit decides its speed here.  Two tensors whose pages
- * share their offset within 2 MiB fall on the same DRAM banks and cache sets; malloc'd
- * 64 MiB tensors, first touched one after another, get physical pages that do, 4 KiB
- * apart (a 16M vector add read 9.1-11.3 ms with them and 6.4-7.1 ms with the tensors
- * mapped apart, interleaved in one process).  The "malloc" case keeps malloc's layout,
- * to show what that accident costs a harness that has it. */
+ * memory-bound kernel's tensors sit decides its speed here.  A 16M vector add read its
+ * malloc'd 64 MiB tensors 17-40 % slower than the same tensors in one mapping (9.1-11.3
+ * against 6.4-9.4 ms, interleaved in one process, whichever were touched first; why is
+ * not pinned down).  The "malloc" case keeps malloc's layout, to show what it costs. */
 static void harness_alloc(harness *h) {
   uint64_t in = kc_args_region_bytes(&h->spec, false), out = kc_args_region_bytes(&h->spec, true);
   for (uint32_t s = 0; s < SETS; s++) {

@@ -112,10 +112,10 @@ static int parse_tensor(const char **pp, kc_tensor_spec *t, kc_error *err) {
  * (a file's large folios, transparent huge pages), and in 4 KiB pages handed out in
  * order, as a fresh file's or buffer's mostly are.  Streams whose addresses agree in
  * those bits fall on the same DRAM banks and cache sets, call after call: a 16M-element
- * vector add whose two 64 MiB inputs started at the same phase read 12-20 % slower than
- * with 16 KiB or more between their phases (in one process, interleaved, on this kind of
- * machine).  Tensors under 64 KiB stay in the caches; they are packed as they come.  The
- * padding is under 2 MiB a tensor. */
+ * vector add whose two 64 MiB inputs started at the same phase read 10-15 % slower
+ * (17-22 % with them 4 KiB apart) than with 16 KiB or more between their phases (in one
+ * process, interleaved, on this kind of machine).  Tensors under 64 KiB stay in the
+ * caches; they are packed as they come.  The padding is under 2 MiB a tensor. */
 #define PHASE (2ull << 20)
 #define GUARD (32ull << 10)   /* twice the least distance that was enough */
 #define STEP (68ull << 10)    /* 31 candidates in 2 MiB */
