@@ -36,8 +36,7 @@
 #define SHM "/dev/shm"
 #define PREFIX "kcage-inputs-"
 
-/* Directories of runs that died: ours (same owner), named for a pid that is gone. */
-static void sweep(void) {
+void kc_inputs_sweep(void) {
   DIR *d = opendir(SHM);
   if (!d)
     return;
@@ -83,7 +82,7 @@ static int in_memory(size_t len, char *dir, size_t dircap, char *path, size_t ca
   /* Memory that no swap may take back: at most half of what is available now. */
   if (len > available_bytes() / 2)
     return -1;
-  sweep();
+  kc_inputs_sweep();
   snprintf(dir, dircap, SHM "/" PREFIX "%d.XXXXXX", (int)getpid());
   if (!mkdtemp(dir))
     return -1;

@@ -29,6 +29,9 @@ void kc_rm_rf(const char *path);
  * (read-write), or -1 with err. */
 int kc_inputs_file(size_t len, const char *session, const char *view, char *dir, size_t dircap,
                    char *path, size_t cap, kc_error *err);
+/* Removes the inputs directories of runs that died (ours, named for a pid that is gone):
+ * done by every batch that puts its inputs in memory, and by a starting agent. */
+void kc_inputs_sweep(void);
 /* The compiler when no --cc is given: $CC (not in a set-id process), else cc. */
 const char *kc_build_default_cc(void);
 /* read (wr=false) or write exactly len bytes; -1 on error or EOF. */

@@ -35,6 +35,8 @@
 #include "metrics.h"
 #include "netio.h"
 
+void kc_inputs_sweep(void); /* measure/inputs_file.c */
+
 /* TVM's handshake, read without blocking: every connection has its own deadline, so
  * idle ones cost a slot each and delay nobody. */
 #define MAX_HANDSHAKES 64
@@ -216,6 +218,7 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   if (!td || !*td || strlen(td) > 200)
     td = "/tmp";
   sweep_stale(td);
+  kc_inputs_sweep(); /* a killed agent's batch inputs in /dev/shm, too */
   snprintf(a->base_dir, sizeof a->base_dir, "%s/kcage-agent-%ld", td, (long)getpid());
   /* 0711: the sandboxes of a session (each with host ids of its own from the reserved
    * range) must traverse into its scratch dir, which is also the session's $TMPDIR;

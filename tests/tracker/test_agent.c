@@ -193,8 +193,9 @@ static void test_env_cannot_weaken_sessions(void **state) {
   json_decref(r);
 }
 
-/* A SIGKILLed agent cannot remove its scratch dir ($TMPDIR/kcage-agent-PID); the next
- * agent that starts sweeps it, so nothing is left behind on the host. */
+/* A SIGKILLed agent cannot remove its scratch dir ($TMPDIR/kcage-agent-PID) nor a
+ * running batch's inputs (/dev/shm/kcage-inputs-PID.*); the next agent that starts
+ * sweeps both, so nothing is left behind on the host. */
 static void next_agent_sweeps(fixture *f, pid_t killed) {
   char dir[512];
   const char *td = getenv("TMPDIR");
@@ -202,8 +203,14 @@ static void next_agent_sweeps(fixture *f, pid_t killed) {
            (long)killed);
   struct stat st;
   assert_int_equal(stat(dir, &st), 0); /* left by the killed agent */
+  /* and the inputs of a batch it was running, in memory */
+  char shm[128];
+  snprintf(shm, sizeof shm, "/dev/shm/kcage-inputs-%ld.test", (long)killed);
+  bool have_shm = mkdir(shm, 0700) == 0;
   assert_true(start_agent(f, &f->agent, "cpu", "6") > 0);
   assert_int_equal(stat(dir, &st), -1);
+  if (have_shm)
+    assert_int_equal(stat(shm, &st), -1);
 }
 
 /* An agent SIGKILLed mid-session: gone from SUMMARY within seconds, and the client gets a
