@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -216,6 +217,28 @@ void kc_rm_rf_at(int dirfd, const char *name) {
   }
   if (unlinkat(dirfd, name, AT_REMOVEDIR) < 0)
     unlinkat(dirfd, name, 0);
+}
+
+void kc_sweep_dead_pid_dirs(const char *dir, const char *prefix, char tail) {
+  DIR *d = opendir(dir);
+  if (!d)
+    return;
+  size_t lp = strlen(prefix);
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (strncmp(e->d_name, prefix, lp))
+      continue;
+    char *end;
+    long pid = strtol(e->d_name + lp, &end, 10);
+    struct stat st;
+    if (pid <= 0 || end == e->d_name + lp || *end != tail ||
+        fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || !S_ISDIR(st.st_mode) ||
+        st.st_uid != geteuid())
+      continue;
+    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
+      kc_rm_rf_at(dirfd(d), e->d_name);
+  }
+  closedir(d);
 }
 
 int kc_store_fd(int from, off_t size, int dirfd, const char *name, mode_t mode, kc_error *err) {

@@ -40,6 +40,11 @@ int kc_make_temp_dir(int dirfd, const char *prefix, char *name, kc_error *err);
  * planted anywhere inside is removed, never followed. */
 void kc_rm_rf_at(int dirfd, const char *name);
 
+/* Removes the directories in DIR named PREFIX<pid> followed by `tail` ('\0': nothing),
+ * owned by the caller, whose pid no process has: what runs killed before they could
+ * clean up left behind. */
+void kc_sweep_dead_pid_dirs(const char *dir, const char *prefix, char tail);
+
 /* Copies an open regular file into DIRFD/NAME (mode) through a temporary name and a
  * rename, so readers never see half a file; a symlink already at NAME is replaced,
  * never followed. */

@@ -17,12 +17,10 @@
  *
  * A sandbox's /dev is its own and read-only, so the directory is bound at SESSION/in
  * (made inside the sandbox), and SESSION/in is a symbolic link to it on the host. */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <linux/magic.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,23 +35,7 @@
 #define PREFIX "kcage-inputs-"
 
 void kc_inputs_sweep(void) {
-  DIR *d = opendir(SHM);
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    if (strncmp(e->d_name, PREFIX, strlen(PREFIX)))
-      continue;
-    char *end;
-    long pid = strtol(e->d_name + strlen(PREFIX), &end, 10);
-    struct stat st;
-    if (pid <= 0 || *end != '.' || fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 ||
-        !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
-      continue;
-    if (kill((pid_t)pid, 0) < 0 && errno == ESRCH)
-      kc_rm_rf_at(dirfd(d), e->d_name);
-  }
-  closedir(d);
+  kc_sweep_dead_pid_dirs(SHM, PREFIX, '.');
 }
 
 /* Bytes of memory available now without swapping: MemAvailable, which counts the page

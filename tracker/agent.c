@@ -5,7 +5,6 @@
  * never gives up on the tracker (backoff capped at a few seconds), notices a lost
  * tracker at once (EOF on the idle connection), and kills a session at its deadline. */
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -34,6 +33,7 @@
 #include "kcage/tracker.h"
 #include "metrics.h"
 #include "netio.h"
+#include "safe_fs.h"
 
 void kc_inputs_sweep(void); /* measure/inputs_file.c */
 
@@ -149,31 +149,8 @@ static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw
   return 0;
 }
 
-/* An agent that was SIGKILLed cannot clean up after its sessions: the next agent to
- * start removes the scratch trees of agents that no longer exist. */
-static void sweep_stale(const char *tmp) {
-  DIR *d = opendir(tmp);
-  if (!d)
-    return;
-  struct dirent *e;
-  while ((e = readdir(d))) {
-    long pid;
-    char tail;
-    if (sscanf(e->d_name, "kcage-agent-%ld%c", &pid, &tail) != 1 || pid <= 0)
-      continue;
-    if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
-      continue;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", tmp, e->d_name);
-    struct stat st;
-    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == getuid())
-      nftw(path, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-  }
-  closedir(d);
-}
-
 /* A directory (not a link) of ours that nobody else can write: a scratch dir left by a
- * dead agent of ours with this pid (sweep_stale keeps those of live processes). */
+ * dead agent of ours with this pid (kc_sweep_dead_pid_dirs keeps those of live processes). */
 static bool own_dir(const char *path) {
   struct stat st;
   return lstat(path, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
@@ -217,8 +194,10 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   const char *td = secure_getenv("TMPDIR");
   if (!td || !*td || strlen(td) > 200)
     td = "/tmp";
-  sweep_stale(td);
-  kc_inputs_sweep(); /* a killed agent's batch inputs in /dev/shm, too */
+  /* A SIGKILLed agent cannot clean up after its sessions: the next one to start
+   * removes the scratch trees, and the batches' inputs in memory, of agents gone. */
+  kc_sweep_dead_pid_dirs(td, "kcage-agent-", '\0');
+  kc_inputs_sweep();
   snprintf(a->base_dir, sizeof a->base_dir, "%s/kcage-agent-%ld", td, (long)getpid());
   /* 0711: the sandboxes of a session (each with host ids of its own from the reserved
    * range) must traverse into its scratch dir, which is also the session's $TMPDIR;
