@@ -74,12 +74,12 @@ void kc_ring_reset(kc_ring *r, uint32_t generation) {
   atomic_store(&c->sq_waiters, 0);
   atomic_store(&c->cq_tail, 0);
   atomic_store(&c->cq_head, 0);
-  atomic_store(&c->cq_waiters, 0);
+  atomic_store(&c->cq_waiters, KC_CQ_AWAKE);
+  atomic_store(&c->cq_epoch, 0);
   atomic_store(&c->parent_gone, 0);
   atomic_store(&c->trapped_syscall, 0xffffffffu);
   atomic_store(&c->parent_cpu, -1);
   atomic_store(&c->worker_spin_ns, KC_WORKER_SPIN_NS);
-  atomic_store(&c->worker_sleep_shared, 0);
   atomic_store(&c->worker_cpu, -2);
 }
 

@@ -13,21 +13,25 @@
  *  - parent -> worker: the worker spins briefly, then sets sq_waiters and sleeps on the
  *    futex word sq_epoch; the parent bumps sq_epoch after publishing and calls
  *    FUTEX_WAKE only when sq_waiters is set.
- *  - worker -> parent: the parent spins briefly, then sets cq_waiters and sleeps in
- *    poll() on an eventfd together with the worker's pidfd and seccomp listener (it
- *    must wake on death and violations too, and a pool waits on many workers at
- *    once, which one futex cannot do); the worker writes the eventfd only when
- *    cq_waiters is set.
+ *  - worker -> parent: the parent spins briefly, then naps on the futex word
+ *    cq_epoch (cq_waiters = KC_CQ_NAP) for at most KC_PARENT_NAP_NS, then sleeps in
+ *    poll() on an eventfd together with the worker's pidfd and seccomp listener
+ *    (cq_waiters = KC_CQ_POLL: it must wake on death and violations too, and a pool
+ *    waits on many workers at once, which one futex cannot do).  The worker bumps
+ *    cq_epoch and wakes the futex, or writes the eventfd, only when cq_waiters says
+ *    so.  The nap is there for the round trip on a shared CPU, where every hop is a
+ *    sleep: a futex wait and wake cost 1.2-1.5 us less a round trip than ppoll() on
+ *    three fds, an eventfd write and its read.  What it costs: a death or a
+ *    violation during the nap is seen when the nap ends, at most KC_PARENT_NAP_NS
+ *    late; a deadline is never passed (the nap ends at it).
  *
  * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
  * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
- * leaves the CPU): it yields once, which on a shared CPU is one context switch where a
- * futex round costs a wake and a wait as well, then sleeps; a Python worker's ring
- * (sleep_shared) sleeps at once, since on a busy CPU a yield can cost a slice (spin.c).
+ * leaves the CPU) but sleeps at once (spin.c says why not a yield).
  * A waiter's spin budget halves after every wait that ended asleep anyway and doubles
  * after one the spin satisfied, so a peer that is slow or descheduled turns the wait
  * into a sleep.  The worker's CPU is a hint it may forge: the worst it can do is make
- * the parent yield or sleep instead of pause for the same bounded budget. */
+ * the parent sleep instead of pause for the same bounded budget. */
 #ifndef KCAGE_RING_H
 #define KCAGE_RING_H
 
@@ -46,6 +50,9 @@ extern "C" {
 #define KC_RING_FN_MAX 255
 #define KC_RING_MSG_MAX 1023 /* exception message bytes carried back */
 
+/* How the parent sleeps (kc_ring_ctl.cq_waiters), so how a completion wakes it. */
+enum { KC_CQ_AWAKE = 0, KC_CQ_POLL = 1, KC_CQ_NAP = 2 };
+
 /* Completion statuses written by the worker (the parent maps them to kc_call_status). */
 enum { KC_CQE_COMPLETE = 1, KC_CQE_EXCEPTION = 2 };
 
@@ -60,14 +67,14 @@ typedef struct kc_ring_ctl {
   _Alignas(64) _Atomic uint64_t sq_tail;  /* parent writes */
   _Atomic int32_t parent_cpu;             /* parent writes: where it last ran (a hint) */
   _Atomic uint32_t worker_spin_ns;        /* parent writes: the worker's spin limit */
-  _Atomic uint32_t worker_sleep_shared;   /* parent writes: kc_spin.sleep_shared */
   _Alignas(64) _Atomic uint64_t sq_head;  /* worker writes (informational) */
   _Alignas(64) _Atomic uint32_t sq_epoch; /* futex word the worker sleeps on */
   _Atomic uint32_t sq_waiters;            /* worker sets while (about to be) asleep */
   _Alignas(64) _Atomic uint64_t cq_tail;  /* worker writes: untrusted */
   _Atomic int32_t worker_cpu;             /* worker writes: untrusted, a hint only */
+  _Atomic uint32_t cq_epoch;              /* worker bumps: futex word the parent naps on */
   _Alignas(64) _Atomic uint64_t cq_head;  /* parent writes */
-  _Atomic uint32_t cq_waiters;            /* parent sets while asleep in poll() */
+  _Atomic uint32_t cq_waiters;            /* parent sets while asleep: KC_CQ_NAP/POLL */
   _Atomic uint32_t parent_gone;           /* parent sets at shutdown */
   /* worker writes (untrusted, only ever printed): the syscall number its seal filter
    * trapped, set by the worker's SIGSYS handler just before it dies. */
@@ -154,21 +161,21 @@ int kc_ring_check_cqe(const kc_cqe *h, uint64_t expect_seq, uint32_t expect_gen,
 #define KC_SPIN_MIN_NS 2000u
 #define KC_WORKER_SPIN_NS 50000u /* covers the parent's next request in a tight loop */
 #define KC_PARENT_SPIN_NS 50000u
+#define KC_PARENT_NAP_NS 200000u /* a futex nap before poll(): see the top of this file */
 typedef struct kc_spin {
   uint64_t budget_ns; /* learnt spin budget; 0 = not learnt yet: the maximum */
-  bool sleep_shared;  /* peer on this CPU: sleep at once, no yield first (spin.c) */
 } kc_spin;
 /* One wait's spin: kc_spin_begin, then kc_spin_step between looks at the ring until
  * the answer is there or a step says stop (sleep then), then kc_spin_end. */
 typedef struct kc_spinner {
   kc_spin *state;
   uint64_t max_ns, budget_ns, t0;
-  unsigned steps, pauses, yields, shared; /* shared: slept at once (sleep_shared) */
+  unsigned steps, shared; /* shared: stopped because the peer shares this CPU */
 } kc_spinner;
 /* min_ns: a floor for this wait only (the learnt budget is not raised by it). */
 void kc_spin_begin(kc_spinner *sp, kc_spin *s, uint64_t max_ns, uint64_t min_ns);
-/* One pause, or a yield when the peer last ran on this CPU (with sleep_shared: stop
- * at once).  false = stop spinning. */
+/* One pause; false = stop spinning (the budget is spent, until_ns is reached, or the
+ * peer last ran on this CPU). */
 bool kc_spin_step(kc_spinner *sp, _Atomic int32_t *mine, const _Atomic int32_t *peer,
                   uint64_t until_ns);
 /* satisfied = the answer came while spinning: the budget doubles; else it halves. */

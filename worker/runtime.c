@@ -146,7 +146,6 @@ static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
     return;
   kc_spinner sp;
   uint64_t limit = atomic_load_explicit(&c->worker_spin_ns, memory_order_relaxed);
-  g_spin.sleep_shared = atomic_load_explicit(&c->worker_sleep_shared, memory_order_relaxed);
   kc_spin_begin(&sp, &g_spin, limit, limit ? g_spin_once : 0);
   g_spin_once = 0;
   for (;;) {
@@ -177,7 +176,11 @@ static void post_completion(kc_ring *r, int evfd, uint64_t seq, uint32_t status,
   kc_cqe h = {.seq = seq, .generation = r->generation, .status = status, .len = len};
   memcpy(slot, &h, sizeof h);
   atomic_store_explicit(&r->ctl->cq_tail, seq + 1, memory_order_seq_cst);
-  if (atomic_load_explicit(&r->ctl->cq_waiters, memory_order_seq_cst)) {
+  uint32_t waiter = atomic_load_explicit(&r->ctl->cq_waiters, memory_order_seq_cst);
+  if (waiter == KC_CQ_NAP) {
+    atomic_fetch_add_explicit(&r->ctl->cq_epoch, 1, memory_order_seq_cst);
+    kc_futex_wake(&r->ctl->cq_epoch, 1);
+  } else if (waiter != KC_CQ_AWAKE) {
     uint64_t one = 1;
     ssize_t w = write(evfd, &one, sizeof one);
     (void)w;

@@ -1,29 +1,21 @@
 /* How both ends of a ring wait for each other (see ring.h): spin only while spinning
- * can pay, hand the CPU over when the peer needs this very CPU, and sleep when neither
- * helps.
+ * can pay, and sleep at once when the peer needs this very CPU.
  *
- * The hand-over is a sched_yield, and under EEVDF a yield moves the yielder's virtual
- * deadline a whole slice on: with the peer alone on the CPU the peer runs at once (5.4
- * us per round trip of two C processes pinned together here, against 7-13 us through
- * futex sleeps), but on a busy CPU whichever other task is runnable (a compiler, a busy
- * loop) may run for a slice first.  C pools keep the hand-over (bench_worker's pool of
- * 2: 150-400 k calls/s with three busy loops, 60-100 k/s without it).  A Python
- * worker's ring sleeps at once instead (kc_spin.sleep_shared): its parent is one
- * thread per worker, and with three busy loops yield-then-sleep gave a warm round trip
- * p90 of 4 ms and 0.56x TVM's map throughput, sleeping at once 68 us and 1.9x; on the
- * team's load it was no slower (21-30 us against 25-28 us).  A sleeper keeps its lag,
- * so its wake-up runs it promptly. */
+ * A waiter whose peer last ran on its own CPU does not yield first.  Under EEVDF a
+ * yield moves the yielder's virtual deadline a whole slice on, and hands the CPU to the
+ * peer only when the peer is eligible: on a busy CPU whichever other task is runnable
+ * (a compiler, a busy loop) may run for a slice first, and with the peer in a cgroup of
+ * its own the yield does not move the group's entity at all.  With the parent's futex
+ * nap (ring.h) a sleep is the cheaper hand-over too: two C processes pinned to one CPU
+ * made a round trip in 4.8-5.1 us sleeping at once, against 7.1-7.4 us with one yield
+ * before a ppoll() sleep and 15-17 us with one yield before the nap (bench_worker,
+ * interleaved, the same minutes); a pool of 2 made as many calls either way, with and
+ * without three busy loops beside it.  A sleeper keeps its lag, so its wake-up runs it
+ * promptly. */
 #include "clock.h"
 #include "ring.h"
 
 #include <sched.h>
-
-/* Yields a waiter on a shared CPU makes before it sleeps, whatever its budget.  One: a
- * yield hands the CPU over only when the peer is eligible to run (EEVDF), and the worker
- * sits in a cgroup of its own, whose entity a yield inside the group does not move
- * back; a second yield was as often a wasted system call as a hand-over, while a sleep
- * always hands over. */
-#define KC_SPIN_SHARED_YIELDS 1u
 
 bool kc_ring_share_cpu(_Atomic int32_t *mine, const _Atomic int32_t *peer) {
   /* glibc reads the CPU from the thread's rseq area: no system call */
@@ -46,37 +38,26 @@ bool kc_spin_step(kc_spinner *sp, _Atomic int32_t *mine, const _Atomic int32_t *
   if (!sp->max_ns)
     return false;
   unsigned step = sp->steps++;
-  bool shared = kc_ring_share_cpu(mine, peer);
-  if (shared && sp->state->sleep_shared) {
+  /* The peer can make progress only once we leave this CPU: every pause would be a
+   * pause of the peer too. */
+  if (kc_ring_share_cpu(mine, peer)) {
     sp->shared++;
     return false;
   }
-  if (shared) {
-    /* The peer can make progress only once we leave this CPU: every pause would be a
-     * pause of the peer too. */
+  __builtin_ia32_pause();
+  /* a third task may be waiting for this CPU: let it run now and then */
+  if (step % 64 == 63)
     sched_yield();
-    sp->yields++;
-  } else {
-    __builtin_ia32_pause();
-    sp->pauses++;
-    /* a third task may be waiting for this CPU: let it run now and then */
-    if (step % 64 == 63)
-      sched_yield();
-    if (step % 8 != 7) /* the clock costs as much as a pause: read it now and then */
-      return true;
-  }
+  if (step % 8 != 7) /* the clock costs as much as a pause: read it now and then */
+    return true;
   uint64_t now = kc_now_ns();
-  if (now >= until_ns)
-    return false;
-  if (!sp->pauses)
-    return sp->yields < KC_SPIN_SHARED_YIELDS;
-  return now - sp->t0 < sp->budget_ns;
+  return now < until_ns && now - sp->t0 < sp->budget_ns;
 }
 
 void kc_spin_end(kc_spinner *sp, bool satisfied) {
   kc_spin *s = sp->state;
   /* Only a spin on a CPU of its own says whether spinning pays. */
-  if (sp->pauses < sp->yields || sp->shared)
+  if (sp->shared)
     return;
   uint64_t b = s->budget_ns && s->budget_ns < sp->max_ns ? s->budget_ns : sp->max_ns;
   if (satisfied)

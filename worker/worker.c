@@ -196,8 +196,6 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   w->worker_path = dupstr(w->o.worker_path);
   w->python_lib = dupstr(w->o.python_lib);
   w->python_boot = dupstr(w->o.python_boot);
-  /* a Python worker's ring sleeps at once when both ends share a CPU (spin.c) */
-  w->spin.sleep_shared = w->python_lib != NULL;
   if (w->o.initargs_len) {
     w->initargs = malloc(w->o.initargs_len);
     if (w->initargs)
@@ -485,7 +483,8 @@ int kc_worker_pollfds(kc_worker *w, int fds[3]) {
 
 void kc_worker_set_waiting(kc_worker *w, bool on) {
   if (w->ring.ctl)
-    atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? 1 : 0, memory_order_seq_cst);
+    atomic_store_explicit(&w->ring.ctl->cq_waiters, on ? KC_CQ_POLL : KC_CQ_AWAKE,
+                          memory_order_seq_cst);
 }
 
 void kc_worker_set_spin(kc_worker *w, uint32_t parent_ns, uint32_t worker_ns) {
@@ -631,7 +630,17 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   return try_take(w, res, true);
 }
 
-/* Spin, then sleep in poll() until something happens or until_ns. 1 = res filled. */
+/* Sleep on the ring's futex for ns at most, or until a completion lands (ring.h). */
+static void nap(kc_worker *w, uint64_t ns) {
+  kc_ring_ctl *c = w->ring.ctl;
+  atomic_store_explicit(&c->cq_waiters, KC_CQ_NAP, memory_order_seq_cst);
+  uint32_t key = atomic_load_explicit(&c->cq_epoch, memory_order_seq_cst);
+  if (atomic_load_explicit(&c->cq_tail, memory_order_seq_cst) == w->ring.reaped)
+    kc_futex_wait(&c->cq_epoch, key, (int64_t)ns);
+  atomic_store_explicit(&c->cq_waiters, KC_CQ_AWAKE, memory_order_seq_cst);
+}
+
+/* Spin, nap, then sleep in poll() until something happens or until_ns. 1 = res filled. */
 static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
   kc_ring_ctl *c = w->ring.ctl;
   kc_spinner sp;
@@ -648,6 +657,7 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     }
   }
   (void)err;
+  uint64_t nap_end = kc_now_ns() + KC_PARENT_NAP_NS;
   for (bool look = false;;) {
     int r = try_take(w, res, look);
     if (r != 0)
@@ -657,6 +667,11 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     uint64_t until = dl < until_ns ? dl : until_ns;
     if (now >= until_ns)
       return 0;
+    if (now < nap_end && now < until && w->pid && !w->orphans) {
+      nap(w, (until < nap_end ? until : nap_end) - now);
+      look = false;
+      continue;
+    }
     kc_worker_set_waiting(w, true);
     if (atomic_load_explicit(&w->ring.ctl->cq_tail, memory_order_seq_cst) != w->ring.reaped) {
       kc_worker_set_waiting(w, false);
@@ -835,7 +850,6 @@ static int request_spawn(kc_worker *w, kc_error *err) {
   if (kc_ring_create(&w->ring, &rp, gen, err) < 0)
     return kc_error_prefix(err, "worker");
   atomic_store(&w->ring.ctl->worker_spin_ns, w->worker_spin_ns);
-  atomic_store(&w->ring.ctl->worker_sleep_shared, w->spin.sleep_shared);
   w->gen = gen;
   int sv[2] = {-1, -1};
   w->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);

@@ -2,6 +2,7 @@
  * without sanitizers: they run inside the sandbox, and some are hostile on purpose. */
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "kcage/worker.h"
@@ -134,6 +136,24 @@ int forge_completion(kc_call *c) {
     atomic_store(&ctl->cq_tail, c->seq + 1);
   for (;;)
     pause();
+  return 0;
+}
+
+/* Hostile: wake the parent's nap (ring.h) over and over, with nothing to take, and
+ * scribble on the parent's sleep flag; then answer "ok". */
+int spurious_wakes(kc_call *c) {
+  kc_ring_ctl *ctl = find_ctl(c);
+  if (!ctl)
+    return 1;
+  for (int i = 0; i < 20000; i++) {
+    atomic_fetch_add(&ctl->cq_epoch, 1);
+    atomic_store(&ctl->cq_waiters, (uint32_t)i);
+    syscall(SYS_futex, &ctl->cq_epoch, FUTEX_WAKE, 1, NULL, NULL, 0);
+    if (i % 64 == 0)
+      usleep(10);
+  }
+  memcpy(c->out, "ok", 2);
+  c->out_len = 2;
   return 0;
 }
 

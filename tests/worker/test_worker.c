@@ -755,6 +755,27 @@ static void test_corrupt_ring(void **state) {
   kc_worker_free(w);
 }
 
+/* The parent's nap is woken by the worker, which may wake it for nothing, as often as it
+ * likes, and forge the flag that says how the parent sleeps: the call still ends with
+ * its own answer, and so does the next. */
+static void test_spurious_wakes(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  for (int i = 0; i < 2; i++) {
+    kc_call_result r;
+    call(w, H("spurious_wakes"), "", 0, 30, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_int_equal(r.value_len, 2);
+    assert_memory_equal(r.value, "ok", 2);
+    kc_call_result_clear(&r);
+    call(w, "echo", "next", 4, 5, &r);
+    assert_int_equal(r.status, KC_CALL_COMPLETE);
+    assert_memory_equal(r.value, "next", 4);
+    kc_call_result_clear(&r);
+  }
+  kc_worker_free(w);
+}
+
 static void test_initializer(void **state) {
   (void)state;
   kc_worker_opts o;
@@ -1098,6 +1119,7 @@ int main(void) {
       cmocka_unit_test(test_pool_map_streams),
       cmocka_unit_test(test_pool_map_no_fault_per_call),
       cmocka_unit_test(test_corrupt_ring),
+      cmocka_unit_test(test_spurious_wakes),
       cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),
       cmocka_unit_test(test_parent_sigkill),
