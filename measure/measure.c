@@ -209,18 +209,29 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * instead: a harness's output sits there when its call starts, and such a call can pay
  * for a stop and continue of its own (tens of microseconds).  A 256x256 matmul, whose
  * 256 KiB output is written in strided rows, read 6 % slow with 19 outputs poisoned up
- * front, and as fast as a harness with each poisoned right before its call. */
+ * front, and as fast as a harness with each poisoned right before its call.
+ *
+ * Otherwise a piece must hold two calls at least: a call whose own tensors fill the
+ * budget gains less from a warm output than it pays for a stop and continue of its own.
+ * A 1M vector add (12 MiB a call, 0.42 ms) read 1.063-1.119x a harness in one-call
+ * pieces (1.07-1.09x in pieces of 4 and 8) and 1.034-1.058x in whole rounds, four
+ * runs each, interleaved, the same hour; a 16M one 1.031-1.073x and 1.024-1.044x,
+ * three each.  The 256x256 matmul above read 1.024-1.030x in its one-call pieces and
+ * 1.034-1.072x whole, so it keeps them. */
 static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
                             uint64_t in_region, double per_call_s) {
   if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
     return number;
   uint64_t budget = x->piece_bytes ? x->piece_bytes : kc_llc_bytes() / 2;
   uint64_t l2 = kc_cache_bytes(2) / 2;
-  if (!x->piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget)
+  bool by_l2 = !x->piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget;
+  if (by_l2)
     budget = l2;
   if (number * out_region <= budget)
     return number;
   uint64_t k = budget / (out_region + in_region);
+  if (k < 2 && !by_l2 && !x->piece_bytes)
+    return number; /* one call a piece: a whole round costs less (above) */
   return k < 1 ? 1 : k < number ? k : number;
 }
 
