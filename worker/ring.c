@@ -34,6 +34,53 @@ int kc_futex_wake(_Atomic uint32_t *word, int n) {
   return (int)syscall(SYS_futex, word, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
+/* The robust list of the worker's main thread: one entry, whose futex word is
+ * worker_tid in the shared control page.  Static: it must outlive everything but the
+ * process. */
+static struct robust_list_head death_head;
+static struct robust_list death_entry;
+
+void kc_ring_arm_death_notice(kc_ring *r) {
+  pid_t tid = (pid_t)syscall(SYS_gettid);
+  atomic_store(&r->ctl->worker_tid, (uint32_t)tid & FUTEX_TID_MASK);
+  death_entry.next = &death_head.list;
+  death_head.list.next = &death_entry;
+  death_head.futex_offset = (long)((char *)&r->ctl->worker_tid - (char *)&death_entry);
+  death_head.list_op_pending = NULL;
+  /* glibc's own list of this thread (robust mutexes) is given up: the worker has none
+   * that outlive it.  A failure leaves the nap's end to notice a death. */
+  syscall(SYS_set_robust_list, &death_head, sizeof death_head);
+}
+
+bool kc_ring_nap(kc_ring *r, uint32_t key, uint64_t ns) {
+  kc_ring_ctl *c = r->ctl;
+  uint32_t t = atomic_load_explicit(&c->worker_tid, memory_order_seq_cst);
+#ifdef __NR_futex_waitv
+  if ((t & FUTEX_TID_MASK) && !(t & FUTEX_OWNER_DIED)) {
+    /* FUTEX_WAITERS asks the dying worker's kernel side for the wake-up */
+    t = atomic_fetch_or_explicit(&c->worker_tid, FUTEX_WAITERS, memory_order_seq_cst);
+    if (t & FUTEX_OWNER_DIED)
+      return false;
+    struct futex_waitv wv[2] = {
+        {.val = key, .uaddr = (uint64_t)(uintptr_t)&c->cq_epoch, .flags = FUTEX_32},
+        {.val = t | FUTEX_WAITERS,
+         .uaddr = (uint64_t)(uintptr_t)&c->worker_tid,
+         .flags = FUTEX_32}};
+    struct timespec end;
+    clock_gettime(CLOCK_MONOTONIC, &end);
+    uint64_t e = (uint64_t)end.tv_nsec + ns;
+    end.tv_sec += (time_t)(e / 1000000000u);
+    end.tv_nsec = (long)(e % 1000000000u);
+    if (syscall(__NR_futex_waitv, wv, 2, 0, &end, CLOCK_MONOTONIC) >= 0 || errno != ENOSYS)
+      return !(atomic_load_explicit(&c->worker_tid, memory_order_seq_cst) & FUTEX_OWNER_DIED);
+  }
+#endif
+  if (t & FUTEX_OWNER_DIED)
+    return false;
+  kc_futex_wait(&c->cq_epoch, key, (int64_t)ns);
+  return true;
+}
+
 size_t kc_ring_layout(const kc_ring_params *p, uint64_t *sq_off, uint64_t *sq_slot,
                       uint64_t *cq_off, uint64_t *cq_slot) {
   uint64_t sqs = round_up(sizeof(kc_sqe) + KC_RING_FN_MAX + 1 + (uint64_t)p->max_arg, 64);
@@ -76,6 +123,7 @@ void kc_ring_reset(kc_ring *r, uint32_t generation) {
   atomic_store(&c->cq_head, 0);
   atomic_store(&c->cq_waiters, KC_CQ_AWAKE);
   atomic_store(&c->cq_epoch, 0);
+  atomic_store(&c->worker_tid, 0);
   atomic_store(&c->parent_gone, 0);
   atomic_store(&c->trapped_syscall, 0xffffffffu);
   atomic_store(&c->parent_cpu, -1);

@@ -25,9 +25,13 @@
  *    scheduler's tick (4 ms at HZ=250), so that its timer is not the CPU's next event
  *    while the tick runs: with a 0.2 ms nap the timer was reprogrammed at every nap,
  *    and on this guest one round trip in five paid ~14 us for it (p90 18.7 us against
- *    6.5 us with 5 ms).  What it costs: a death or a violation during the nap is seen
- *    when the nap ends, at most KC_PARENT_NAP_NS late; a deadline is never passed (the
- *    nap ends at it).
+ *    6.5 us with 5 ms).  A death ends the nap at once: the worker registers
+ *    worker_tid (its tid) as its robust futex list, so the kernel marks the word
+ *    FUTEX_OWNER_DIED and wakes its waiter when the worker exits, however it dies, and
+ *    the parent waits on both words (futex_waitv).  A worker that unregisters it, or a
+ *    kernel without futex_waitv, leaves the nap's end to see its death.  A violation
+ *    during the nap is seen when the nap ends, at most KC_PARENT_NAP_NS late; a
+ *    deadline is never passed (the nap ends at it).
  *
  * Spinning adapts to contention (spin.c).  Each side publishes the CPU it runs on; a
  * waiter whose peer last ran on its own CPU never spins (the peer cannot run until it
@@ -77,6 +81,7 @@ typedef struct kc_ring_ctl {
   _Alignas(64) _Atomic uint64_t cq_tail;  /* worker writes: untrusted */
   _Atomic int32_t worker_cpu;             /* worker writes: untrusted, a hint only */
   _Atomic uint32_t cq_epoch;              /* worker bumps: futex word the parent naps on */
+  _Atomic uint32_t worker_tid;            /* worker's death notice (robust futex), 0 if none */
   _Alignas(64) _Atomic uint64_t cq_head;  /* parent writes */
   _Atomic uint32_t cq_waiters;            /* parent sets while asleep: KC_CQ_NAP/POLL */
   _Atomic uint32_t parent_gone;           /* parent sets at shutdown */
@@ -136,6 +141,12 @@ void kc_ring_destroy(kc_ring *r);
 
 /* Worker: map a memfd received from the parent. */
 int kc_ring_attach(kc_ring *r, int memfd, kc_error *err);
+/* Worker: have the kernel mark worker_tid and wake the parent when this process dies
+ * (its robust futex list; done before the filter is loaded). */
+void kc_ring_arm_death_notice(kc_ring *r);
+/* Parent: sleep until cq_epoch moves from key, the worker dies, or ns pass.  false: the
+ * worker's death notice says it is gone (no sleep; its pidfd says how). */
+bool kc_ring_nap(kc_ring *r, uint32_t key, uint64_t ns);
 
 /* Parent: publish one request.  -1 (err) when full or too large. */
 int kc_ring_submit(kc_ring *r, const char *fn, size_t fn_len, const void *arg, size_t len,

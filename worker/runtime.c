@@ -221,7 +221,10 @@ static void post_exception(kc_ring *r, int evfd, uint64_t head, uint8_t *out, co
 /* Attached to the ring and locked down, with the parent told so; exits when it cannot. */
 static void start_runtime(const kc_worker_boot *b) {
   kc_error err = {0};
-  if (kc_ring_attach(&g_ring, b->memfd, &err) < 0 || lockdown(b, &err) < 0) {
+  int attached = kc_ring_attach(&g_ring, b->memfd, &err);
+  if (attached == 0)
+    kc_ring_arm_death_notice(&g_ring);
+  if (attached < 0 || lockdown(b, &err) < 0) {
     send_ready(b->sock, err.code ? err.code : EINVAL, err.msg);
     _exit(125);
   }

@@ -630,14 +630,17 @@ int kc_worker_try(kc_worker *w, kc_call_result *res, kc_error *err) {
   return try_take(w, res, true);
 }
 
-/* Sleep on the ring's futex for ns at most, or until a completion lands (ring.h). */
-static void nap(kc_worker *w, uint64_t ns) {
+/* Sleep on the ring's futex for ns at most, or until a completion lands or the worker
+ * dies (ring.h).  false: it died, and napping again would not wait. */
+static bool nap(kc_worker *w, uint64_t ns) {
   kc_ring_ctl *c = w->ring.ctl;
   atomic_store_explicit(&c->cq_waiters, KC_CQ_NAP, memory_order_seq_cst);
   uint32_t key = atomic_load_explicit(&c->cq_epoch, memory_order_seq_cst);
+  bool alive = true;
   if (atomic_load_explicit(&c->cq_tail, memory_order_seq_cst) == w->ring.reaped)
-    kc_futex_wait(&c->cq_epoch, key, (int64_t)ns);
+    alive = kc_ring_nap(&w->ring, key, ns);
   atomic_store_explicit(&c->cq_waiters, KC_CQ_AWAKE, memory_order_seq_cst);
+  return alive;
 }
 
 /* Spin, nap, then sleep in poll() until something happens or until_ns. 1 = res filled. */
@@ -668,8 +671,9 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
     if (now >= until_ns)
       return 0;
     if (now < nap_end && now < until && w->pid && !w->orphans) {
-      nap(w, (until < nap_end ? until : nap_end) - now);
-      look = false;
+      look = !nap(w, (until < nap_end ? until : nap_end) - now);
+      if (look)
+        nap_end = 0; /* dead: the pidfd, in ppoll, says how */
       continue;
     }
     kc_worker_set_waiting(w, true);

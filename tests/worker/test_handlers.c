@@ -157,6 +157,29 @@ int spurious_wakes(kc_call *c) {
   return 0;
 }
 
+/* Hostile: claim to be dead (the death notice's FUTEX_OWNER_DIED) while alive, then
+ * answer "ok" a while later. */
+int forge_death(kc_call *c) {
+  kc_ring_ctl *ctl = find_ctl(c);
+  if (!ctl)
+    return 1;
+  atomic_store(&ctl->worker_tid, FUTEX_OWNER_DIED | 1u);
+  usleep(20000);
+  memcpy(c->out, "ok", 2);
+  c->out_len = 2;
+  return 0;
+}
+
+/* Hostile: withdraw the death notice (an empty robust list), then wait to be killed. */
+int hide_death(kc_call *c) {
+  (void)c;
+  static struct robust_list_head empty = {.list = {&empty.list}};
+  syscall(SYS_set_robust_list, &empty, sizeof empty);
+  for (;;)
+    pause();
+  return 0;
+}
+
 static int counter;
 int count_calls(kc_call *c) {
   counter++;

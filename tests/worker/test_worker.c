@@ -776,6 +776,30 @@ static void test_spurious_wakes(void **state) {
   kc_worker_free(w);
 }
 
+/* The death notice (ring.h) is the worker's to forge or withdraw: a false one costs the
+ * call nothing, and a withdrawn one still lets the death be seen. */
+static void test_death_notice_hostile(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("forge_death"), "", 0, 30, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  assert_memory_equal(r.value, "ok", 2);
+  kc_call_result_clear(&r);
+  kc_error err = {0};
+  assert_int_equal(kc_worker_send(w, H("hide_death"), "", 0, 30, &err), 0);
+  usleep(20000); /* it has withdrawn the notice and waits */
+  kill(kc_worker_pid(w), SIGKILL);
+  assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+  assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
+  assert_int_equal(r.verdict.status, KC_STATUS_SIGNALED);
+  assert_int_equal(r.verdict.signal, SIGKILL);
+  call(w, "echo", "next", 4, 5, &r);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
 static void test_initializer(void **state) {
   (void)state;
   kc_worker_opts o;
@@ -1120,6 +1144,7 @@ int main(void) {
       cmocka_unit_test(test_pool_map_no_fault_per_call),
       cmocka_unit_test(test_corrupt_ring),
       cmocka_unit_test(test_spurious_wakes),
+      cmocka_unit_test(test_death_notice_hostile),
       cmocka_unit_test(test_initializer),
       cmocka_unit_test(test_many_calls_flat),
       cmocka_unit_test(test_parent_sigkill),
