@@ -7,10 +7,10 @@
  * (a compiler, a busy loop) may run for a slice first, and with the peer in a cgroup of
  * its own the yield does not move the group's entity at all.  With the parent's futex
  * nap (ring.h) a sleep is the cheaper hand-over too: two C processes pinned to one CPU
- * made a round trip in 4.8-5.1 us sleeping at once, against 7.1-7.4 us with one yield
- * before a ppoll() sleep and 15-17 us with one yield before the nap (bench_worker,
- * interleaved, the same minutes); a pool of 2 made as many calls either way, with and
- * without three busy loops beside it.  A sleeper keeps its lag, so its wake-up runs it
+ * made a round trip in 4.6-5.1 us sleeping at once, against 7.1-7.4 us with one yield
+ * before a ppoll() sleep and 15-17 us with one yield before a 0.2 ms nap (bench_worker,
+ * medians, the same hour); a pool of 2 made as many calls either way, with and without
+ * three busy loops beside it.  A sleeper keeps its lag, so its wake-up runs it
  * promptly. */
 #include "clock.h"
 #include "ring.h"

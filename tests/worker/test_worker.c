@@ -791,6 +791,7 @@ static void test_death_notice_hostile(void **state) {
   usleep(20000); /* it has withdrawn the notice and waits */
   kill(kc_worker_pid(w), SIGKILL);
   assert_int_equal(kc_worker_recv(w, &r, &err), 0);
+  print_message("killed with its death notice withdrawn: %s\n", r.message);
   assert_int_equal(r.status, KC_CALL_CHILD_ERROR);
   assert_int_equal(r.verdict.status, KC_STATUS_SIGNALED);
   assert_int_equal(r.verdict.signal, SIGKILL);
