@@ -213,10 +213,10 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  *
  * Otherwise a piece must hold two calls at least: a call whose own tensors fill the
  * budget gains less from a warm output than it pays for a stop and continue of its own.
- * A 1M vector add (12 MiB a call, 0.42 ms) read 1.063-1.119x a harness in one-call
+ * A 1M vector add (12 MiB a call, 0.42 ms) read 1.059-1.119x a harness in one-call
  * pieces (1.07-1.09x in pieces of 4 and 8) and 1.034-1.065x in whole rounds, 4-8
  * runs each, interleaved, the same hour; a 16M one 1.031-1.073x and 1.020-1.044x,
- * three and four.  The 256x256 matmul above read 1.024-1.030x in its one-call pieces and
+ * four and five runs.  The 256x256 matmul above read 1.020-1.033x in its one-call pieces and
  * 1.034-1.072x whole, so it keeps them. */
 static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
                             uint64_t in_region, double per_call_s) {

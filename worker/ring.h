@@ -20,7 +20,7 @@
  *    waits on many workers at once, which one futex cannot do).  The worker bumps
  *    cq_epoch and wakes the futex, or writes the eventfd, only when cq_waiters says
  *    so.  The nap is there for the round trip on a shared CPU, where every hop is a
- *    sleep: a futex wait and wake cost 1.2-1.5 us less a round trip than ppoll() on
+ *    sleep: a futex wait and wake cost 1.1-1.6 us less a round trip than ppoll() on
  *    three fds, an eventfd write and its read.  The nap lasts longer than the
  *    scheduler's tick (4 ms at HZ=250), so that its timer is not the CPU's next event
  *    while the tick runs: with a 0.2 ms nap the timer was reprogrammed at every nap,
