@@ -16,4 +16,7 @@ void kc_bench_set(const char *section, const char *key, double value);
 void kc_bench_set_str(const char *section, const char *key, const char *value);
 int kc_bench_write(void);
 
+/* bench_run's floor launchers (launch_floor.c): "ns" or "fs"; the exit status. */
+int kc_bench_floor_launch(const char *what);
+
 #endif

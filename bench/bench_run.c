@@ -58,6 +58,11 @@ static const char *const firejail_argv[] = {"firejail",   "--quiet",   "--noprof
                                             "--net=none", "/bin/true", NULL};
 static const char *const minijail_argv[] = {"minijail0", "-p",    "-v",        "-l", "-e",
                                             "-N",        "--uts", "/bin/true", NULL};
+/* Floors: this program launching /bin/true with no more than one part of kcage's
+ * isolation, to show what that part costs by itself on this machine (floor.c). */
+static const char *const floor_ns_argv[] = {KC_BUILD_DIR "/bench/bench_run", "--floor", "ns", NULL};
+static const char *const floor_fs_argv[] = {KC_BUILD_DIR "/bench/bench_run", "--floor", "fs", NULL};
+
 /* $KC_BENCH_BASELINE: another kcage binary (a build from before a change) as one more
  * launcher, so a change is measured against its base in the same run. */
 static const char *baseline_argv[] = {NULL, "run", "--", "/bin/true", NULL};
@@ -140,12 +145,12 @@ typedef struct row {
   const char *skip; /* why the row is not measured, or NULL */
 } row;
 
-enum { KC = 0, NROWS = 9 };
+enum { KC = 0, NROWS = 11 };
 
 /* Rows that are other sandboxes, for the ratio lines (not fork+exec, not kcage). */
 static bool is_peer(const row *r) {
   return strcmp(r->key, "kcage") && strcmp(r->key, "kcage_cgroup") && strcmp(r->key, "fork_exec") &&
-         strcmp(r->key, "kcage_baseline");
+         strcmp(r->key, "kcage_baseline") && strncmp(r->key, "floor_", 6);
 }
 
 static void probe(row *r) {
@@ -250,6 +255,8 @@ static void print_rows(row *rows, size_t runs) {
 }
 
 int main(int argc, char **argv) {
+  if (argc == 3 && !strcmp(argv[1], "--floor"))
+    return kc_bench_floor_launch(argv[2]);
   size_t runs = argc > 1 ? (size_t)atoi(argv[1]) : 300;
   if (runs < 10)
     runs = 10;
@@ -264,7 +271,9 @@ int main(int argc, char **argv) {
       {"nsjail -Mo --chroot /", "nsjail", nsjail_argv, 0, 0, 0, 0, 0, 0},
       {"firejail --noprofile --private --net=none", "firejail", firejail_argv, 0, 0, 0, 0, 0, 0},
       {"minijail0 -p -v -l -e -N --uts", "minijail", minijail_argv, 0, 0, 0, 0, 0, 0},
-      {"kcage baseline ($KC_BENCH_BASELINE)", "kcage_baseline", baseline_argv, 0, 0, 0, 0, 0, 0}};
+      {"kcage baseline ($KC_BENCH_BASELINE)", "kcage_baseline", baseline_argv, 0, 0, 0, 0, 0, 0},
+      {"floor: kcage's namespaces + /proc, no more", "floor_ns", floor_ns_argv, 0, 0, 0, 0, 0, 0},
+      {"floor: the same + kcage's file system", "floor_fs", floor_fs_argv, 0, 0, 0, 0, 0, 0}};
   baseline_argv[0] = getenv("KC_BENCH_BASELINE");
   for (int r = 0; r < NROWS; r++) {
     rows[r].wall = calloc(runs, sizeof(double));
