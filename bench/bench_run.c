@@ -5,7 +5,9 @@
  * round launches each once in a freshly shuffled order, so machine noise and cache
  * warmth hit all alike.  Per launch: wall time from fork of the launcher until it is
  * reaped, and CPU time of the whole tree (an inherited task-clock counter, as `perf
- * stat` counts it). */
+ * stat` counts it).  Two floors (launch_floor.c) show what kcage's namespaces, and
+ * its file system on top, cost by themselves here: no launcher doing that work can
+ * be faster than they are. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/perf_event.h>
@@ -214,6 +216,30 @@ static void print_peer_ratios(row *rows) {
   }
 }
 
+/* The floors against unshare and kcage: what the same isolation costs at the least. */
+static void print_floors(row *rows) {
+  const row *un = NULL, *fs = NULL;
+  for (int k = 0; k < NROWS; k++) {
+    if (!strcmp(rows[k].key, "unshare"))
+      un = &rows[k];
+    if (!strcmp(rows[k].key, "floor_fs"))
+      fs = &rows[k];
+  }
+  if (!un || !fs || un->skip || fs->skip || !un->n || !fs->n || !rows[KC].n)
+    return;
+  double fw = kc_bench_quantile(fs->wall, fs->n, 0.5), fc = kc_bench_quantile(fs->cpu, fs->n, 0.5);
+  double uw = kc_bench_quantile(un->wall, un->n, 0.5), uc = kc_bench_quantile(un->cpu, un->n, 0.5);
+  double kw = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
+  double kc = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  printf("the floor with kcage's file system against unshare (no file-system isolation): wall "
+         "%.2fx, CPU %.2fx; kcage over that floor: wall %.2fx, CPU %.2fx (medians)\n",
+         fw / uw, fc / uc, kw / fw, kc / fc);
+  kc_bench_set("run", "floor_fs_over_unshare_wall", fw / uw);
+  kc_bench_set("run", "floor_fs_over_unshare_cpu", fc / uc);
+  kc_bench_set("run", "kcage_over_floor_fs_wall", kw / fw);
+  kc_bench_set("run", "kcage_over_floor_fs_cpu", kc / fc);
+}
+
 static void print_rows(row *rows, size_t runs) {
   double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
   double kc_wall = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
@@ -252,6 +278,7 @@ static void print_rows(row *rows, size_t runs) {
          use_perf ? "task-clock of the whole tree" : "rusage (no perf events here)");
   (void)kc_wall;
   print_peer_ratios(rows);
+  print_floors(rows);
 }
 
 int main(int argc, char **argv) {
