@@ -3,8 +3,10 @@
  * output sets, the output poisoned before each call and the clock read around the call
  * alone, each set's tensors laid out as kcage lays them out, allocated afresh each trial)
  * and by `kcage bench` (sandboxed worker, every integrity defence on), with the same
- * `number` and `repeat`, in trials of harness, kcage, harness.  Printed: the median ratio
- * kcage/harness per case; target within 2 %.  One more case keeps malloc's layout in the
+ * `number` and `repeat`, in trials of harness, floor, kcage, harness.  Printed: the median
+ * ratio kcage/harness per case (target within 2 %), split into what kcage's round layout
+ * costs by itself (a floor: that round run in this process, floor_round) and what the
+ * sandbox adds to it.  One more case keeps malloc's layout in the
  * harness, to show what a layout costs (harness_alloc). */
 #include <dlfcn.h>
 #include <math.h>
@@ -14,8 +16,10 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../measure/measure_internal.h"
+#include "../measure/measure_kernel.h"
 #include "bench_common.h"
 #include "kcage/measure.h"
 
@@ -233,6 +237,132 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
   return med;
 }
 
+/* The floor: kcage's timed round in this process, with nothing of the sandbox, the
+ * ring or the stops: the inputs file's sets in their 16 read-only views, fresh data
+ * each round (kc_round_inputs), one output region per call poisoned before the round
+ * or, where the round runs in pieces (kc_round_piece_calls), before each piece, and
+ * the clock read around each piece only, calls made as measure_handler.c makes them.
+ * kcage over the floor is what the sandbox and its supervision cost; the floor over
+ * the harness is what the round's layout (the integrity defences' outputs and inputs)
+ * costs by itself. */
+typedef struct floor_round {
+  kc_args_spec *spec;
+  kernel_fn fn;
+  uint64_t in_region, out_region, number, piece;
+  uint32_t n_slots, n_sets, n_views;
+  size_t in_stride;
+  unsigned char *in_w, *in, *area; /* the file writable; its views; the output area */
+  DLTensor t[KC_ARGS_MAX_TENSORS];
+} floor_round;
+
+static void floor_alloc(floor_round *f, harness *h, uint64_t number, double per_call) {
+  f->spec = &h->spec;
+  f->fn = h->fn;
+  f->number = number;
+  f->in_region = kc_args_region_bytes(f->spec, false);
+  f->out_region = kc_args_region_bytes(f->spec, true);
+  f->n_slots = kc_round_input_slots(f->in_region, SETS);
+  f->n_sets = (uint32_t)(number < f->n_slots ? number : f->n_slots);
+  const char *pb = getenv("KC_BENCH_PIECE_BYTES"); /* as kcage_trial below */
+  f->piece = kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
+                                  pb ? strtoull(pb, NULL, 0) : 0);
+  size_t in_len = (size_t)(f->in_region * f->n_slots);
+  f->n_views = in_len && in_len <= (8u << 20) ? 16 : 1;
+  f->in_stride = (in_len + 4095) / 4096 * 4096;
+  int fd = memfd_create("floor", MFD_CLOEXEC);
+  if (fd < 0 || ftruncate(fd, (off_t)in_len) < 0) {
+    fprintf(stderr, "bench_accuracy: floor inputs: out of memory\n");
+    exit(1);
+  }
+  f->in_w = mmap(NULL, in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  f->in = mmap(NULL, f->in_stride * f->n_views, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  f->area = mmap(NULL, number * f->out_region, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
+  for (uint32_t v = 0; ok && v < f->n_views; v++)
+    ok = mmap(f->in + v * f->in_stride, in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
+              fd, 0) != MAP_FAILED;
+  close(fd);
+  if (!ok) {
+    fprintf(stderr, "bench_accuracy: floor: out of memory\n");
+    exit(1);
+  }
+  for (uint32_t i = 0; i < f->spec->n; i++) {
+    const kc_tensor_spec *ts = &f->spec->t[i];
+    f->t[i] = (DLTensor){.data = ts->out ? NULL : f->in + kc_args_offset(f->spec, i),
+                         .device = {kDLCPU, 0},
+                         .ndim = ts->ndim,
+                         .dtype = ts->dtype,
+                         .shape = (int64_t *)ts->shape};
+  }
+}
+
+static void floor_free(floor_round *f) {
+  munmap(f->in_w, (size_t)(f->in_region * f->n_slots));
+  munmap(f->in, f->in_stride * f->n_views);
+  munmap(f->area, f->number * f->out_region);
+}
+
+static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t seed) {
+  for (uint64_t c = c0; c < c0 + cnt; c++)
+    kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
+}
+
+/* Calls [c0, c0 + cnt) as the worker makes them (measure_handler.c); their seconds. */
+static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
+  uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_sets);
+  size_t view = (size_t)((c0 / f->n_sets) % f->n_views) * f->in_stride;
+  double t0 = kc_bench_now();
+  for (uint64_t c = c0; c < c0 + cnt; c++) {
+    DLTensor args[KC_ARGS_MAX_TENSORS];
+    memcpy(args, f->t, n * sizeof *args);
+    unsigned char *o = f->area + c * f->out_region;
+    for (uint32_t t = 0; t < n; t++)
+      args[t].data = f->spec->t[t].out ? o + kc_args_offset(f->spec, t)
+                                       : (unsigned char *)args[t].data + set * f->in_region + view;
+    f->fn(args, (int32_t)n);
+    if (++set == f->n_sets) {
+      set = 0;
+      view += f->in_stride;
+      if (view == f->in_stride * f->n_views)
+        view = 0;
+    }
+  }
+  return kc_bench_now() - t0;
+}
+
+static double floor_round_once(floor_round *f, uint64_t round) {
+  floor_poison(f, 0, f->number, round);
+  kc_round_inputs(f->spec, f->in_w, f->in_region, f->n_sets, 7, round, false);
+  double total = 0;
+  for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
+    uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
+    if (f->piece < f->number)
+      floor_poison(f, c0, cnt, round + 1000);
+    total += floor_piece(f, c0, cnt);
+  }
+  return total / (double)f->number;
+}
+
+static double floor_trial(harness *h, uint64_t number, uint32_t repeat, double per_call, int cpu,
+                          double *min) {
+  pin_self(cpu);
+  kc_sched_slice(0);
+  floor_round f;
+  floor_alloc(&f, h, number, per_call);
+  double v[64];
+  for (int w = 0; w < 3; w++)
+    floor_round_once(&f, (uint64_t)w);
+  for (uint32_t r = 0; r < repeat; r++)
+    v[r] = floor_round_once(&f, 100 + r);
+  double med = kc_bench_quantile(v, repeat, 0.5);
+  *min = v[0];
+  floor_free(&f);
+  kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
+  pin_self(-1);
+  return med;
+}
+
 static double kcage_trial(const char *so, const bcase *c, uint64_t number, int cpu, double *min) {
   kc_bench_config cfg;
   kc_bench_config_init(&cfg);
@@ -296,13 +426,16 @@ static void run_case(const bcase *c, size_t idx) {
   uint64_t number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
   number = number < 1 ? 1 : number;
   double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[2 * TRIALS];
+  double layout[TRIALS], machinery[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
-    /* Harness, kcage, harness: this guest's memory bandwidth drifts by tens of percent
-     * within seconds, so kcage is compared with the geometric mean of the harness trials
-     * on either side of it, which cancels a drift linear over the three. */
-    double h1min, h2min, kmin;
+    /* Harness, floor, kcage, harness: this guest's memory bandwidth drifts by tens of
+     * percent within seconds, so kcage and the floor are compared with the geometric
+     * mean of the harness trials on either side of them, which cancels a drift linear
+     * over the four. */
+    double h1min, h2min, kmin, fmin;
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
     double h1 = harness_trial(&h, number, c->repeat, cpu, &h1min);
+    double fl = floor_trial(&h, number, c->repeat, per, cpu, &fmin);
     kc[t] = kcage_trial(so, c, number, cpu, &kmin);
     double h2 = harness_trial(&h, number, c->repeat, cpu, &h2min);
     un[t] = sqrt(h1 * h2);
@@ -310,7 +443,11 @@ static void run_case(const bcase *c, size_t idx) {
     hs[2 * t + 1] = h2;
     ratio[t] = kc[t] / un[t];
     mratio[t] = kmin / sqrt(h1min * h2min);
+    layout[t] = fl / un[t];
+    machinery[t] = kc[t] / fl;
   }
+  double lay = kc_bench_quantile(layout, TRIALS, 0.5);
+  double mach = kc_bench_quantile(machinery, TRIALS, 0.5);
   double r = kc_bench_quantile(ratio, TRIALS, 0.5), mr = kc_bench_quantile(mratio, TRIALS, 0.5);
   double km = kc_bench_quantile(kc, TRIALS, 0.5), um = kc_bench_quantile(un, TRIALS, 0.5);
   double lo = ratio[0], hi = ratio[TRIALS - 1]; /* sorted by the quantile */
@@ -319,9 +456,9 @@ static void run_case(const bcase *c, size_t idx) {
   kc_bench_quantile(hs, 2 * TRIALS, 0.5);
   double spread = (hs[2 * TRIALS - 1] / hs[0] - 1) * 100;
   printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
-         "%s\n",
+         "%-3s  %7.4f  %7.4f\n",
          c->name, (unsigned long long)number, c->repeat, km * 1e6, um * 1e6, r, (r - 1) * 100, lo,
-         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO");
+         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO", lay, mach);
   fflush(stdout);
   char key[96];
   snprintf(key, sizeof key, "%s_ratio", c->key);
@@ -334,6 +471,10 @@ static void run_case(const bcase *c, size_t idx) {
   kc_bench_set("accuracy", key, um * 1e6);
   snprintf(key, sizeof key, "%s_harness_spread_pct", c->key);
   kc_bench_set("accuracy", key, spread);
+  snprintf(key, sizeof key, "%s_floor_over_harness", c->key);
+  kc_bench_set("accuracy", key, lay);
+  snprintf(key, sizeof key, "%s_kcage_over_floor", c->key);
+  kc_bench_set("accuracy", key, mach);
 }
 
 int main(int argc, char **argv) {
@@ -348,15 +489,18 @@ int main(int argc, char **argv) {
   printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
          "output poisoned before each call outside the clock), same number and repeat, %d "
          "trials, each one "
-         "harness, kcage, harness, all three on one CPU (kcage --cpu), the CPUs in turn;\n"
+         "harness, floor, kcage, harness, all four on one CPU (kcage --cpu), the CPUs in turn;\n"
          "ratio = median over trials of kcage median / geometric mean of the two harness "
          "medians around it; target within 2 %%\n",
          SETS, TRIALS);
-  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %s\n", "case", "number", "repeat",
-         "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread", "within 2%");
+  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %-9s  %7s  %7s\n", "case", "number",
+         "repeat", "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread", "within 2%",
+         "layout", "sandbox");
   printf("  (ratio of medians; min-rat: median over trials of the ratio of the fastest rounds, "
          "less sensitive to load; h-spread: slowest over fastest of the harness's own trials, "
-         "the noise floor)\n");
+         "the noise floor; layout: the floor (kcage's round in this process, no sandbox) over "
+         "the harness, what the defences' round layout costs by itself; sandbox: kcage over "
+         "that floor, what the sandbox and its supervision add; medians over trials)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (argc < 2 || strstr(cases[i].key, argv[1]))
       run_case(&cases[i], i);

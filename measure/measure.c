@@ -218,21 +218,26 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * runs each, interleaved, the same hour; a 16M one 1.031-1.073x and 1.020-1.044x,
  * four and five runs.  The 256x256 matmul above read 1.020-1.033x in its one-call pieces and
  * 1.034-1.072x whole, so it keeps them. */
-static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
-                            uint64_t in_region, double per_call_s) {
-  if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
-    return number;
-  uint64_t budget = x->piece_bytes ? x->piece_bytes : kc_llc_bytes() / 2;
+uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
+                              double per_call_s, uint64_t piece_bytes) {
+  uint64_t budget = piece_bytes ? piece_bytes : kc_llc_bytes() / 2;
   uint64_t l2 = kc_cache_bytes(2) / 2;
-  bool by_l2 = !x->piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget;
+  bool by_l2 = !piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget;
   if (by_l2)
     budget = l2;
   if (number * out_region <= budget)
     return number;
   uint64_t k = budget / (out_region + in_region);
-  if (k < 2 && !by_l2 && !x->piece_bytes)
+  if (k < 2 && !by_l2 && !piece_bytes)
     return number; /* one call a piece: a whole round costs less (above) */
   return k < 1 ? 1 : k < number ? k : number;
+}
+
+static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
+                            uint64_t in_region, double per_call_s) {
+  if (x->flush_cache) /* cold caches asked for: nothing to keep warm */
+    return number;
+  return kc_round_piece_calls(number, out_region, in_region, per_call_s, x->piece_bytes);
 }
 
 /* Calls [c0, c0 + cnt) of a round, in the regions of the area from the first on, the

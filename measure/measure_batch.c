@@ -396,10 +396,7 @@ typedef struct session {
 
 /* The sets of inputs the file holds: a round uses up to this many. */
 static uint32_t input_slots(const session *s) {
-  uint64_t in_region = kc_args_region_bytes(&s->spec, false);
-  uint64_t slots = in_region ? kc_round_input_budget(in_region, s->n_sets) / in_region : 4096;
-  slots = slots > 4096 ? 4096 : slots;
-  return (uint32_t)(slots > s->n_sets ? slots : s->n_sets);
+  return kc_round_input_slots(kc_args_region_bytes(&s->spec, false), s->n_sets);
 }
 
 /* Is the measuring worker's memory limit an RLIMIT_AS?  So it is without a memory

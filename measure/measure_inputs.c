@@ -81,3 +81,9 @@ uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets) {
   }
   return 8ull << 20;
 }
+
+uint32_t kc_round_input_slots(uint64_t in_region, uint32_t n_sets) {
+  uint64_t slots = in_region ? kc_round_input_budget(in_region, n_sets) / in_region : 4096;
+  slots = slots > 4096 ? 4096 : slots;
+  return (uint32_t)(slots > n_sets ? slots : n_sets);
+}

@@ -88,8 +88,16 @@ void kc_rfc3339(const struct timespec *ts, char *buf, size_t len);
 int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_t region,
                       double timeout_s, unsigned char *out, kc_error *err);
 
+/* The calls of a timed round's piece (measure.c: why and when a round runs in pieces);
+ * number when it runs whole.  piece_bytes: --piece-bytes, 0 = the caches decide. */
+uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
+                              double per_call_s, uint64_t piece_bytes);
+
 /* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */
 uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets);
+/* The input sets the inputs file holds (that budget over one set, 4096 at most, never
+ * fewer than n_sets): a round uses up to this many. */
+uint32_t kc_round_input_slots(uint64_t in_region, uint32_t n_sets);
 
 /* Write round `round`'s inputs for sets [0, n_sets) into map (measure_inputs.c).
  * Returns the set that is a near-copy of set 0, or UINT32_MAX when there is none. */
