@@ -291,8 +291,6 @@ static void test_plain_inherits_caller_code(void **state) {
   assert_int_equal(system(cmd), 0);
 }
 
-/* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
- * element in 4096 of each input differs, at least one), the same for the same round. */
 /* The input budget: sets that --sets would keep in half of L1 or L2 stay within half of
  * that level (never fewer than those sets), larger ones get 8 MiB, as they do when the
  * caches are unknown. */
@@ -313,6 +311,54 @@ static void test_input_budget(void **state) {
       assert_true(kc_round_input_budget(in, sets) >= (in * sets <= big ? in * sets : 0));
 }
 
+/* The sets the inputs file holds: the budget over one set, never fewer than --sets and
+ * never more than 4096 (or --sets, when that is more). */
+static void test_input_slots(void **state) {
+  (void)state;
+  for (uint64_t in = 1; in <= (256ull << 20); in *= 8)
+    for (uint32_t sets = 1; sets <= 8192; sets *= 8) {
+      uint64_t want = kc_round_input_budget(in, sets) / in;
+      want = want > 4096 ? 4096 : want;
+      want = want < sets ? sets : want;
+      assert_int_equal(kc_round_input_slots(in, sets), want);
+    }
+  assert_int_equal(kc_round_input_slots(0, 4), 4096);
+}
+
+/* Where a timed round is cut into pieces.  An explicit piece size holds as many calls as
+ * their tensors fit (one at least); otherwise half the last-level cache does, a round
+ * whose pieces would hold one call runs whole, and calls of a millisecond or more whose
+ * output fits half of L2 go by half of L2, one call a piece if need be. */
+static void test_piece_calls(void **state) {
+  (void)state;
+  assert_int_equal(kc_round_piece_calls(100, 4096, 0, 1e-6, 40960), 10);
+  assert_int_equal(kc_round_piece_calls(100, 4096, 4096, 1e-6, 40960), 5);
+  assert_int_equal(kc_round_piece_calls(100, 1u << 20, 0, 1e-6, 1), 1);
+  assert_int_equal(kc_round_piece_calls(5, 4096, 0, 1e-6, 1u << 30), 5);
+  uint64_t half = kc_llc_bytes() / 2, l2 = kc_cache_bytes(2) / 2;
+  if (half >= (1u << 20)) {
+    assert_int_equal(kc_round_piece_calls(64, 4096, 0, 1e-6, 0), 64); /* fits: whole */
+    uint64_t out = half / 8, k = half / (out + out);
+    assert_int_equal(kc_round_piece_calls(1000, out, out, 1e-6, 0), k);
+    /* one call's tensors fill the budget: whole */
+    assert_int_equal(kc_round_piece_calls(50, half, half, 4e-4, 0), 50);
+  }
+  if (l2 >= (256u << 10) && l2 < half) {
+    uint64_t out = l2 / 4; /* by L2: a call of 1 ms whose inputs take the rest */
+    assert_int_equal(kc_round_piece_calls(20, out, l2, 1.1e-3, 0), 1);
+    assert_int_equal(kc_round_piece_calls(20, out, 0, 1.1e-3, 0), 4);
+    /* the same call under a millisecond goes by the last level */
+    assert_int_equal(kc_round_piece_calls(20, out, 0, 0.9e-3, 0), 20 * out <= half ? 20 : half / out);
+  }
+  for (uint64_t n = 1; n <= 100000; n *= 10)
+    for (uint64_t out = 64; out <= (64ull << 20); out *= 16) {
+      uint64_t k = kc_round_piece_calls(n, out, out / 2, 1e-5, 0);
+      assert_true(k >= 1 && k <= n);
+    }
+}
+
+/* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
+ * element in 4096 of each input differs, at least one), the same for the same round. */
 static void test_round_inputs(void **state) {
   (void)state;
   kc_args_spec spec;
@@ -462,7 +508,8 @@ int main(void) {
       cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
       cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
       cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
-      cmocka_unit_test(test_input_budget), cmocka_unit_test(test_observe_placement),
+      cmocka_unit_test(test_input_budget), cmocka_unit_test(test_input_slots),
+      cmocka_unit_test(test_piece_calls), cmocka_unit_test(test_observe_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
