@@ -276,8 +276,8 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, double per_
   }
   f->in_w = mmap(NULL, in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   f->in = mmap(NULL, f->in_stride * f->n_views, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  f->area = mmap(NULL, number * f->out_region, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  f->area = mmap(NULL, number * f->out_region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
   bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
   for (uint32_t v = 0; ok && v < f->n_views; v++)
     ok = mmap(f->in + v * f->in_stride, in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,

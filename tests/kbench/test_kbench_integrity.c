@@ -348,7 +348,8 @@ static void test_piece_calls(void **state) {
     assert_int_equal(kc_round_piece_calls(20, out, l2, 1.1e-3, 0), 1);
     assert_int_equal(kc_round_piece_calls(20, out, 0, 1.1e-3, 0), 4);
     /* the same call under a millisecond goes by the last level */
-    assert_int_equal(kc_round_piece_calls(20, out, 0, 0.9e-3, 0), 20 * out <= half ? 20 : half / out);
+    assert_int_equal(kc_round_piece_calls(20, out, 0, 0.9e-3, 0),
+                     20 * out <= half ? 20 : half / out);
   }
   for (uint64_t n = 1; n <= 100000; n *= 10)
     for (uint64_t out = 64; out <= (64ull << 20); out *= 16) {
@@ -509,7 +510,7 @@ int main(void) {
       cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
       cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
       cmocka_unit_test(test_input_budget), cmocka_unit_test(test_input_slots),
-      cmocka_unit_test(test_piece_calls), cmocka_unit_test(test_observe_placement),
+      cmocka_unit_test(test_piece_calls),  cmocka_unit_test(test_observe_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
