@@ -344,7 +344,7 @@ static void test_piece_calls(void **state) {
     assert_int_equal(kc_round_piece_calls(50, half, half, 4e-4, 0), 50);
   }
   if (l2 >= (256u << 10) && l2 < half) {
-    uint64_t out = l2 / 4; /* by L2: a call of 1 ms whose inputs take the rest */
+    uint64_t out = l2 / 4; /* by L2: a call of 1 ms whose tensors outgrow half of L2 */
     assert_int_equal(kc_round_piece_calls(20, out, l2, 1.1e-3, 0), 1);
     assert_int_equal(kc_round_piece_calls(20, out, 0, 1.1e-3, 0), 4);
     /* the same call under a millisecond goes by the last level */
