@@ -3,11 +3,13 @@
  * output sets, the output poisoned before each call and the clock read around the call
  * alone, each set's tensors laid out as kcage lays them out, allocated afresh each trial)
  * and by `kcage bench` (sandboxed worker, every integrity defence on), with the same
- * `number` and `repeat`, in trials of harness, floor, kcage, harness.  Printed: the median
- * ratio kcage/harness per case (target within 2 %), split into what kcage's round layout
- * costs by itself (a floor: that round run in this process, floor_round) and what the
- * sandbox adds to it.  One more case keeps malloc's layout in the
- * harness, to show what a layout costs (harness_alloc). */
+ * `number` and `repeat`, in trials of harness, floor, kcage, harness, harness, harness.
+ * Printed: the median ratio kcage/harness per case (target within 2 %), split into what
+ * kcage's round layout costs by itself (a floor: that round run in this process,
+ * floor_round) and what the sandbox adds to it, and beside it the same ratio for a harness
+ * trial in kcage's place (A/A): what this method reads for a candidate with no cost of its
+ * own, the resolution of the table.  One more case keeps malloc's layout in the harness,
+ * to show what a layout costs (harness_alloc). */
 #include <dlfcn.h>
 #include <math.h>
 #include <sched.h>
@@ -425,40 +427,48 @@ static void run_case(const bcase *c, size_t idx) {
   harness_free(&h);
   uint64_t number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
   number = number < 1 ? 1 : number;
-  double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[2 * TRIALS];
-  double layout[TRIALS], machinery[TRIALS];
+  double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[4 * TRIALS];
+  double layout[TRIALS], machinery[TRIALS], aa[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
     /* Harness, floor, kcage, harness: this guest's memory bandwidth drifts by tens of
      * percent within seconds, so kcage and the floor are compared with the geometric
      * mean of the harness trials on either side of them, which cancels a drift linear
-     * over the four. */
-    double h1min, h2min, kmin, fmin;
+     * over the four.  Then harness, harness: the A/A control, a harness in kcage's
+     * place, read the same way (its ratio to its neighbours).  It says how far from 1 a
+     * candidate that costs exactly what the harness costs reads here, this minute. */
+    double h1min, h2min, kmin, fmin, amin, h3min;
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
     double h1 = harness_trial(&h, number, c->repeat, cpu, &h1min);
     double fl = floor_trial(&h, number, c->repeat, per, cpu, &fmin);
     kc[t] = kcage_trial(so, c, number, cpu, &kmin);
     double h2 = harness_trial(&h, number, c->repeat, cpu, &h2min);
+    double ha = harness_trial(&h, number, c->repeat, cpu, &amin);
+    double h3 = harness_trial(&h, number, c->repeat, cpu, &h3min);
     un[t] = sqrt(h1 * h2);
-    hs[2 * t] = h1;
-    hs[2 * t + 1] = h2;
+    hs[4 * t] = h1;
+    hs[4 * t + 1] = h2;
+    hs[4 * t + 2] = ha;
+    hs[4 * t + 3] = h3;
     ratio[t] = kc[t] / un[t];
     mratio[t] = kmin / sqrt(h1min * h2min);
     layout[t] = fl / un[t];
     machinery[t] = kc[t] / fl;
+    aa[t] = ha / sqrt(h2 * h3);
   }
   double lay = kc_bench_quantile(layout, TRIALS, 0.5);
   double mach = kc_bench_quantile(machinery, TRIALS, 0.5);
+  double aar = kc_bench_quantile(aa, TRIALS, 0.5);
   double r = kc_bench_quantile(ratio, TRIALS, 0.5), mr = kc_bench_quantile(mratio, TRIALS, 0.5);
   double km = kc_bench_quantile(kc, TRIALS, 0.5), um = kc_bench_quantile(un, TRIALS, 0.5);
   double lo = ratio[0], hi = ratio[TRIALS - 1]; /* sorted by the quantile */
   /* The harness against itself: how far its own trials spread (the noise floor of any
    * ratio measured here in this minute). */
-  kc_bench_quantile(hs, 2 * TRIALS, 0.5);
-  double spread = (hs[2 * TRIALS - 1] / hs[0] - 1) * 100;
+  kc_bench_quantile(hs, 4 * TRIALS, 0.5);
+  double spread = (hs[4 * TRIALS - 1] / hs[0] - 1) * 100;
   printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
-         "%-3s  %7.4f  %7.4f\n",
+         "%-3s  %7.4f  %7.4f  %7.4f [%.3f..%.3f]\n",
          c->name, (unsigned long long)number, c->repeat, km * 1e6, um * 1e6, r, (r - 1) * 100, lo,
-         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO", lay, mach);
+         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO", lay, mach, aar, aa[0], aa[TRIALS - 1]);
   fflush(stdout);
   char key[96];
   snprintf(key, sizeof key, "%s_ratio", c->key);
@@ -475,6 +485,8 @@ static void run_case(const bcase *c, size_t idx) {
   kc_bench_set("accuracy", key, lay);
   snprintf(key, sizeof key, "%s_kcage_over_floor", c->key);
   kc_bench_set("accuracy", key, mach);
+  snprintf(key, sizeof key, "%s_harness_aa_ratio", c->key);
+  kc_bench_set("accuracy", key, aar);
 }
 
 int main(int argc, char **argv) {
@@ -489,18 +501,22 @@ int main(int argc, char **argv) {
   printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
          "output poisoned before each call outside the clock), same number and repeat, %d "
          "trials, each one "
-         "harness, floor, kcage, harness, all four on one CPU (kcage --cpu), the CPUs in turn;\n"
+         "harness, floor, kcage, harness, then harness, harness (the A/A control), all on one CPU "
+         "(kcage --cpu), the CPUs in turn;\n"
          "ratio = median over trials of kcage median / geometric mean of the two harness "
          "medians around it; target within 2 %%\n",
          SETS, TRIALS);
-  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %-9s  %7s  %7s\n", "case", "number",
-         "repeat", "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread", "within 2%",
-         "layout", "sandbox");
+  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %-9s  %7s  %7s  %-7s\n", "case",
+         "number", "repeat", "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread",
+         "within 2%", "layout", "sandbox", "A/A [trials]");
   printf("  (ratio of medians; min-rat: median over trials of the ratio of the fastest rounds, "
          "less sensitive to load; h-spread: slowest over fastest of the harness's own trials, "
          "the noise floor; layout: the floor (kcage's round in this process, no sandbox) over "
          "the harness, what the defences' round layout costs by itself; sandbox: kcage over "
-         "that floor, what the sandbox and its supervision add; medians over trials)\n");
+         "that floor, what the sandbox and its supervision add; A/A: a harness trial in kcage's "
+         "place over the harness trials around it, read as kcage's ratio is read: how far "
+         "from 1 a candidate exactly as fast as the harness reads this minute; medians over "
+         "trials)\n");
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
     if (argc < 2 || strstr(cases[i].key, argv[1]))
       run_case(&cases[i], i);
