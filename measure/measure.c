@@ -263,7 +263,7 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   }
   kc_mcall c;
   double t_cont = kc_now_s();
-  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, v->leave, &c, err) < 0)
+  if (kc_mrunner_call_timed(x->runner, &req, sizeof req, left, expect_s, v->stay, &c, err) < 0)
     return -1;
   double could_run = kc_now_s() - t_cont;
   *wall = c.elapsed_s > 0 ? c.elapsed_s : 0;
@@ -289,13 +289,11 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
 }
 
 /* Before a piece (worker stopped): its regions poisoned from outside, from the CPU the
- * worker runs on (the parent stays there until it has continued the worker), call
- * c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
+ * worker runs on where the parent can be there (place_round), call c0 + i's with call
+ * c0 + i's word.  1 done, else memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
-  if (v->leave)
-    kc_observe_move_to(v->cpu, v->home);
   for (uint64_t i = 0; r == 0 && i < cnt; i++)
     r = kc_observe_poison(v->pid, v->base + (c0 + i) * v->region, v->region,
                           kc_poison_word(v->poison_seed, c0 + i), err);
@@ -304,18 +302,24 @@ static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uin
 
 /* Where a round runs.  The worker (stopped) is kept on one CPU for the whole round: the
  * one --cpu names, else the one it last ran on, where the caches hold what it touched.
- * The parent moves there to write the round's inputs and each piece's poison, so that
- * the lines are warm for it as a harness's own writes are for its calls (lines another
- * core wrote must first be fetched from that core), and it stays there until it has
- * continued the worker: the worker is then queued on a CPU that is awake, and leaves
- * only then (kc_observe_cont_arrived).  Done every round: a worker that died was
- * replaced by one that was never pinned.  *had: the worker's CPUs before, to restore
- * after the round (*restore).  0, or -1 with err when --cpu cannot be held. */
-static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *leave, cpu_set_t *had,
-                       bool *restore, kc_error *err) {
+ * The parent moves there for the round: it writes the round's inputs and each piece's
+ * poison there, so that the lines are warm for the worker as a harness's own writes are
+ * for its calls (lines another core wrote must first be fetched from that core), and it
+ * waits there, asleep, while the worker runs (v->stay): the worker's completion wakes it
+ * on that CPU, a context switch away.  A parent that waited on the other CPU had to spin
+ * near the end (an idle vCPU takes up to 0.4 ms to wake), and read the clock only when
+ * the host ran that vCPU: a 32x32 matmul, whose round runs in 12 pieces, read 1.09, 1.15,
+ * 1.37 and 1.26x a harness that way, and 1.08, 1.07, 1.08 and 1.06x asleep on its CPU,
+ * the two alternated in one hour (bench_accuracy).  The price is a context switch at
+ * each end of a piece: a 256x256 matmul and a 4 MiB memset, in pieces of one and of four
+ * calls, read about 1.5 points slower asleep in the same runs (medians of four, 1.044
+ * and 1.058 against 1.028 and 1.043).  Done every round: a worker that died was replaced by one
+ * that was never pinned.  *had: the worker's CPUs before, to restore after the round (*restore). 0,
+ * or -1 with err when --cpu cannot be held. */
+static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool *restore,
+                       kc_error *err) {
   *restore = false;
   v->cpu = x->cpu >= 0 ? x->cpu : kc_observe_last_cpu(v->pid);
-  v->leave = NULL;
   if (x->cpu >= 0) {
     if (kc_observe_pin(v->pid, x->cpu) < 0)
       return kc_error_set(err, errno, "--cpu %d: pin the measuring worker", x->cpu);
@@ -323,11 +327,10 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *leave, cpu
              CPU_ISSET(v->cpu, had) && CPU_COUNT(had) > 1) {
     *restore = kc_observe_pin(v->pid, v->cpu) == 0;
   }
-  if (kc_observe_move_to(v->cpu, v->home)) {
-    *leave = *v->home;
-    CPU_CLR(v->cpu, leave);
-    v->leave = leave;
-  }
+  /* on a parent confined to the worker's one CPU, it is there already */
+  v->stay = kc_observe_move_to(v->cpu, v->home) ||
+            (v->home && v->cpu >= 0 && v->cpu < CPU_SETSIZE && CPU_ISSET(v->cpu, v->home) &&
+             CPU_COUNT(v->home) == 1);
   return 0;
 }
 
@@ -397,10 +400,10 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
    * that cannot be stopped is gone; the request below reports how. */
   kc_observe_stop(v.pid);
-  cpu_set_t home, leave, had;
+  cpu_set_t home, had;
   bool restore;
   v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;
-  if (place_round(x, &v, &leave, &had, &restore, err) < 0) {
+  if (place_round(x, &v, &had, &restore, err) < 0) {
     kc_observe_cont(v.pid);
     return -1;
   }

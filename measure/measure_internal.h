@@ -205,14 +205,15 @@ pid_t kc_mrunner_pid(kc_mrunner *r);
 /* true: the plain forked process (it holds every mapping of the caller's) */
 bool kc_mrunner_plain(const kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is
- * continued (and the caller moves to `leave`, unless NULL: kc_observe_cont_arrived), and
- * it is stopped again as soon as its completion is seen - before anything else.
- * elapsed_s runs from SIGCONT to the completion seen, less the wake-up after SIGCONT
- * (the scheduler's account of the time the process waited for a CPU before it first
- * ran).  So it sees the round's
- * inputs only inside the clock, and whatever it does after it claims to be done does not happen
- * until the parent has checked the round. */
+ * continued, and it is stopped again as soon as its completion is seen - before anything
+ * else.  stay: the caller is on the process's CPU and sleeps there until the completion
+ * wakes it; else it waits from another CPU, spinning near expect_s, and elapsed_s leaves
+ * out the wake-up after SIGCONT (the scheduler's account of the time the process waited
+ * for a CPU before it first ran: kc_observe_cont_arrived).  elapsed_s runs from SIGCONT
+ * to the completion seen.  So the process sees the round's inputs only inside the clock,
+ * and whatever it does after it claims to be done does not happen until the parent has
+ * checked the round. */
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
-                          double expect_s, const cpu_set_t *leave, kc_mcall *res, kc_error *err);
+                          double expect_s, bool stay, kc_mcall *res, kc_error *err);
 
 #endif

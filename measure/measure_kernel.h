@@ -113,10 +113,9 @@ typedef struct kc_round_view {
   uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
   uint64_t poison_seed;
   bool timed;
-  const cpu_set_t *home;  /* the parent's own CPUs, or NULL: it writes from where it is */
-  int cpu;                /* the worker's CPU for the round, -1 unknown */
-  const cpu_set_t *leave; /* home less cpu, where the parent goes while the worker runs;
-                             NULL: it stays where it is */
+  const cpu_set_t *home; /* the parent's own CPUs, or NULL: it writes from where it is */
+  int cpu;               /* the worker's CPU for the round, -1 unknown */
+  bool stay;             /* the parent is on the worker's CPU, and sleeps there while it runs */
 } kc_round_view;
 
 /* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent

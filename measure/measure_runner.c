@@ -268,8 +268,24 @@ static int no_answer(kc_mrunner *r, int rr, kc_mcall *res, kc_error *err) {
   return 0;
 }
 
+/* How the parent waits for a request: untimed; timed from another CPU (spinning near
+ * the expected end, wait_expected); or timed asleep on the worker's own CPU (stay). */
+typedef enum { KC_WAIT_UNTIMED, KC_WAIT_TIMED, KC_WAIT_STAY } kc_wait_mode;
+
+/* SIGCONT for a timed request, *cont its time; returns how long the worker then waited
+ * for a CPU (kc_observe_cont_arrived).  A parent that stays sleeps on the worker's CPU
+ * right after this, and the worker runs the moment it does: there is nothing to poll,
+ * and polling there would only keep the worker waiting. */
+static double start_timed(const kc_arrival *arr, bool stay, double *cont) {
+  if (!stay)
+    return kc_observe_cont_arrived(arr, NULL, cont);
+  *cont = kc_now_s();
+  kc_observe_cont(arr->pid);
+  return 0;
+}
+
 static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, bool timed,
-                      const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
+                      bool stay, kc_mcall *res, kc_error *err) {
   if (r->pid <= 0 && plain_start(r, err) < 0)
     return -1;
   if (len > r->o.max_arg_bytes)
@@ -283,7 +299,7 @@ static int plain_call(kc_mrunner *r, const void *arg, size_t len, double timeout
     plain_died(r, res, -1);
     return 0;
   }
-  double wake = timed ? kc_observe_cont_arrived(&arr, leave, &sent) : 0;
+  double wake = timed ? start_timed(&arr, stay, &sent) : 0;
   uint32_t hdr[2];
   int rr = read_deadline(r->sock, hdr, 8, deadline);
   double seen = kc_now_s(); /* the answer's header: the call is over */
@@ -374,10 +390,23 @@ pid_t kc_mrunner_pid(kc_mrunner *r) {
   return r->pid;
 }
 
+/* The worker's answer: 1 in *cr, 0 interrupted, -1 error.  A parent that stays on the
+ * worker's CPU must not spin (every pause of its would be one of the worker's, inside
+ * the clock): it sleeps on the ring's futex, and the completion wakes it there, a
+ * context switch away, whether or not the other CPU is awake. */
+static int wait_worker(kc_worker *w, double sent, double expect_s, bool stay, kc_call_result *cr,
+                       kc_error *err) {
+  int got = expect_s > 0 && !stay ? wait_expected(w, sent, expect_s, cr, err) : 0;
+  while (got == 0 && !interrupted) /* in slices: an interrupted batch kills it at once */
+    got = stay ? kc_worker_recv_asleep(w, cr, 0.1, err) : kc_worker_recv_timed(w, cr, 0.1, err);
+  return got;
+}
+
 static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s, double expect_s,
-                    bool timed, const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
+                    kc_wait_mode mode, kc_mcall *res, kc_error *err) {
   memset(res, 0, sizeof *res);
   kc_result_init(&res->verdict);
+  bool timed = mode != KC_WAIT_UNTIMED, stay = mode == KC_WAIT_STAY;
   if (r->w) {
     /* A timed request goes to a stopped worker, which runs nothing before SIGCONT: the
      * clock is started by the send (inside the worker pool) and wound on to SIGCONT
@@ -394,15 +423,12 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     if (timed) {
       arr.known = arr.known && same;
       arr.pid = pid;
-      wake = kc_observe_cont_arrived(&arr, leave, &cont);
+      wake = start_timed(&arr, stay, &cont);
     }
     double early = same && cont > sent_done ? cont - sent_done : 0;
     kc_call_result cr;
     kc_call_result_init(&cr);
-    int got = expect_s > 0 ? wait_expected(r->w, sent, expect_s, &cr, err) : 0;
-    /* In slices, so that an interrupted batch kills its worker at once. */
-    while (got == 0 && !interrupted)
-      got = kc_worker_recv_timed(r->w, &cr, 0.1, err);
+    int got = wait_worker(r->w, sent, expect_s, stay, &cr, err);
     if (got == 0) {
       kc_worker_kill(r->w);
       kc_call_result_clear(&cr);
@@ -440,20 +466,20 @@ static int call_any(kc_mrunner *r, const void *arg, size_t len, double timeout_s
     return 0;
   }
   (void)expect_s; /* the plain runner blocks in poll() on its socket */
-  return plain_call(r, arg, len, timeout_s, timed, leave, res, err);
+  return plain_call(r, arg, len, timeout_s, timed, stay, res, err);
 }
 
 int kc_mrunner_call(kc_mrunner *r, const void *arg, size_t len, double timeout_s, kc_mcall *res,
                     kc_error *err) {
-  return call_any(r, arg, len, timeout_s, 0, false, NULL, res, err);
+  return call_any(r, arg, len, timeout_s, 0, KC_WAIT_UNTIMED, res, err);
 }
 
 int kc_mrunner_call_expect(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
                            double expect_s, kc_mcall *res, kc_error *err) {
-  return call_any(r, arg, len, timeout_s, expect_s, false, NULL, res, err);
+  return call_any(r, arg, len, timeout_s, expect_s, KC_WAIT_UNTIMED, res, err);
 }
 
 int kc_mrunner_call_timed(kc_mrunner *r, const void *arg, size_t len, double timeout_s,
-                          double expect_s, const cpu_set_t *leave, kc_mcall *res, kc_error *err) {
-  return call_any(r, arg, len, timeout_s, expect_s, true, leave, res, err);
+                          double expect_s, bool stay, kc_mcall *res, kc_error *err) {
+  return call_any(r, arg, len, timeout_s, expect_s, stay ? KC_WAIT_STAY : KC_WAIT_TIMED, res, err);
 }

@@ -643,12 +643,12 @@ static bool nap(kc_worker *w, uint64_t ns) {
   return alive;
 }
 
-/* Spin, nap, then sleep in poll() until something happens or until_ns. 1 = res filled. */
-static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_error *err) {
+/* Spin on the ring alone (no system calls on the fast path but sched_yield) until a
+ * completion lands or the spin budget is spent. */
+static void spin_wait(kc_worker *w, uint64_t until_ns) {
   kc_ring_ctl *c = w->ring.ctl;
   kc_spinner sp;
   kc_spin_begin(&sp, &w->spin, w->spin_limit_ns, 0);
-  /* spin on the ring alone: no system calls on the fast path but sched_yield */
   while (w->pid && kc_ring_outstanding(&w->ring) && !w->orphans) {
     if (atomic_load_explicit(&c->cq_tail, memory_order_acquire) != w->ring.reaped) {
       kc_spin_end(&sp, true);
@@ -659,6 +659,19 @@ static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, kc_err
       break;
     }
   }
+}
+
+/* Spin (unless !spin), nap, then sleep in poll() until something happens or until_ns.
+ * 1 = res filled.  A wait that does not spin still publishes this CPU: a worker that
+ * sees the parent on its own CPU sleeps at once after answering, instead of spinning
+ * while the parent waits for that CPU. */
+static int wait_one(kc_worker *w, kc_call_result *res, uint64_t until_ns, bool spin,
+                    kc_error *err) {
+  kc_ring_ctl *c = w->ring.ctl;
+  if (spin)
+    spin_wait(w, until_ns);
+  else if (c)
+    kc_ring_share_cpu(&c->parent_cpu, &c->worker_cpu);
   (void)err;
   uint64_t nap_end = kc_now_ns() + KC_PARENT_NAP_NS;
   for (bool look = false;;) {
@@ -704,7 +717,7 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
   if (!kc_worker_outstanding(w))
     return kc_error_set(err, EINVAL, "recv: no call outstanding");
   for (;;) {
-    int r = wait_one(w, res, UINT64_MAX, err);
+    int r = wait_one(w, res, UINT64_MAX, true, err);
     if (r != 0)
       return r == 1 ? 0 : -1;
   }
@@ -714,7 +727,14 @@ int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_er
   if (!kc_worker_outstanding(w))
     return kc_error_set(err, EINVAL, "recv: no call outstanding");
   uint64_t until = kc_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
-  return wait_one(w, res, until, err);
+  return wait_one(w, res, until, true, err);
+}
+
+int kc_worker_recv_asleep(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
+  if (!kc_worker_outstanding(w))
+    return kc_error_set(err, EINVAL, "recv: no call outstanding");
+  uint64_t until = kc_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
+  return wait_one(w, res, until, false, err);
 }
 
 int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err) {

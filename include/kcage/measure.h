@@ -207,8 +207,9 @@ typedef struct kc_bench_config {
    * before each call.  0 = half the last-level cache (the kernel's cache topology). */
   uint64_t piece_bytes;
   /* --cpu: each measuring worker (the reference's too) runs its rounds on this CPU
-   * alone, and the parent keeps off it while a round runs; without pin_cpu it runs
-   * wherever the scheduler puts it.  It must be one of the CPUs the caller may use. */
+   * alone, and the parent waits there asleep while a round runs (its completion wakes
+   * the parent on that CPU); without pin_cpu it runs wherever the scheduler puts it.  It
+   * must be one of the CPUs the caller may use. */
   bool pin_cpu;
   uint32_t cpu;
 } kc_bench_config;

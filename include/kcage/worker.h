@@ -243,6 +243,11 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err);
  * which sleeps through most of a timed round but must wake at once if it ends early.) */
 int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
 
+/* kc_worker_recv_timed that never spins: it sleeps at once.  For a caller on the
+ * worker's own CPU, where every pause of its spin would keep the worker off that CPU
+ * (the measure parent, which waits there for a timed round). */
+int kc_worker_recv_asleep(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
+
 /* Non-blocking variant: 1 when res was filled, 0 when the oldest call is still
  * running (and its deadline has not passed), -1 when nothing is outstanding. */
 int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err);

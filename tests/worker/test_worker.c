@@ -394,6 +394,53 @@ static void test_timeouts(void **state) {
   kc_worker_free(w);
 }
 
+/* kc_worker_recv_asleep: the measure parent's wait on the worker's own CPU.  It keeps
+ * recv_timed's contract (-1 with nothing outstanding, 0 while the call runs, 1 with its
+ * answer or its timeout) and never spins: both pinned to one CPU, the parent uses almost
+ * none of it while a busy call runs there, and an answer still wakes it at once. */
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void test_recv_asleep(void **state) {
+  (void)state;
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  kc_error err = {0};
+  assert_int_equal(kc_worker_recv_asleep(w, &r, 0.01, &err), -1); /* nothing outstanding */
+  call(w, "echo", "", 0, 5, &r);                                  /* a live worker */
+  cpu_set_t home, one;
+  assert_int_equal(sched_getaffinity(0, sizeof home, &home), 0);
+  CPU_ZERO(&one);
+  CPU_SET(sched_getcpu(), &one);
+  assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+  assert_int_equal(sched_setaffinity(kc_worker_pid(w), sizeof one, &one), 0);
+  assert_int_equal(kc_worker_send(w, "echo", "hi", 2, 5, &err), 0);
+  assert_int_equal(kc_worker_recv_asleep(w, &r, 5, &err), 1);
+  assert_int_equal(r.status, KC_CALL_COMPLETE);
+  assert_int_equal(r.value_len, 2);
+  assert_memory_equal(r.value, "hi", 2);
+  kc_call_result_clear(&r);
+  assert_int_equal(kc_worker_send(w, H("busy_loop"), "", 0, 0.5, &err), 0);
+  double cpu0 = thread_cpu_s(), t0 = now_s();
+  assert_int_equal(kc_worker_recv_asleep(w, &r, 0.2, &err), 0); /* still running */
+  double used = thread_cpu_s() - cpu0, waited = now_s() - t0;
+  int got;
+  while ((got = kc_worker_recv_asleep(w, &r, 0.1, &err)) == 0)
+    ;
+  sched_setaffinity(0, sizeof home, &home);
+  assert_int_equal(got, 1);
+  assert_int_equal(r.status, KC_CALL_TIMEOUT);
+  kc_call_result_clear(&r);
+  print_message("asleep on the worker's CPU: %.2f ms of CPU in a %.0f ms wait\n", used * 1e3,
+                waited * 1e3);
+  assert_true(waited >= 0.19);
+  assert_true(used < 0.05 * waited); /* asleep, not spinning or yielding */
+  kc_worker_free(w);
+}
+
 /* Death is noticed through the pidfd at once, not at the call's deadline.  Measured
  * from the moment the worker is dead (its pidfd readable, seen by a thread of ours)
  * to the moment recv returns: the kernel's own exit work is not ours to count. */
@@ -1132,6 +1179,7 @@ int main(void) {
       cmocka_unit_test(test_pipelined_fifo),
       cmocka_unit_test(test_exception_message),
       cmocka_unit_test(test_timeouts),
+      cmocka_unit_test(test_recv_asleep),
       cmocka_unit_test(test_death_noticed),
       cmocka_unit_test(test_death_between_calls),
       cmocka_unit_test(test_segfault),
