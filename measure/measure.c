@@ -311,9 +311,10 @@ static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uin
  * the host ran that vCPU: a 32x32 matmul, whose round runs in 12 pieces, read 1.09, 1.15,
  * 1.37 and 1.26x a harness that way, and 1.08, 1.07, 1.08 and 1.06x asleep on its CPU,
  * the two alternated in one hour (bench_accuracy).  The price is a context switch at
- * each end of a piece: a 256x256 matmul and a 4 MiB memset, in pieces of one and of four
- * calls, read about 1.5 points slower asleep in the same runs (medians of four, 1.044
- * and 1.058 against 1.028 and 1.043).  Done every round: a worker that died was replaced by one
+ * each end of a piece: bench_measure's fixed-work kernel reads 0.4-0.9 % over its
+ * unsandboxed time in whole batches, against -0.2-0.0 % the other way; a 256x256 matmul
+ * and a 4 MiB memset read no worse (medians of six runs 1.038 and 1.044, against 1.035
+ * and 1.063).  Done every round: a worker that died was replaced by one
  * that was never pinned.  *had: the worker's CPUs before, to restore after the round (*restore). 0,
  * or -1 with err when --cpu cannot be held. */
 static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool *restore,
