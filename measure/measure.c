@@ -288,9 +288,9 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
   return 0;
 }
 
-/* Before a piece (worker stopped): its regions poisoned from outside, from the CPU the
- * worker runs on where the parent can be there (place_round), call c0 + i's with call
- * c0 + i's word.  1 done, else memory_gone. */
+/* Before a piece (worker stopped): its regions poisoned from outside, from wherever
+ * place_round put the parent (the worker's CPU when it could go there), call c0 + i's
+ * with call c0 + i's word.  1 done, else memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
@@ -314,9 +314,9 @@ static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uin
  * each end of a piece: bench_measure's fixed-work kernel reads 0.4-0.9 % over its
  * unsandboxed time in whole batches, against -0.2-0.0 % the other way; a 256x256 matmul
  * and a 4 MiB memset read no worse (medians of six runs 1.038 and 1.044, against 1.035
- * and 1.063).  Done every round: a worker that died was replaced by one
- * that was never pinned.  *had: the worker's CPUs before, to restore after the round (*restore). 0,
- * or -1 with err when --cpu cannot be held. */
+ * and 1.063).  Done every round: a worker that died was replaced by one that was never
+ * pinned.  *had: the worker's CPUs before, to restore after the round (*restore).  0, or
+ * -1 with err when --cpu cannot be held. */
 static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool *restore,
                        kc_error *err) {
   *restore = false;

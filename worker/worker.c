@@ -723,18 +723,20 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err) {
   }
 }
 
-int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
+/* The bounded waits: wait_s at most for the oldest call, spinning first or not. */
+static int recv_within(kc_worker *w, kc_call_result *res, double wait_s, bool spin, kc_error *err) {
   if (!kc_worker_outstanding(w))
     return kc_error_set(err, EINVAL, "recv: no call outstanding");
   uint64_t until = kc_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
-  return wait_one(w, res, until, true, err);
+  return wait_one(w, res, until, spin, err);
+}
+
+int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
+  return recv_within(w, res, wait_s, true, err);
 }
 
 int kc_worker_recv_asleep(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err) {
-  if (!kc_worker_outstanding(w))
-    return kc_error_set(err, EINVAL, "recv: no call outstanding");
-  uint64_t until = kc_now_ns() + (wait_s > 0 ? (uint64_t)(wait_s * 1e9) : 0);
-  return wait_one(w, res, until, false, err);
+  return recv_within(w, res, wait_s, false, err);
 }
 
 int kc_worker_poll(kc_worker *w, kc_call_result *res, kc_error *err) {
