@@ -196,40 +196,40 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   return 0;
 }
 
-/* A round whose outputs outgrow half the last-level cache runs in pieces, each piece's
- * regions poisoned by the parent right before it, as a harness poisons each call's
- * output right before the call: otherwise each call writes an output evicted long ago,
- * and a 4 MiB memset or a vector add reads its DRAM write-allocate traffic, not its own
- * cost.  A piece holds as many calls as the memory they touch (inputs and outputs: the
- * inputs evict the outputs poisoned for the calls after them) fits in that half; one
- * call at least.  Outputs that fit as a whole are left alone: splitting a round buys
- * them nothing and costs a stop and continue per piece.
+/* Where a timed round is cut into pieces, each piece's regions poisoned by the parent
+ * right before it, as a harness poisons each call's output right before the call.
  *
- * Calls of a millisecond or more, whose output fits half of L2, go by half of L2
- * instead: a harness's output sits there when its call starts, and such a call can pay
- * for a stop and continue of its own (tens of microseconds).  A 256x256 matmul, whose
- * 256 KiB output is written in strided rows, read 6 % slow with 19 outputs poisoned up
- * front, and as fast as a harness with each poisoned right before its call.
+ * Only calls of a millisecond or more whose output fits half of L2 go in pieces, of as
+ * many calls as the memory they touch (inputs and outputs) fits in that half, one call
+ * at least: a harness's output sits in L2 when its call starts, and such a call pays
+ * for a stop and continue of its own.  A 256x256 matmul, whose 256 KiB output is
+ * written in strided rows, read 1.037 and 1.043x a harness in one-call pieces and 1.067
+ * and 1.075x whole (bench_accuracy, alternated in one hour).
  *
- * Otherwise a piece must hold two calls at least: a call whose own tensors fill the
- * budget gains less from a warm output than it pays for a stop and continue of its own.
- * A 1M vector add (12 MiB a call, 0.42 ms) read 1.059-1.119x a harness in one-call
- * pieces (1.07-1.09x in pieces of 4 and 8) and 1.034-1.065x in whole rounds, 4-8
- * runs each, interleaved, the same hour; a 16M one 1.031-1.073x and 1.020-1.044x,
- * four and five runs.  The 256x256 matmul above read 1.020-1.033x in its one-call pieces and
- * 1.034-1.072x whole, so it keeps them. */
+ * Every other round runs whole, its outputs poisoned before it, even where they
+ * outgrow the last-level cache and each call writes an output evicted long before.
+ * Pieces sized by half of that cache cost more than the warm outputs buy, with the
+ * parent waiting asleep on the worker's CPU (a context switch at each end of a piece):
+ * a 32x32 matmul (16000 calls of 1.3 us, 4 KiB outputs) read 1.053-1.077x a harness in
+ * 12 or 48 pieces and 1.031-1.045x whole, six runs each; a 4 MiB memset 1.035x in
+ * pieces of four calls, twice, and 1.021 and 1.023x whole, alternated in one hour.  A
+ * call whose own tensors fill that cache (a 1M vector add, 12 MiB) read no better in
+ * one-call pieces either.
+ *
+ * A non-zero piece_bytes (kc_bench_config's) overrides all of this: pieces of as many
+ * calls as their tensors fit in it. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes) {
-  uint64_t budget = piece_bytes ? piece_bytes : kc_llc_bytes() / 2;
-  uint64_t l2 = kc_cache_bytes(2) / 2;
-  bool by_l2 = !piece_bytes && per_call_s >= 1e-3 && out_region <= l2 && l2 < budget;
-  if (by_l2)
+  uint64_t budget = piece_bytes;
+  if (!budget) {
+    uint64_t l2 = kc_cache_bytes(2) / 2;
+    if (per_call_s < 1e-3 || !l2 || out_region > l2)
+      return number;
     budget = l2;
+  }
   if (number * out_region <= budget)
     return number;
   uint64_t k = budget / (out_region + in_region);
-  if (k < 2 && !by_l2 && !piece_bytes)
-    return number; /* one call a piece: a whole round costs less (above) */
   return k < 1 ? 1 : k < number ? k : number;
 }
 

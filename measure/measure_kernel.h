@@ -27,7 +27,7 @@ typedef struct kc_mctx {
   uint32_t repeat;
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
-  uint64_t piece_bytes; /* kc_bench_config's; 0 = half the last-level cache */
+  uint64_t piece_bytes; /* kc_bench_config's; 0 = the caches decide */
   int cpu;              /* the worker's CPU during rounds (--cpu); -1 = the scheduler's */
   uint32_t checks;
   double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
@@ -89,7 +89,7 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
                       double timeout_s, unsigned char *out, kc_error *err);
 
 /* The calls of a timed round's piece (measure.c: why and when a round runs in pieces);
- * number when it runs whole.  piece_bytes: --piece-bytes, 0 = the caches decide. */
+ * number when it runs whole.  piece_bytes: kc_bench_config's, 0 = the caches decide. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes);
 

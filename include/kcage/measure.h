@@ -201,10 +201,11 @@ typedef struct kc_bench_config {
    * kernels in input order), from the calling thread; the record stays the batch's. */
   void (*on_record)(void *ctx, const json_t *record);
   void *record_ctx;
-  /* A timed round whose outputs are larger runs in pieces, each poisoned from outside
-   * right before it, of as many calls as touch (inputs and outputs) at most this many
-   * bytes: each call then writes memory as warm as a harness that poisons its output
-   * before each call.  0 = half the last-level cache (the kernel's cache topology). */
+  /* Where timed rounds are cut into pieces, each poisoned from outside right before it
+   * (each call then writes memory as warm as a harness that poisons its output before
+   * each call): non-zero, pieces of as many calls as touch (inputs and outputs) at most
+   * this many bytes.  0 = only calls of a millisecond or more whose output fits half of
+   * L2 go in pieces, by that half; other rounds run whole. */
   uint64_t piece_bytes;
   /* --cpu: each measuring worker (the reference's too) runs its rounds on this CPU
    * alone, and the parent waits there asleep while a round runs (its completion wakes

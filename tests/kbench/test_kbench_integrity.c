@@ -326,30 +326,29 @@ static void test_input_slots(void **state) {
 }
 
 /* Where a timed round is cut into pieces.  An explicit piece size holds as many calls as
- * their tensors fit (one at least); otherwise half the last-level cache does, a round
- * whose pieces would hold one call runs whole, and calls of a millisecond or more whose
- * output fits half of L2 go by half of L2, one call a piece if need be. */
+ * their tensors fit (one at least); otherwise only calls of a millisecond or more whose
+ * output fits half of L2 go in pieces, by that half, one call a piece if need be, and
+ * every other round runs whole, however large its outputs. */
 static void test_piece_calls(void **state) {
   (void)state;
   assert_int_equal(kc_round_piece_calls(100, 4096, 0, 1e-6, 40960), 10);
   assert_int_equal(kc_round_piece_calls(100, 4096, 4096, 1e-6, 40960), 5);
   assert_int_equal(kc_round_piece_calls(100, 1u << 20, 0, 1e-6, 1), 1);
   assert_int_equal(kc_round_piece_calls(5, 4096, 0, 1e-6, 1u << 30), 5);
-  uint64_t half = kc_llc_bytes() / 2, l2 = kc_cache_bytes(2) / 2;
-  if (half >= (1u << 20)) {
-    assert_int_equal(kc_round_piece_calls(64, 4096, 0, 1e-6, 0), 64); /* fits: whole */
-    uint64_t out = half / 8, k = half / (out + out);
-    assert_int_equal(kc_round_piece_calls(1000, out, out, 1e-6, 0), k);
-    /* one call's tensors fill the budget: whole */
-    assert_int_equal(kc_round_piece_calls(50, half, half, 4e-4, 0), 50);
-  }
-  if (l2 >= (256u << 10) && l2 < half) {
+  /* short calls run whole, outputs of any size */
+  assert_int_equal(kc_round_piece_calls(16000, 4096, 8192, 1.3e-6, 0), 16000);
+  assert_int_equal(kc_round_piece_calls(70, 4u << 20, 4, 3e-4, 0), 70);
+  assert_int_equal(kc_round_piece_calls(50, 4u << 20, 8u << 20, 4e-4, 0), 50);
+  uint64_t l2 = kc_cache_bytes(2) / 2;
+  if (l2 >= (256u << 10)) {
     uint64_t out = l2 / 4; /* by L2: a call of 1 ms whose tensors outgrow half of L2 */
     assert_int_equal(kc_round_piece_calls(20, out, l2, 1.1e-3, 0), 1);
     assert_int_equal(kc_round_piece_calls(20, out, 0, 1.1e-3, 0), 4);
-    /* the same call under a millisecond goes by the last level */
-    assert_int_equal(kc_round_piece_calls(20, out, 0, 0.9e-3, 0),
-                     20 * out <= half ? 20 : half / out);
+    assert_int_equal(kc_round_piece_calls(3, out, 0, 1.1e-3, 0), 3); /* fits: whole */
+    /* the same call under a millisecond runs whole; so does a longer one whose output
+     * outgrows the half */
+    assert_int_equal(kc_round_piece_calls(20, out, 0, 0.9e-3, 0), 20);
+    assert_int_equal(kc_round_piece_calls(20, 2 * l2, 0, 1.1e-3, 0), 20);
   }
   for (uint64_t n = 1; n <= 100000; n *= 10)
     for (uint64_t out = 64; out <= (64ull << 20); out *= 16) {
