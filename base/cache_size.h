@@ -4,9 +4,6 @@
 
 #include <stdint.h>
 
-/* Bytes of the last-level cache that CPU 0 reaches: sysfs's cache topology, and no more
- * than what CPUID (sysconf) says; 32 MiB when neither is known. */
-uint64_t kc_llc_bytes(void);
 /* Bytes of CPU 0's data or unified cache of `level` (1 to 3) as sysfs describes it; 0
  * when it does not. */
 uint64_t kc_cache_bytes(unsigned level);
