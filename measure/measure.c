@@ -211,8 +211,9 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * Pieces sized by half of that cache cost more than the warm outputs buy, with the
  * parent waiting asleep on the worker's CPU (a context switch at each end of a piece):
  * a 32x32 matmul (16000 calls of 1.3 us, 4 KiB outputs) read 1.053-1.077x a harness in
- * 12 or 48 pieces and 1.031-1.045x whole, six runs each; a 4 MiB memset 1.035x in
- * pieces of four calls, twice, and 1.021 and 1.023x whole, alternated in one hour.  A
+ * 12 or 48 pieces (six runs) and 1.020-1.047x whole (ten runs); a 4 MiB memset
+ * 1.034-1.036x in pieces of four calls and 1.019-1.023x whole (four runs each), all
+ * alternated within one hour.  A
  * call whose own tensors fill that cache (a 1M vector add, 12 MiB) read no better in
  * one-call pieces either.
  *
@@ -339,9 +340,9 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool 
  * worker's CPU, so that they are in its L2 when the piece starts, as its outputs are
  * once poisoned, and as a kernel's inputs are when a time evaluator calls it again and
  * again on the same tensors.  Inputs larger than L2 cannot be kept there and are left
- * alone.  A 256x256 matmul (512 KiB of inputs, one-call pieces) read 1.010-1.015x a
- * harness rotating four sets this way in five runs, and 1.008-1.050x (four of five
- * over 1.02x) without, alternated in one hour (bench_accuracy). */
+ * alone.  A 256x256 matmul (512 KiB of inputs, one-call pieces) read 1.004-1.015x a
+ * harness rotating four sets this way, and 1.008-1.050x without (four of the five
+ * over 1.02x), five runs each, alternated within two hours (bench_accuracy). */
 static void touch_inputs(const kc_mctx *x, const kc_round_view *v, uint64_t c0, uint64_t cnt) {
   uint64_t in_region = kc_args_region_bytes(x->spec, false);
   uint64_t sets = cnt < v->n_sets ? cnt : v->n_sets;
