@@ -244,10 +244,10 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
  * ring or the stops: the inputs file's sets in their 16 read-only views, fresh data
  * each round (kc_round_inputs), one output region per call poisoned before the round
  * or, where the round runs in pieces (kc_round_piece_calls), before each piece, its
- * input sets read first (floor_touch), and the clock read around each piece only, calls made as
- * measure_handler.c makes them. kcage over the floor is what the sandbox and its supervision cost;
- * the floor over the harness is what the round's layout (the integrity defences' outputs and
- * inputs) costs by itself. */
+ * input sets read first (floor_touch), and the clock read around each piece only,
+ * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
+ * and its supervision cost; the floor over the harness is what the round's layout (the
+ * integrity defences' outputs and inputs) costs by itself. */
 typedef struct floor_round {
   kc_args_spec *spec;
   kernel_fn fn;

@@ -213,9 +213,8 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * a 32x32 matmul (16000 calls of 1.3 us, 4 KiB outputs) read 1.053-1.077x a harness in
  * 12 or 48 pieces (six runs) and 1.020-1.047x whole (ten runs); a 4 MiB memset
  * 1.034-1.036x in pieces of four calls and 1.019-1.023x whole (four runs each), all
- * alternated within one hour.  A
- * call whose own tensors fill that cache (a 1M vector add, 12 MiB) read no better in
- * one-call pieces either.
+ * alternated within one hour.  A call whose own tensors fill that cache (a 1M vector
+ * add, 12 MiB) read no better in one-call pieces either.
  *
  * A non-zero piece_bytes (kc_bench_config's) overrides all of this: pieces of as many
  * calls as their tensors fit in it. */
