@@ -252,23 +252,27 @@ typedef struct floor_round {
   kc_args_spec *spec;
   kernel_fn fn;
   uint64_t in_region, out_region, number, piece;
+  uint64_t n_out; /* output regions: number, or fewer that calls overwrite in turn */
   uint32_t n_slots, n_sets, n_views;
   size_t in_stride;
   unsigned char *in_w, *in, *area; /* the file writable; its views; the output area */
   DLTensor t[KC_ARGS_MAX_TENSORS];
 } floor_round;
 
-static void floor_alloc(floor_round *f, harness *h, uint64_t number, double per_call) {
+static void floor_alloc(floor_round *f, harness *h, uint64_t number, uint64_t n_out,
+                        double per_call) {
   f->spec = &h->spec;
   f->fn = h->fn;
   f->number = number;
+  f->n_out = n_out && n_out < number ? n_out : number;
   f->in_region = kc_args_region_bytes(f->spec, false);
   f->out_region = kc_args_region_bytes(f->spec, true);
   f->n_slots = kc_round_input_slots(f->in_region, SETS);
   f->n_sets = (uint32_t)(number < f->n_slots ? number : f->n_slots);
   const char *pb = getenv("KC_BENCH_PIECE_BYTES"); /* as kcage_trial below */
-  f->piece = kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
-                                  pb ? strtoull(pb, NULL, 0) : 0);
+  f->piece = f->n_out < number ? number            /* outputs reused: warm without pieces */
+                               : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
+                                                      pb ? strtoull(pb, NULL, 0) : 0);
   size_t in_len = (size_t)(f->in_region * f->n_slots);
   f->n_views = in_len && in_len <= (8u << 20) ? 16 : 1;
   f->in_stride = (in_len + 4095) / 4096 * 4096;
@@ -279,8 +283,8 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, double per_
   }
   f->in_w = mmap(NULL, in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   f->in = mmap(NULL, f->in_stride * f->n_views, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  f->area = mmap(NULL, number * f->out_region, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                 -1, 0);
+  f->area = mmap(NULL, f->n_out * f->out_region, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
   for (uint32_t v = 0; ok && v < f->n_views; v++)
     ok = mmap(f->in + v * f->in_stride, in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
@@ -303,11 +307,11 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, double per_
 static void floor_free(floor_round *f) {
   munmap(f->in_w, (size_t)(f->in_region * f->n_slots));
   munmap(f->in, f->in_stride * f->n_views);
-  munmap(f->area, f->number * f->out_region);
+  munmap(f->area, f->n_out * f->out_region);
 }
 
 static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t seed) {
-  for (uint64_t c = c0; c < c0 + cnt; c++)
+  for (uint64_t c = c0; c < c0 + cnt && c < f->n_out; c++)
     kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
 }
 
@@ -332,7 +336,7 @@ static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
   for (uint64_t c = c0; c < c0 + cnt; c++) {
     DLTensor args[KC_ARGS_MAX_TENSORS];
     memcpy(args, f->t, n * sizeof *args);
-    unsigned char *o = f->area + c * f->out_region;
+    unsigned char *o = f->area + c % f->n_out * f->out_region;
     for (uint32_t t = 0; t < n; t++)
       args[t].data = f->spec->t[t].out ? o + kc_args_offset(f->spec, t)
                                        : (unsigned char *)args[t].data + set * f->in_region + view;
@@ -362,12 +366,12 @@ static double floor_round_once(floor_round *f, uint64_t round) {
   return total / (double)f->number;
 }
 
-static double floor_trial(harness *h, uint64_t number, uint32_t repeat, double per_call, int cpu,
-                          double *min) {
+static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
+                          double per_call, int cpu, double *min) {
   pin_self(cpu);
   kc_sched_slice(0);
   floor_round f;
-  floor_alloc(&f, h, number, per_call);
+  floor_alloc(&f, h, number, n_out, per_call);
   double v[64];
   for (int w = 0; w < 3; w++)
     floor_round_once(&f, (uint64_t)w);
@@ -415,10 +419,11 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, int c
   return med;
 }
 
-static void run_case(const bcase *c, size_t idx) {
-  char src[512], so[512], cache[512];
+/* The case's kernel built into tmpdir/k<idx>.so (path in so). */
+static void build_case(const bcase *c, size_t idx, char *so, size_t so_len) {
+  char src[512], cache[512];
   snprintf(src, sizeof src, "%s/k%zu.c", tmpdir, idx);
-  snprintf(so, sizeof so, "%s/k%zu.so", tmpdir, idx);
+  snprintf(so, so_len, "%s/k%zu.so", tmpdir, idx);
   snprintf(cache, sizeof cache, "%s/cache", tmpdir);
   kc_error err = {0};
   kc_build_opts bo = {.cache_dir = cache};
@@ -434,6 +439,89 @@ static void run_case(const bcase *c, size_t idx) {
     exit(1);
   }
   free(data);
+}
+
+/* One case's trials: each trial's medians and the ratios read from them. */
+typedef struct trials {
+  double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[4 * TRIALS];
+  double layout[TRIALS], reuse[TRIALS], machinery[TRIALS], aa[TRIALS];
+} trials;
+
+/* Harness, floor, kcage, reused floor, harness: this guest's memory bandwidth drifts by
+ * tens of percent within seconds, so kcage is compared with the geometric mean of the
+ * harness trials on either side of it, which cancels a drift linear over the four, and
+ * the two floors sit one each side of it.  Then harness, harness: the A/A control, a
+ * harness in kcage's place, read the same way (its ratio to its neighbours).  It says
+ * how far from 1 a candidate that costs exactly what the harness costs reads here, this
+ * minute.  The reused floor is the floor with its calls writing the harness's SETS
+ * output regions in turn instead of one each: what the round would read if a later call
+ * could overwrite an earlier one's output, the one thing that lets a round check calls
+ * chosen after it. */
+static void run_trials(const bcase *c, harness *h, const char *so, uint64_t number, double per,
+                       trials *T) {
+  for (int t = 0; t < TRIALS; t++) {
+    double h1min, h2min, kmin, fmin, rmin, amin, h3min;
+    int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
+    double h1 = harness_trial(h, number, c->repeat, cpu, &h1min);
+    double fl = floor_trial(h, number, 0, c->repeat, per, cpu, &fmin);
+    T->kc[t] = kcage_trial(so, c, number, cpu, &kmin);
+    double re = floor_trial(h, number, SETS, c->repeat, per, cpu, &rmin);
+    double h2 = harness_trial(h, number, c->repeat, cpu, &h2min);
+    double ha = harness_trial(h, number, c->repeat, cpu, &amin);
+    double h3 = harness_trial(h, number, c->repeat, cpu, &h3min);
+    T->un[t] = sqrt(h1 * h2);
+    T->hs[4 * t] = h1;
+    T->hs[4 * t + 1] = h2;
+    T->hs[4 * t + 2] = ha;
+    T->hs[4 * t + 3] = h3;
+    T->ratio[t] = T->kc[t] / T->un[t];
+    T->mratio[t] = kmin / sqrt(h1min * h2min);
+    T->layout[t] = fl / T->un[t];
+    T->reuse[t] = re / T->un[t];
+    T->machinery[t] = T->kc[t] / fl;
+    T->aa[t] = ha / sqrt(h2 * h3);
+  }
+}
+
+static void set_result(const char *key, const char *what, double v) {
+  char k[96];
+  snprintf(k, sizeof k, "%s_%s", key, what);
+  kc_bench_set("accuracy", k, v);
+}
+
+static void report_case(const bcase *c, uint64_t number, trials *T) {
+  double lay = kc_bench_quantile(T->layout, TRIALS, 0.5);
+  double reu = kc_bench_quantile(T->reuse, TRIALS, 0.5);
+  double mach = kc_bench_quantile(T->machinery, TRIALS, 0.5);
+  double aar = kc_bench_quantile(T->aa, TRIALS, 0.5);
+  double r = kc_bench_quantile(T->ratio, TRIALS, 0.5);
+  double mr = kc_bench_quantile(T->mratio, TRIALS, 0.5);
+  double km = kc_bench_quantile(T->kc, TRIALS, 0.5), um = kc_bench_quantile(T->un, TRIALS, 0.5);
+  double lo = T->ratio[0], hi = T->ratio[TRIALS - 1]; /* sorted by the quantile */
+  /* The harness against itself: how far its own trials spread (the noise floor of any
+   * ratio measured here in this minute). */
+  kc_bench_quantile(T->hs, 4 * TRIALS, 0.5);
+  double spread = (T->hs[4 * TRIALS - 1] / T->hs[0] - 1) * 100;
+  printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
+         "%-3s  %7.4f  %7.4f  %7.4f  %7.4f [%.3f..%.3f]\n",
+         c->name, (unsigned long long)number, c->repeat, km * 1e6, um * 1e6, r, (r - 1) * 100, lo,
+         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO", lay, reu, mach, aar, T->aa[0],
+         T->aa[TRIALS - 1]);
+  fflush(stdout);
+  set_result(c->key, "ratio", r);
+  set_result(c->key, "min_ratio", mr);
+  set_result(c->key, "kcage_us", km * 1e6);
+  set_result(c->key, "harness_us", um * 1e6);
+  set_result(c->key, "harness_spread_pct", spread);
+  set_result(c->key, "floor_over_harness", lay);
+  set_result(c->key, "reused_floor_over_harness", reu);
+  set_result(c->key, "kcage_over_floor", mach);
+  set_result(c->key, "harness_aa_ratio", aar);
+}
+
+static void run_case(const bcase *c, size_t idx) {
+  char so[512];
+  build_case(c, idx, so, sizeof so);
   harness h;
   harness_init(&h, so, c->args);
   h.malloced = c->malloced;
@@ -443,66 +531,9 @@ static void run_case(const bcase *c, size_t idx) {
   harness_free(&h);
   uint64_t number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
   number = number < 1 ? 1 : number;
-  double kc[TRIALS], un[TRIALS], ratio[TRIALS], mratio[TRIALS], hs[4 * TRIALS];
-  double layout[TRIALS], machinery[TRIALS], aa[TRIALS];
-  for (int t = 0; t < TRIALS; t++) {
-    /* Harness, floor, kcage, harness: this guest's memory bandwidth drifts by tens of
-     * percent within seconds, so kcage and the floor are compared with the geometric
-     * mean of the harness trials on either side of them, which cancels a drift linear
-     * over the four.  Then harness, harness: the A/A control, a harness in kcage's
-     * place, read the same way (its ratio to its neighbours).  It says how far from 1 a
-     * candidate that costs exactly what the harness costs reads here, this minute. */
-    double h1min, h2min, kmin, fmin, amin, h3min;
-    int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
-    double h1 = harness_trial(&h, number, c->repeat, cpu, &h1min);
-    double fl = floor_trial(&h, number, c->repeat, per, cpu, &fmin);
-    kc[t] = kcage_trial(so, c, number, cpu, &kmin);
-    double h2 = harness_trial(&h, number, c->repeat, cpu, &h2min);
-    double ha = harness_trial(&h, number, c->repeat, cpu, &amin);
-    double h3 = harness_trial(&h, number, c->repeat, cpu, &h3min);
-    un[t] = sqrt(h1 * h2);
-    hs[4 * t] = h1;
-    hs[4 * t + 1] = h2;
-    hs[4 * t + 2] = ha;
-    hs[4 * t + 3] = h3;
-    ratio[t] = kc[t] / un[t];
-    mratio[t] = kmin / sqrt(h1min * h2min);
-    layout[t] = fl / un[t];
-    machinery[t] = kc[t] / fl;
-    aa[t] = ha / sqrt(h2 * h3);
-  }
-  double lay = kc_bench_quantile(layout, TRIALS, 0.5);
-  double mach = kc_bench_quantile(machinery, TRIALS, 0.5);
-  double aar = kc_bench_quantile(aa, TRIALS, 0.5);
-  double r = kc_bench_quantile(ratio, TRIALS, 0.5), mr = kc_bench_quantile(mratio, TRIALS, 0.5);
-  double km = kc_bench_quantile(kc, TRIALS, 0.5), um = kc_bench_quantile(un, TRIALS, 0.5);
-  double lo = ratio[0], hi = ratio[TRIALS - 1]; /* sorted by the quantile */
-  /* The harness against itself: how far its own trials spread (the noise floor of any
-   * ratio measured here in this minute). */
-  kc_bench_quantile(hs, 4 * TRIALS, 0.5);
-  double spread = (hs[4 * TRIALS - 1] / hs[0] - 1) * 100;
-  printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
-         "%-3s  %7.4f  %7.4f  %7.4f [%.3f..%.3f]\n",
-         c->name, (unsigned long long)number, c->repeat, km * 1e6, um * 1e6, r, (r - 1) * 100, lo,
-         hi, mr, spread, fabs(r - 1) <= 0.02 ? "yes" : "NO", lay, mach, aar, aa[0], aa[TRIALS - 1]);
-  fflush(stdout);
-  char key[96];
-  snprintf(key, sizeof key, "%s_ratio", c->key);
-  kc_bench_set("accuracy", key, r);
-  snprintf(key, sizeof key, "%s_min_ratio", c->key);
-  kc_bench_set("accuracy", key, mr);
-  snprintf(key, sizeof key, "%s_kcage_us", c->key);
-  kc_bench_set("accuracy", key, km * 1e6);
-  snprintf(key, sizeof key, "%s_harness_us", c->key);
-  kc_bench_set("accuracy", key, um * 1e6);
-  snprintf(key, sizeof key, "%s_harness_spread_pct", c->key);
-  kc_bench_set("accuracy", key, spread);
-  snprintf(key, sizeof key, "%s_floor_over_harness", c->key);
-  kc_bench_set("accuracy", key, lay);
-  snprintf(key, sizeof key, "%s_kcage_over_floor", c->key);
-  kc_bench_set("accuracy", key, mach);
-  snprintf(key, sizeof key, "%s_harness_aa_ratio", c->key);
-  kc_bench_set("accuracy", key, aar);
+  trials T;
+  run_trials(c, &h, so, number, per, &T);
+  report_case(c, number, &T);
 }
 
 int main(int argc, char **argv) {
@@ -514,21 +545,26 @@ int main(int argc, char **argv) {
   }
   chmod(tmpdir, 0755); /* the worker's user must reach the .so */
   find_cpus();
-  printf("kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
-         "output poisoned before each call outside the clock), same number and repeat, %d "
-         "trials, each one "
-         "harness, floor, kcage, harness, then harness, harness (the A/A control), all on one CPU "
-         "(kcage --cpu), the CPUs in turn;\n"
-         "ratio = median over trials of kcage median / geometric mean of the two harness "
-         "medians around it; target within 2 %%\n",
-         SETS, TRIALS);
-  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %-9s  %7s  %7s  %-7s\n", "case",
+  printf(
+      "kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
+      "output poisoned before each call outside the clock), same number and repeat, %d "
+      "trials, each one "
+      "harness, floor, kcage, reused floor, harness, then harness, harness (the A/A control), all "
+      "on one CPU "
+      "(kcage --cpu), the CPUs in turn;\n"
+      "ratio = median over trials of kcage median / geometric mean of the two harness "
+      "medians around it; target within 2 %%\n",
+      SETS, TRIALS);
+  printf("  %-22s %8s %6s %15s %15s %8s %9s  %-15s  %8s  %8s  %-9s  %7s  %7s  %7s  %-7s\n", "case",
          "number", "repeat", "kcage", "harness", "ratio", "", "trials", "min-rat", "h-spread",
-         "within 2%", "layout", "sandbox", "A/A [trials]");
+         "within 2%", "layout", "reused", "sandbox", "A/A [trials]");
   printf("  (ratio of medians; min-rat: median over trials of the ratio of the fastest rounds, "
          "less sensitive to load; h-spread: slowest over fastest of the harness's own trials, "
          "the noise floor; layout: the floor (kcage's round in this process, no sandbox) over "
-         "the harness, what the defences' round layout costs by itself; sandbox: kcage over "
+         "the harness, what the defences' round layout costs by itself; reused: that floor with "
+         "its calls overwriting the harness's 4 output regions in turn instead of writing one "
+         "each, what the layout would cost if a round could not check every call it made; "
+         "sandbox: kcage over "
          "that floor, what the sandbox and its supervision add; A/A: a harness trial in kcage's "
          "place over the harness trials around it, read as kcage's ratio is read: how far "
          "from 1 a candidate exactly as fast as the harness reads this minute; medians over "
