@@ -449,14 +449,14 @@ typedef struct trials {
 
 /* Harness, floor, kcage, reused floor, harness: this guest's memory bandwidth drifts by
  * tens of percent within seconds, so kcage is compared with the geometric mean of the
- * harness trials on either side of it, which cancels a drift linear over the four, and
+ * harness trials on either side of it, which cancels a drift linear over the five, and
  * the two floors sit one each side of it.  Then harness, harness: the A/A control, a
  * harness in kcage's place, read the same way (its ratio to its neighbours).  It says
  * how far from 1 a candidate that costs exactly what the harness costs reads here, this
  * minute.  The reused floor is the floor with its calls writing the harness's SETS
  * output regions in turn instead of one each: what the round would read if a later call
- * could overwrite an earlier one's output, the one thing that lets a round check calls
- * chosen after it. */
+ * could overwrite an earlier one's output, which would leave the round's checks blind to
+ * a skipped call. */
 static void run_trials(const bcase *c, harness *h, const char *so, uint64_t number, double per,
                        trials *T) {
   for (int t = 0; t < TRIALS; t++) {
