@@ -23,7 +23,6 @@
 #include "../measure/measure_internal.h"
 #include "../measure/measure_kernel.h"
 #include "bench_common.h"
-#include "cache_size.h"
 #include "kcage/measure.h"
 
 #define MATMUL_SRC                                                                                 \
@@ -244,7 +243,7 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
  * ring or the stops: the inputs file's sets in their 16 read-only views, fresh data
  * each round (kc_round_inputs), one output region per call poisoned before the round
  * or, where the round runs in pieces (kc_round_piece_calls), before each piece, its
- * input sets read first (floor_touch), and the clock read around each piece only,
+ * input sets read first (kc_round_touch_inputs), and the clock read around each piece only,
  * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
  * and its supervision cost; the floor over the harness is what the round's layout (the
  * integrity defences' outputs and inputs) costs by itself. */
@@ -315,19 +314,6 @@ static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t see
     kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
 }
 
-/* The input sets of a piece's calls read once before it, as measure.c's touch_inputs
- * reads them (when they fit L2). */
-static void floor_touch(floor_round *f, uint64_t c0, uint64_t cnt) {
-  uint64_t sets = cnt < f->n_sets ? cnt : f->n_sets;
-  if (sets * f->in_region > kc_cache_bytes(2))
-    return;
-  volatile unsigned char sink = 0;
-  for (uint64_t k = 0; k < sets; k++)
-    for (uint64_t i = 0; i < f->in_region; i += 64)
-      sink ^= f->in_w[(c0 + k) % f->n_sets * f->in_region + i];
-  (void)sink;
-}
-
 /* Calls [c0, c0 + cnt) as the worker makes them (measure_handler.c); their seconds. */
 static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
   uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_sets);
@@ -358,7 +344,7 @@ static double floor_round_once(floor_round *f, uint64_t round) {
   for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
     uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
     if (f->piece < f->number) {
-      floor_touch(f, c0, cnt);
+      kc_round_touch_inputs(f->in_w, f->in_region, f->n_sets, c0, cnt);
       floor_poison(f, c0, cnt, round + 1000);
     }
     total += floor_piece(f, c0, cnt);

@@ -342,14 +342,14 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool 
  * alone.  A 256x256 matmul (512 KiB of inputs, one-call pieces) read 1.004-1.015x a
  * harness rotating four sets this way, and 1.008-1.050x without (four of the five
  * over 1.02x), five runs each, alternated within two hours (bench_accuracy). */
-static void touch_inputs(const kc_mctx *x, const kc_round_view *v, uint64_t c0, uint64_t cnt) {
-  uint64_t in_region = kc_args_region_bytes(x->spec, false);
-  uint64_t sets = cnt < v->n_sets ? cnt : v->n_sets;
-  if (!x->in_map || sets * in_region > kc_cache_bytes(2))
+void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t n_sets,
+                           uint64_t c0, uint64_t cnt) {
+  uint64_t sets = cnt < n_sets ? cnt : n_sets;
+  if (!in || !n_sets || sets * in_region > kc_cache_bytes(2))
     return;
   volatile unsigned char sink = 0;
   for (uint64_t k = 0; k < sets; k++) {
-    const unsigned char *p = x->in_map + (c0 + k) % v->n_sets * in_region;
+    const unsigned char *p = in + (c0 + k) % n_sets * in_region;
     for (uint64_t i = 0; i < in_region; i += 64)
       sink ^= p[i];
   }
@@ -369,7 +369,7 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
     uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
     double w = 0;
     if (piece < v->number) {
-      touch_inputs(x, v, c0, cnt);
+      kc_round_touch_inputs(x->in_map, kc_args_region_bytes(x->spec, false), v->n_sets, c0, cnt);
       if ((r = poison_piece(m, v, c0, cnt, err)) <= 0)
         return r;
     }
