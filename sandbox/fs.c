@@ -338,19 +338,54 @@ static int dev(const char *dst, kc_error *err) {
 
 /* What container runtimes hide of /proc (runc's maskedPaths and readonlyPaths, plus
  * the host's boot command line and kernel build, which a build error would echo to a
- * remote tenant): files and directories that describe the host, not the sandbox.  A
+ * remote tenant, and the host-wide counters LXCFS virtualises: disks, VM, scheduler,
+ * softirqs, open files): files and directories that describe the host, not the
+ * sandbox.  The counters a program may need to read (stat, uptime, loadavg, meminfo,
+ * the boot id) get per-sandbox files instead (proc_view.c).  A
  * file is covered with /dev/null, a directory with an empty read-only tmpfs; what the
  * kernel does not have is skipped.  The sandbox never holds the capability to undo it. */
 static const struct {
   const char *name;
   bool dir; /* what procfs has there; mask_one copes with a kernel that differs */
-} proc_masked[] = {
-    {"acpi", true},           {"asound", true},       {"bootconfig", false},  {"cmdline", false},
-    {"config.gz", false},     {"interrupts", false},  {"iomem", false},       {"ioports", false},
-    {"kallsyms", false},      {"kcore", false},       {"keys", false},        {"key-users", false},
-    {"latency_stats", false}, {"modules", false},     {"sched_debug", false}, {"scsi", true},
-    {"timer_list", false},    {"timer_stats", false}, {"vmallocinfo", false}, {"driver", true},
-    {"dynamic_debug", true},  {"mtrr", false},        {"pressure", true}};
+} proc_masked[] = {{"acpi", true},
+                   {"asound", true},
+                   {"bootconfig", false},
+                   {"cmdline", false},
+                   {"config.gz", false},
+                   {"interrupts", false},
+                   {"iomem", false},
+                   {"ioports", false},
+                   {"kallsyms", false},
+                   {"kcore", false},
+                   {"keys", false},
+                   {"key-users", false},
+                   {"latency_stats", false},
+                   {"modules", false},
+                   {"sched_debug", false},
+                   {"scsi", true},
+                   {"timer_list", false},
+                   {"timer_stats", false},
+                   {"vmallocinfo", false},
+                   {"driver", true},
+                   {"dynamic_debug", true},
+                   {"mtrr", false},
+                   {"pressure", true},
+                   {"diskstats", false},
+                   {"partitions", false},
+                   {"swaps", false},
+                   {"vmstat", false},
+                   {"zoneinfo", false},
+                   {"buddyinfo", false},
+                   {"pagetypeinfo", false},
+                   {"softirqs", false},
+                   {"schedstat", false},
+                   {"slabinfo", false},
+                   {"locks", false},
+                   {"sys/fs/dentry-state", false},
+                   {"sys/fs/inode-nr", false},
+                   {"sys/fs/inode-state", false},
+                   {"sys/fs/file-nr", false},
+                   {"sys/kernel/random/entropy_avail", false}};
 static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
 
 /* A file is covered with /dev/null.  Directories share one empty read-only tmpfs: the
@@ -428,8 +463,8 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
         rc = kc_error_set(err, errno, "mount point %s", m->dst);
       else if (mount("proc", m->dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
         rc = kc_error_set(err, errno, "mount proc on %s", m->dst);
-      else
-        rc = mask_proc(m->dst, err);
+      else if ((rc = mask_proc(m->dst, err)) == 0)
+        rc = kc__proc_view(m->dst, err);
       break;
     case KC_MNT_DEV:
       rc = dev(m->dst, err);

@@ -213,6 +213,11 @@ void kc__child_main(kc_plan *p) {
   if (go == 'G' && p->new_net && kc_sandbox_lo_up(&err) < 0)
     fail_err(&err);
   close(p->sync_rd);
+  /* We are a fork of kcage: /proc/1/cmdline would read its host command line (every
+   * bind's host path, every --env value).  Our memory is out of the program's reach
+   * (not dumpable), so the view alone changes. */
+  if (kc_sandbox_hide_args("kcage-init", NULL, NULL, &err) < 0)
+    fail_err(&err);
   /* init itself keeps no privilege either, and cannot be ptraced by the program. */
   if (kc_sandbox_drop_caps(&err) < 0)
     fail_err(&err);

@@ -255,8 +255,16 @@ int kc_zygote_main(const kc_zygote_args *a) {
   kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
   kc_error err = {0};
   zpolicy *zp = NULL;
-  if (a->policy && (policy_for(a->policy, false, &zp, &err) < 0 ||
-                    (!a->setup_fs && zp && policy_compile(zp, false, &err) < 0))) {
+  /* Every worker is a fork of us and PID 1 of its own namespace: /proc/1/cmdline would
+   * read our argv, the host paths of every bind.  Done while the host's /proc is still
+   * ours to read (the sandbox's shows another pid namespace). */
+  char *old_args = NULL;
+  size_t old_len = 0;
+  if (kc_sandbox_hide_args("kcage-worker", &old_args, &old_len, &err) < 0) {
+    hello.pid = -(err.code ? err.code : EINVAL);
+    snprintf(hello.msg, sizeof hello.msg, "zygote: %.240s", err.msg);
+  } else if (a->policy && (policy_for(a->policy, false, &zp, &err) < 0 ||
+                           (!a->setup_fs && zp && policy_compile(zp, false, &err) < 0))) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
   } else if (a->setup_fs && enter_fs(a, zp, &err) < 0) {
@@ -266,6 +274,14 @@ int kc_zygote_main(const kc_zygote_args *a) {
     hello.pid = -(err.code ? err.code : EINVAL);
     snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
   }
+  /* Nothing points into argv after start-up (the mounts are copies, the policy is
+   * parsed, the Python boot code has run): what our workers, and the kernels in them,
+   * could read of it there goes, and so do the copies of the binds' host paths. */
+  if (old_args)
+    explicit_bzero(old_args, old_len);
+  for (size_t i = 0; i < a->n_mounts; i++)
+    if (a->mounts[i].src) /* program.c's copies */
+      explicit_bzero((char *)a->mounts[i].src, strlen(a->mounts[i].src));
   if (kc_send_fds(ctl, &hello, sizeof hello, NULL, 0) < 0 || hello.pid < 0)
     return 1;
   return serve(ctl, parent_pidfd);

@@ -94,6 +94,14 @@ void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);
 
 KC_PUBLIC_END
 
+/* Make /proc/self/cmdline read `name` and /proc/self/environ nothing (proc_view.c):
+ * for PID 1 of a sandbox, a fork of a host process whose argv names host paths.  Needs
+ * /proc/self, no privilege, and maps one page for the name.  The original argument
+ * strings stay where they are (argv pointers the caller holds stay valid); with
+ * old_args, *old_args and *old_len say where, for a process whose memory untrusted code
+ * will share to zero once nothing points there any more. */
+int kc_sandbox_hide_args(const char *name, char **old_args, size_t *old_len, kc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

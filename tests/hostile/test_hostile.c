@@ -267,6 +267,45 @@ static void test_proc_host(void **s) {
   }
 }
 
+/* PID 1's command line and environment, and the host-wide identifiers and counters,
+ * are the sandbox's own under every built-in policy.  The host's boot id and boot time
+ * go to the program so it can tell them apart from what it reads. */
+static void host_facts(char *out, size_t cap) {
+  char boot[64] = "", line[256];
+  long long btime = 0;
+  FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+  if (f) {
+    if (fgets(boot, sizeof boot, f))
+      boot[strcspn(boot, "\n")] = 0;
+    fclose(f);
+  }
+  if ((f = fopen("/proc/stat", "r"))) {
+    while (fgets(line, sizeof line, f))
+      if (!strncmp(line, "btime ", 6))
+        btime = atoll(line + 6);
+    fclose(f);
+  }
+  assert_true(boot[0] && btime > 0);
+  snprintf(out, cap, "%s,%lld", boot, btime);
+}
+
+static void test_proc_view(void **s) {
+  (void)s;
+  static char facts[128];
+  host_facts(facts, sizeof facts);
+  static const char *const policies[] = {"exec", "build", "measure"};
+  for (size_t i = 0; i < 3; i++) {
+    kc_run_out o;
+    const char *opts[] = {"--policy", policies[i], "--env", "KC_HOST_SECRET=1",
+                          "--wall",   "20",        NULL};
+    run_case(&o, "h_proc_view", opts, facts);
+    if (o.out_len)
+      print_message("%s: %s", policies[i], o.out);
+    expect(&o, "ok", 0);
+    json_decref(o.report);
+  }
+}
+
 static void test_escape_fs(void **s) {
   (void)s;
   kc_run_out o;
@@ -345,6 +384,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_vsock),
       cmocka_unit_test(test_limit_exit),
       cmocka_unit_test(test_proc_host),
+      cmocka_unit_test(test_proc_view),
   };
   if (argc > 1)
     cmocka_set_test_filter(argv[1]);

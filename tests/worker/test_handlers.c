@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -224,4 +225,89 @@ int mixed(kc_call *c) {
   default:
     return echo_copy(c);
   }
+}
+
+/* The readable run of pages around p, probed by reading one byte of each page with a
+ * SIGSEGV/SIGBUS handler armed (mincore is not in every policy), so the scan below
+ * never faults; capped at 64 MiB each way. */
+static sigjmp_buf probe_jmp;
+static void probe_fault(int sig) {
+  (void)sig;
+  siglongjmp(probe_jmp, 1);
+}
+
+static int readable(uintptr_t page) {
+  if (sigsetjmp(probe_jmp, 1))
+    return 0;
+  (void)*(volatile const char *)page;
+  return 1;
+}
+
+static void mapped_run(const void *p, uintptr_t *lo, uintptr_t *hi) {
+  uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+  struct sigaction sa = {.sa_handler = probe_fault}, old_segv, old_bus;
+  sigaction(SIGSEGV, &sa, &old_segv);
+  sigaction(SIGBUS, &sa, &old_bus);
+  uintptr_t a = (uintptr_t)p & ~(pg - 1), b = a + pg;
+  while (a > pg && (uintptr_t)p - (a - pg) < (64u << 20) && readable(a - pg))
+    a -= pg;
+  while (b - (uintptr_t)p < (64u << 20) && readable(b))
+    b += pg;
+  sigaction(SIGSEGV, &old_segv, NULL);
+  sigaction(SIGBUS, &old_bus, NULL);
+  *lo = a;
+  *hi = b;
+}
+
+static int find_in(uintptr_t lo, uintptr_t hi, const char *s, size_t n, const void *skip,
+                   size_t skip_len) {
+  for (uintptr_t at = lo; at + n <= hi; at++) {
+    at = (uintptr_t)memchr((void *)at, s[0], hi - at);
+    if (!at || at + n > hi)
+      return 0;
+    if (!memcmp((void *)at, s, n) && (at < (uintptr_t)skip || at >= (uintptr_t)skip + skip_len))
+      return 1;
+  }
+  return 0;
+}
+
+/* What a kernel in this worker can learn of the host's command line: PID 1's cmdline
+ * and environ as /proc shows them, and whether a marker that names a host path bound
+ * into the pool (on the zygote's command line) is in the worker's stack (where argv
+ * and the environment live) or heap (where the zygote kept copies of the binds).  The
+ * argument is the marker reversed, so the request itself does not hold it.  The
+ * environment's PATH=, next to argv on the stack, is the control: the scan must find
+ * it.  Replies "cmdline|environ|marker|control". */
+int proc_view(kc_call *c) {
+  static char marker[128];
+  size_t ml = c->arg_len < 127 ? c->arg_len : 127;
+  for (size_t i = 0; i < ml; i++)
+    marker[i] = ((const char *)c->arg)[ml - 1 - i];
+  marker[ml] = 0;
+  char cmd[512] = "", env[512] = "";
+  const char *paths[2] = {"/proc/1/cmdline", "/proc/1/environ"};
+  char *outs[2] = {cmd, env};
+  for (int i = 0; i < 2; i++) {
+    int fd = open(paths[i], O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, outs[i], 511) : -1;
+    if (fd >= 0)
+      close(fd);
+    for (ssize_t k = 0; k < n; k++)
+      if (!outs[i][k])
+        outs[i][k] = ' ';
+    outs[i][n > 0 ? n : 0] = 0;
+  }
+  extern char **environ;
+  uintptr_t lo[2], hi[2];
+  char *heap = malloc(16);
+  mapped_run(environ && environ[0] ? environ[0] : (char *)&ml, &lo[0], &hi[0]);
+  mapped_run(heap, &lo[1], &hi[1]);
+  free(heap);
+  int found[2] = {0, 0};
+  const char *what[2] = {marker, "PATH="};
+  for (int w = 0; w < 2; w++)
+    for (int r = 0; r < 2; r++)
+      found[w] |= find_in(lo[r], hi[r], what[w], strlen(what[w]), marker, sizeof marker);
+  snprintf(c->error, c->error_cap, "%s|%s|%d|%d", cmd, env, found[0], found[1]);
+  return 1; /* the reply travels as the exception's message */
 }

@@ -1171,6 +1171,45 @@ static void test_pool_map(void **state) {
   kc_future_free(h);
 }
 
+/* A kernel in a worker cannot read the host's command line: not through /proc/1 (the
+ * worker is PID 1 of its namespace, a fork of the zygote whose argv names the host path
+ * of every bind), and not in its own memory. */
+static void test_proc_view(void **state) {
+  (void)state;
+  char dir[] = "/tmp/kcmark-procview-XXXXXX";
+  assert_non_null(mkdtemp(dir));
+  kc_worker_opts o;
+  opts_init(&o);
+  kc_mount m[2] = {g_handlers_dir, {.kind = KC_MOUNT_RO_BIND, .src = dir, .dst = "/m"}};
+  o.mounts = m;
+  o.n_mounts = 2;
+  o.limits.memory_bytes = 64u << 20;
+  kc_worker *w = NULL;
+  kc_error err = {0};
+  if (kc_worker_new(&o, &w, &err) < 0)
+    fail_msg("kc_worker_new: %s", err.msg);
+  const char *mark = dir + 5; /* "kcmark-procview-...": in no other string of the pool */
+  char rev[64];
+  size_t ml = strlen(mark);
+  for (size_t i = 0; i < ml; i++)
+    rev[i] = mark[ml - 1 - i];
+  kc_call_result r;
+  call(w, H("proc_view"), rev, ml, 10, &r);
+  if (r.status != KC_CALL_EXCEPTION)
+    fail_msg("proc_view: status %d: %s", r.status, r.message ? r.message : "");
+  print_message("proc_view: %s\n", r.message);
+  assert_null(strstr(r.message, mark));
+  assert_null(strstr(r.message, "--ro-bind"));
+  /* no environment; the marker nowhere in memory; the scan saw the environment's
+   * PATH=, so it covered the stack's strings, argv's among them */
+  size_t len = strlen(r.message);
+  assert_true(len >= 4 && !strcmp(r.message + len - 4, "|0|1"));
+  assert_non_null(strstr(r.message, "||0|1"));
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+  rmdir(dir);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_roundtrip),
@@ -1199,6 +1238,7 @@ int main(void) {
       cmocka_unit_test(test_parent_sigkill),
       cmocka_unit_test(test_policy_violation),
       cmocka_unit_test(test_pool_map),
+      cmocka_unit_test(test_proc_view),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
