@@ -106,41 +106,9 @@ static void new_matchkey(kc_agent *a) {
 }
 
 static int bind_listen(kc_agent *a, kc_error *err) {
-  const char *host = a->o.host ? a->o.host : "0.0.0.0";
-  unsigned first = a->o.port, end = a->o.port_end > a->o.port ? a->o.port_end : a->o.port + 1u;
-  int last = 0;
-  for (unsigned p = first; p < end; p++) {
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", p);
-    struct addrinfo hints = {.ai_family = AF_UNSPEC,
-                             .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_PASSIVE},
-                    *ai;
-    int g = getaddrinfo(host, ps, &hints, &ai);
-    if (g)
-      return kc_error_set(err, 0, "resolve %s: %s", host, gai_strerror(g));
-    int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int one = 1;
-    if (fd >= 0)
-      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (fd >= 0 && bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
-      struct sockaddr_storage ss;
-      socklen_t sl = sizeof ss;
-      getsockname(fd, (struct sockaddr *)&ss, &sl);
-      a->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
-                                               : ((struct sockaddr_in *)&ss)->sin_port);
-      a->lfd = fd;
-      freeaddrinfo(ai);
-      return 0;
-    }
-    last = errno;
-    if (fd >= 0)
-      close(fd);
-    freeaddrinfo(ai);
-    if (last != EADDRINUSE)
-      break;
-  }
-  return kc_error_set(err, last, "cannot bind %s to any port in [%u, %u)", host, first, end);
+  unsigned end = a->o.port_end > a->o.port ? a->o.port_end : a->o.port + 1u;
+  return kc_listen_first_free(a->o.host ? a->o.host : "0.0.0.0", a->o.port, end, 0, &a->lfd,
+                              &a->port, err);
 }
 
 static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {

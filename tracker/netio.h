@@ -17,6 +17,11 @@ int kc_read_exact(int fd, void *buf, size_t len, double deadline, kc_error *err)
 int kc_write_u32(int fd, uint32_t v, double deadline, kc_error *err);
 int kc_read_u32(int fd, uint32_t *v, double deadline, kc_error *err);
 /* Silent peers (no FIN/RST) are dropped after about `seconds`. */
-void kc_tcp_keepalive(int fd, int seconds);
+void kc_tcp_keepalive(int fd, double seconds);
+/* A listening TCP socket (backlog SOMAXCONN, SO_REUSEADDR, close-on-exec plus
+ * sock_flags) on host at the first free port of [first, end): TVM's servers take the
+ * first free port of a range.  *port_out is the port it got (first may be 0: any). */
+int kc_listen_first_free(const char *host, unsigned first, unsigned end, int sock_flags,
+                         int *fd_out, uint16_t *port_out, kc_error *err);
 
 #endif

@@ -1196,7 +1196,7 @@ static void test_proc_view(void **state) {
   kc_call_result r;
   call(w, H("proc_view"), rev, ml, 10, &r);
   if (r.status != KC_CALL_EXCEPTION)
-    fail_msg("proc_view: status %d: %s", r.status, r.message ? r.message : "");
+    fail_msg("proc_view: status %d: %s", r.status, r.message);
   print_message("proc_view: %s\n", r.message);
   assert_null(strstr(r.message, mark));
   assert_null(strstr(r.message, "--ro-bind"));
