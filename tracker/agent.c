@@ -394,12 +394,15 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
                                 .timeout_s = timeout_s,
                                 .asked_timeout_s = asked_s,
                                 .caps = a->o.caps,
-                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
+                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL,
+                                .auth_timeout_s = a->o.auth_timeout_s};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
-    if (rc < 0) { /* the operator sees why a session ended early (a refused key, say) */
+    if (rc < 0) { /* the operator sees why a session ended early: a refused key, a record
+                   * that failed authentication (someone on the path), a timeout */
       char shown[KC_ERROR_MSG_MAX * 4];
-      logf_(a, "session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+      kc_log(KC_LOG_WARN, "kcage agent", "session failed: %s",
+             kc_escape(err.msg, shown, sizeof shown));
     }
     _exit(rc < 0 ? 1 : 0);
   }
