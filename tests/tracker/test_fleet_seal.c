@@ -279,6 +279,30 @@ static void test_keyless_client_dropped_within_auth_timeout(void **state) {
   free(status);
 }
 
+/* The session timeout in the middle of a keyed batch: the agent's last word, sent from
+ * its alarm, is a sealed record the client opens and shows. */
+static void test_session_timeout_is_sealed(void **state) {
+  fleet *f = *state;
+  start_agent(f, "cpu", NULL);
+  char out[128], err[8192];
+  snprintf(out, sizeof out, "%s/out.json", f->dir);
+  const char *argv[] = {"bench",    "--tracker",
+                        f->tracker, "--key",
+                        "cpu",      "--auth-key",
+                        f->key,     "--session-timeout",
+                        "2",        "--args",
+                        ARGS,       "--timeout",
+                        "30",       KC_EXAMPLES "/infinite_loop.c",
+                        NULL};
+  double t0 = now_s();
+  int rc = proc_run_err(argv, 60, err, sizeof err);
+  double took = now_s() - t0;
+  if (rc <= 0 || rc >= 126 || !strstr(err, "session has expired"))
+    fail_msg("exit %d after %.1f s: %s", rc, took, err);
+  assert_true(took >= 1.8 && took < 30);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -290,6 +314,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_downgrade_refused_by_agent, setup, teardown),
       cmocka_unit_test_setup_teardown(test_keyless_client_dropped_within_auth_timeout, setup,
                                       teardown),
+      cmocka_unit_test_setup_teardown(test_session_timeout_is_sealed, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
