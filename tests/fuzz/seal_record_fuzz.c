@@ -59,6 +59,7 @@ static void genuine(kc_seal *client, kc_seal *agent, const uint8_t *d, size_t n)
   free(plain);
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size < 1)
     return 0;
