@@ -575,6 +575,10 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     for (size_t i = 0; i < nhs; i++)
       p[4 + i] = (struct pollfd){.fd = a->hs[i].fd, .events = POLLIN};
     int ms = wake <= now ? 0 : (int)kc_fmin((wake - now) * 1000 + 1, 3600e3);
+    int metrics_ms = kc_metrics_poll_ms(); /* /healthz watches the loop turn */
+    if (metrics_ms >= 0 && ms > metrics_ms)
+      ms = metrics_ms;
+    kc_metrics_heartbeat();
     int n = poll(p, 4 + nhs, ms);
     expire_handshakes(a);
     if (n < 0 && errno != EINTR)
