@@ -306,6 +306,36 @@ static void test_session_timeout_is_sealed(void **state) {
   assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
 }
 
+/* An upload of several records' worth (3 MiB and a bit: the last record short) arrives
+ * whole, and the session goes on. */
+static void test_upload_spans_records(void **state) {
+  fleet *f = *state;
+  start_agent(f, "cpu", NULL);
+  kc_auth_key key;
+  kc_error e = {0};
+  assert_int_equal(kc_auth_key_load(f->key, &key, &e), 0);
+  kc_request_opts o;
+  kc_request_opts_init(&o);
+  o.wait_s = 10;
+  kc_lease lease;
+  int fd;
+  assert_int_equal(kc_tracker_request("127.0.0.1", f->t.port, "cpu", &o, &lease, &fd, &e), 0);
+  kc_session *s;
+  if (kc_session_open(fd, 10, &key, &s, NULL, &e) < 0)
+    fail_msg("open: %s", e.msg);
+  size_t n = (3u << 20) + 12345;
+  char *big = malloc(n);
+  assert_non_null(big);
+  for (size_t i = 0; i < n; i++)
+    big[i] = (char)(i * 2654435761u >> 13);
+  if (kc_session_upload(s, "big.bin", big, n, &e) < 0 ||
+      kc_session_upload(s, "small.bin", "x", 1, &e) < 0)
+    fail_msg("upload: %s", e.msg);
+  free(big);
+  kc_session_close(s);
+  assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 8), 1);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -318,6 +348,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_keyless_client_dropped_within_auth_timeout, setup,
                                       teardown),
       cmocka_unit_test_setup_teardown(test_session_timeout_is_sealed, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_upload_spans_records, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
