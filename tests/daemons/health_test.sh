@@ -123,4 +123,49 @@ grep -q 'kcage bench: waiting for a "busy" device: 1 registered, all busy; this 
   "$tmp/busy.err" || fail "no waiting line: $(cat "$tmp/busy.err")"
 [ "$(tail -1 "$tmp/busy.err")" = "kcage: bench: no busy device became free within 2 s" ] ||
   fail "the end of the wait: $(cat "$tmp/busy.err")"
+
+# A keyed agent: a peer that leases it and never proves the key is dropped within
+# --auth-timeout, and counted under drops_total{reason="auth"}.
+printf 'delta-secret-key-0123456789abcdef\n' >"$tmp/fleet.key"
+chmod 600 "$tmp/fleet.key"
+"$kcage" agent --tracker "127.0.0.1:$tport" --key keyed --host 127.0.0.1 --port 0 \
+  --auth-key "$tmp/fleet.key" --auth-timeout 1 --metrics 127.0.0.1:0 \
+  >"$tmp/kagent.out" 2>"$tmp/kagent.err" &
+pids+=($!)
+km=$(wait_line "$tmp/kagent.out" 'metrics listening on 127.0.0.1:([0-9]+)$')
+python3 - "$tport" <<'PY' || fail "the keyless peer"
+import json, socket, struct, sys, time
+port = int(sys.argv[1])
+t = socket.create_connection(("127.0.0.1", port), timeout=20)
+t.sendall(struct.pack("<i", 0x2F271)); t.recv(4)
+def call(s, msg):
+    b = json.dumps(msg).encode()
+    s.sendall(struct.pack("<i", len(b)) + b)
+    n = struct.unpack("<i", s.recv(4))[0]
+    buf = b""
+    while len(buf) < n:
+        buf += s.recv(n - len(buf))
+    return json.loads(buf)
+for _ in range(100):
+    if call(t, [6])[1].get("queue_info", {}).get("keyed", {}).get("free"):
+        break
+    time.sleep(0.1)
+code, (host, aport, mk) = call(t, [4, "keyed", "", 1])
+a = socket.create_connection((host, aport), timeout=20)
+key = ("client:" + mk).encode()
+a.sendall(struct.pack("<ii", 0xFF271, len(key)) + key)
+assert struct.unpack("<i", a.recv(4))[0] == 0xFF271
+t0 = time.time()
+a.settimeout(20)
+while a.recv(4096):  # said nothing: wait for the agent to close
+    pass
+held = time.time() - t0
+sys.exit(0 if held < 8 else f"held the keyed agent for {held:.1f} s")
+PY
+for _ in $(seq 100); do
+  has "$(get "http://127.0.0.1:$km/metrics")" 'kcage_agent_drops_total{reason="auth"} 1' && break
+  sleep 0.1
+done
+k=$(get "http://127.0.0.1:$km/metrics")
+has "$k" 'kcage_agent_drops_total{reason="auth"} 1' || fail "no auth drop counted: $k"
 echo "health test: ok"
