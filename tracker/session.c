@@ -252,6 +252,24 @@ static char *g_timeout_frame; /* the frame, and room for it as one sealed record
 static uint8_t *g_timeout_record;
 static size_t g_timeout_len;
 
+/* The timeout message, sealed when the channel is: from the alarm, so nothing here
+ * allocates. */
+static void say_timeout(void) {
+  if (!g_timeout_frame || !g_chan)
+    return;
+  const void *out = g_timeout_frame;
+  size_t len = g_timeout_len;
+  if (g_chan->sealed) {
+    if (!g_timeout_record ||
+        kc_seal_record(&g_chan->seal, g_timeout_frame, g_timeout_len, g_timeout_record) < 0)
+      return;
+    out = g_timeout_record;
+    len = kc_seal_wire_len(g_timeout_len);
+  }
+  ssize_t n = write(g_chan->fd, out, len);
+  (void)n;
+}
+
 static void on_alarm(int sig) {
   (void)sig;
   /* Past the session's deadline while the batch runs: tell the client and end the
@@ -259,14 +277,7 @@ static void on_alarm(int sig) {
    * the channel is idle here and sealing one more record is safe. */
   if (g_in_io)
     return;
-  if (g_timeout_frame && g_chan && !g_chan->sealed) {
-    ssize_t n = write(g_chan->fd, g_timeout_frame, g_timeout_len);
-    (void)n;
-  } else if (g_timeout_record && g_chan &&
-             kc_seal_record(&g_chan->seal, g_timeout_frame, g_timeout_len, g_timeout_record) == 0) {
-    ssize_t n = write(g_chan->fd, g_timeout_record, kc_seal_wire_len(g_timeout_len));
-    (void)n;
-  }
+  say_timeout();
   kill(0, SIGKILL); /* the session's process group: this process and its pool */
   _exit(3);
 }
