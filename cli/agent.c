@@ -13,6 +13,7 @@ static void usage(FILE *out) {
   fprintf(out,
           "usage: kcage agent --tracker HOST:PORT --key KEY [--host H] [--port P] [--port-end E]\n"
           "                   [--custom-addr A] [--workers N] [--auth-key FILE]\n"
+          "                   [--auth-timeout SEC]\n"
           "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
           "                   [--metrics H:P] [--limits-fallback rlimit]\n"
           "                   [--sandbox-ids BASE:COUNT] [--verbose]\n\n"
@@ -27,7 +28,11 @@ static void usage(FILE *out) {
           "  --custom-addr A      address the tracker hands to clients (NAT, containers)\n"
           "  --workers N          measuring workers per session (default: CPUs)\n"
           "  --auth-key FILE      serve only clients that prove this shared key (a file\n"
-          "                       only you can read, 16+ bytes), and prove it to them\n"
+          "                       only you can read, 16+ bytes), and prove it to them;\n"
+          "                       every byte of such a session is then encrypted and\n"
+          "                       authenticated (docs/fleet-security.md)\n"
+          "  --auth-timeout SEC   a client must prove the key within this long, or it is\n"
+          "                       dropped and the device serves the next (default 5)\n"
           "  --max-memory SIZE    cap on a session's --memory and --build-memory\n"
           "  --max-timeout SEC    cap on a session's --timeout and --build-timeout\n"
           "  --max-session SEC    cap on a session's length, also when it asks for none\n"
@@ -58,6 +63,13 @@ static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
     }
     o->auth = &auth;
     return 0;
+  case 'a':
+    if (kc_parse_decimal(arg, &d) < 0 || d <= 0 || d > 3600) {
+      kc_cli_error("agent", "--auth-timeout %s: want seconds in (0, 3600]", arg);
+      return -1;
+    }
+    o->auth_timeout_s = d;
+    return 0;
   case 'M':
     if (kc_parse_size(arg, &o->caps.max_memory_bytes) < 0 ||
         o->caps.max_memory_bytes < (16u << 20)) {
@@ -86,6 +98,7 @@ static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                       {"reput", required_argument, 0, 'r'},
                                       {"verbose", no_argument, 0, 'v'},
                                       {"auth-key", required_argument, 0, 'A'},
+                                      {"auth-timeout", required_argument, 0, 'a'},
                                       {"max-memory", required_argument, 0, 'M'},
                                       {"max-timeout", required_argument, 0, 'T'},
                                       {"max-session", required_argument, 0, 'S'},
@@ -153,6 +166,7 @@ static int agent_option(agent_args *a, int ch, const char *arg) {
     o->verbose = true;
     return 0;
   case 'A':
+  case 'a':
   case 'M':
   case 'T':
   case 'S':

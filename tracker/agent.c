@@ -61,6 +61,7 @@ struct kc_agent {
   double next_check, missing_since;
   pid_t child;
   bool child_reaped;
+  int child_status; /* its wait status, once reaped */
   int child_pidfd;
   double child_deadline;
   char child_dir[512];
@@ -313,9 +314,16 @@ static void reap_orphans(kc_agent *a) {
   pid_t p;
   int st;
   while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-    if (p == a->child)
+    if (p == a->child) {
       a->child_reaped = true;
+      a->child_status = st;
+    }
 }
+
+/* How a session process ended, for the operator: a client that never proved the key,
+ * or a session whose records someone on the path changed. */
+#define SESSION_EXIT_AUTH 4
+#define SESSION_EXIT_TAMPERED 5
 
 static void end_session(kc_agent *a) {
   if (a->child <= 0)
@@ -323,9 +331,14 @@ static void end_session(kc_agent *a) {
   kill(-a->child, SIGKILL); /* anything the session left behind in its group */
   if (!a->child_reaped) {
     kill(a->child, SIGKILL);
-    waitpid(a->child, NULL, 0);
+    waitpid(a->child, &a->child_status, 0);
   }
+  if (WIFEXITED(a->child_status) && WEXITSTATUS(a->child_status) == SESSION_EXIT_AUTH)
+    kc_metrics_conn_closed("auth");
+  if (WIFEXITED(a->child_status) && WEXITSTATUS(a->child_status) == SESSION_EXIT_TAMPERED)
+    kc_metrics_conn_closed("tampered");
   a->child_reaped = false;
+  a->child_status = 0;
   reap_orphans(a);
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
@@ -394,14 +407,20 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
                                 .timeout_s = timeout_s,
                                 .asked_timeout_s = asked_s,
                                 .caps = a->o.caps,
-                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL};
+                                .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL,
+                                .auth_timeout_s = a->o.auth_timeout_s};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
-    if (rc < 0) { /* the operator sees why a session ended early (a refused key, say) */
+    if (rc < 0) { /* the operator sees why a session ended early: a refused key, a record
+                   * that failed authentication (someone on the path), a timeout */
       char shown[KC_ERROR_MSG_MAX * 4];
-      logf_(a, "session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+      kc_log(KC_LOG_WARN, "kcage agent", "session failed: %s",
+             kc_escape(err.msg, shown, sizeof shown));
     }
-    _exit(rc < 0 ? 1 : 0);
+    _exit(rc == 0               ? 0
+          : err.code == EACCES  ? SESSION_EXIT_AUTH
+          : err.code == EBADMSG ? SESSION_EXIT_TAMPERED
+                                : 1);
   }
   close(fd);
   a->child = pid;
@@ -572,6 +591,10 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     for (size_t i = 0; i < nhs; i++)
       p[4 + i] = (struct pollfd){.fd = a->hs[i].fd, .events = POLLIN};
     int ms = wake <= now ? 0 : (int)kc_fmin((wake - now) * 1000 + 1, 3600e3);
+    int metrics_ms = kc_metrics_poll_ms(); /* /healthz watches the loop turn */
+    if (metrics_ms >= 0 && ms > metrics_ms)
+      ms = metrics_ms;
+    kc_metrics_heartbeat();
     int n = poll(p, 4 + nhs, ms);
     expire_handshakes(a);
     if (n < 0 && errno != EINTR)

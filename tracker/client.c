@@ -600,6 +600,20 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
   return -1;
 }
 
+/* Waited for a device the whole time: one line, with what happened to an earlier one. */
+static int no_device_free(const char *key, const kc_request_opts *o, const kc_error *run_err,
+                          kc_error *err) {
+  double wait = o->wait_s == 0 ? 60 : o->wait_s;
+  if (run_err->msg[0])
+    kc_error_set(err, 0, "no %s device became free within %.3g s (before that: %s)", key, wait,
+                 run_err->msg);
+  else
+    kc_error_set(err, 0, "no %s device became free within %.3g s", key, wait);
+  if (err)
+    err->code = ETIMEDOUT;
+  return -1;
+}
+
 int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
                                const kc_request_opts *o, unsigned max_retry, kc_session_fn fn,
                                void *ctx, kc_error *err) {
@@ -614,8 +628,11 @@ int kc_tracker_request_and_run(const char *th, uint16_t tp, const char *key,
   for (unsigned i = 0; i < max_retry; i++) {
     kc_lease lease;
     int fd;
-    if (kc_tracker_request(th, tp, key, o, &lease, &fd, &last) < 0)
+    if (kc_tracker_request(th, tp, key, o, &lease, &fd, &last) < 0) {
+      if (last.code == ETIMEDOUT) /* the whole wait is spent: a retry would wait as long */
+        return no_device_free(key, o, &run_err, err);
       continue; /* TVM raises UnboundLocalError here (tvm.md §3.1); we retry */
+    }
     double t0 = kc_now_s();
     int rc = fn(fd, &lease, ctx, &last);
     close(fd);

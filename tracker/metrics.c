@@ -30,15 +30,52 @@
 
 #define MAX_SERIES 2048
 #define SNAPSHOT_MS 500
+#define HEALTH_STALE_S 10.0
 
 typedef enum { COUNTER, GAUGE } kind;
 
+/* Every family a daemon serves, declared up front so that a scrape right after start-up
+ * already shows each one (an unlabelled series at 0, a labelled family's HELP and TYPE). */
+#define FOR_TRACKER 1u
+#define FOR_AGENT 2u
+enum {
+  F_CONNECTIONS,
+  F_CLOSED,
+  F_DROPS,
+  F_LEASES,
+  F_LEASE_WAIT,
+  F_QUEUE_FREE,
+  F_QUEUE_PENDING,
+  F_SESSIONS_STARTED,
+  F_SESSIONS_ENDED,
+  N_FAMILIES
+};
 typedef struct {
-  const char *name; /* static */
-  const char *help; /* static */
+  const char *name, *help;
   kind k;
-  const char *label; /* static label name, or NULL */
-  char value[96];    /* label value */
+  const char *label; /* NULL: one series without labels */
+  unsigned daemons;
+} family;
+static const family families[N_FAMILIES] = {
+    [F_CONNECTIONS] = {"connections_total", "connections accepted", COUNTER, NULL,
+                       FOR_TRACKER | FOR_AGENT},
+    [F_CLOSED] = {"connections_closed_total", "connections ended, by us or the peer", COUNTER, NULL,
+                  FOR_TRACKER | FOR_AGENT},
+    [F_DROPS] = {"drops_total", "connections dropped by us, by reason", COUNTER, "reason",
+                 FOR_TRACKER | FOR_AGENT},
+    [F_LEASES] = {"leases_total", "devices leased, by key", COUNTER, "key", FOR_TRACKER},
+    [F_LEASE_WAIT] = {"lease_wait_seconds_total", "time requests waited for their lease, by key",
+                      COUNTER, "key", FOR_TRACKER},
+    [F_QUEUE_FREE] = {"queue_free", "free devices, by key", GAUGE, "key", FOR_TRACKER},
+    [F_QUEUE_PENDING] = {"queue_pending", "requests waiting for a device, by key", GAUGE, "key",
+                         FOR_TRACKER},
+    [F_SESSIONS_STARTED] = {"sessions_started_total", "sessions started", COUNTER, NULL, FOR_AGENT},
+    [F_SESSIONS_ENDED] = {"sessions_ended_total", "sessions ended", COUNTER, NULL, FOR_AGENT},
+};
+
+typedef struct {
+  int fam;
+  char value[96]; /* label value */
   double v;
 } series;
 
@@ -92,6 +129,8 @@ static char g_prefix[32];
 static struct MHD_Daemon *g_mhd;
 static shared_counts *g_shared;
 static double g_last_snapshot;
+static double g_started_at;        /* CLOCK_REALTIME at kc_metrics_start */
+static _Atomic double g_heartbeat; /* kc_metrics_now() of the event loop's last turn */
 
 int kc_metrics_on(void) {
   return atomic_load_explicit(&g_on, memory_order_relaxed);
@@ -103,52 +142,45 @@ double kc_metrics_now(void) {
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* The series name/label=value, created on first use; the "_other" series once the
+/* The series fam/label=value, created on first use; the "_other" series once the
  * table is full.  Called with g_mu held. */
-static series *find(const char *name, const char *help, kind k, const char *label,
-                    const char *value) {
+static series *find(int fam, const char *value) {
   if (!value)
     value = "";
   for (size_t i = 0; i < g_n; i++)
-    if (g_series[i].name == name && !strcmp(g_series[i].value, value))
+    if (g_series[i].fam == fam && !strcmp(g_series[i].value, value))
       return &g_series[i];
   if (g_n >= MAX_SERIES - 64) { /* the last rows are kept for the "_other" series */
-    if (strcmp(value, "_other") && label)
-      return find(name, help, k, label, "_other");
+    if (strcmp(value, "_other") && families[fam].label)
+      return find(fam, "_other");
     if (g_n >= MAX_SERIES)
       return NULL;
   }
   series *s = &g_series[g_n++];
-  s->name = name;
-  s->help = help;
-  s->k = k;
-  s->label = label;
+  s->fam = fam;
   snprintf(s->value, sizeof s->value, "%s", value);
   s->v = 0;
   return s;
 }
 
-static void add(const char *name, const char *help, kind k, const char *label, const char *value,
-                double v, bool set) {
+static void add(int fam, const char *value, double v, bool set) {
   if (!kc_metrics_on())
     return;
   pthread_mutex_lock(&g_mu);
-  series *s = find(name, help, k, label, value);
+  series *s = find(fam, value);
   if (s)
     s->v = set ? v : s->v + v;
   pthread_mutex_unlock(&g_mu);
 }
 
 void kc_metrics_conn_opened(void) {
-  add("connections_total", "connections accepted", COUNTER, NULL, NULL, 1, false);
+  add(F_CONNECTIONS, NULL, 1, false);
 }
 
 void kc_metrics_conn_closed(const char *drop_reason) {
-  add("connections_closed_total", "connections ended, by us or the peer", COUNTER, NULL, NULL, 1,
-      false);
+  add(F_CLOSED, NULL, 1, false);
   if (drop_reason)
-    add("drops_total", "connections dropped by us, by reason", COUNTER, "reason", drop_reason, 1,
-        false);
+    add(F_DROPS, drop_reason, 1, false);
 }
 
 void kc_metrics_lease(const char *key, double queued_at) {
@@ -157,9 +189,8 @@ void kc_metrics_lease(const char *key, double queued_at) {
   double wait = queued_at > 0 ? kc_metrics_now() - queued_at : 0;
   if (wait < 0)
     wait = 0;
-  add("leases_total", "devices leased, by key", COUNTER, "key", key, 1, false);
-  add("lease_wait_seconds_total", "time requests waited for their lease, by key", COUNTER, "key",
-      key, wait, false);
+  add(F_LEASES, key, 1, false);
+  add(F_LEASE_WAIT, key, wait, false);
 }
 
 int kc_metrics_snapshot_due(void) {
@@ -172,19 +203,22 @@ int kc_metrics_snapshot_due(void) {
   return 1;
 }
 
+void kc_metrics_heartbeat(void) {
+  if (kc_metrics_on())
+    atomic_store(&g_heartbeat, kc_metrics_now());
+}
+
 int kc_metrics_poll_ms(void) {
   return kc_metrics_on() ? SNAPSHOT_MS : -1;
 }
 
 void kc_metrics_queue(const char *key, size_t free_devices, size_t pending) {
-  add("queue_free", "free devices, by key", GAUGE, "key", key, (double)free_devices, true);
-  add("queue_pending", "requests waiting for a device, by key", GAUGE, "key", key, (double)pending,
-      true);
+  add(F_QUEUE_FREE, key, (double)free_devices, true);
+  add(F_QUEUE_PENDING, key, (double)pending, true);
 }
 
 void kc_metrics_session(int started) {
-  add(started ? "sessions_started_total" : "sessions_ended_total",
-      started ? "sessions started" : "sessions ended", COUNTER, NULL, NULL, 1, false);
+  add(started ? F_SESSIONS_STARTED : F_SESSIONS_ENDED, NULL, 1, false);
 }
 
 void kc_metrics_verdict(const char *status) {
@@ -254,37 +288,46 @@ static void label_value(const char *in, char *out, size_t cap) {
   out[o] = '\0';
 }
 
-static void render_series(text *t) {
-  pthread_mutex_lock(&g_mu);
-  for (size_t i = 0; i < g_n; i++) {
-    const series *s = &g_series[i];
-    bool first = true;
-    for (size_t j = 0; j < i; j++)
-      if (g_series[j].name == s->name)
-        first = false;
-    if (!first)
-      continue; /* printed with the first series of its name */
-    put(t, "# HELP %s_%s %s\n# TYPE %s_%s %s\n", g_prefix, s->name, s->help, g_prefix, s->name,
-        s->k == COUNTER ? "counter" : "gauge");
-    for (size_t j = i; j < g_n; j++) {
-      const series *x = &g_series[j];
-      if (x->name != s->name)
-        continue;
-      if (x->label) {
-        char v[sizeof x->value * 2];
-        label_value(x->value, v, sizeof v);
-        put(t, "%s_%s{%s=\"%s\"} %.9g\n", g_prefix, x->name, x->label, v, x->v);
-      } else {
-        put(t, "%s_%s %.9g\n", g_prefix, x->name, x->v);
-      }
+static unsigned this_daemon(void) {
+  return strcmp(g_prefix, "kcage_agent") ? FOR_TRACKER : FOR_AGENT;
+}
+
+static void render_family(text *t, int fam) {
+  const family *f = &families[fam];
+  put(t, "# HELP %s_%s %s\n# TYPE %s_%s %s\n", g_prefix, f->name, f->help, g_prefix, f->name,
+      f->k == COUNTER ? "counter" : "gauge");
+  bool any = false;
+  for (size_t j = 0; j < g_n; j++) {
+    const series *x = &g_series[j];
+    if (x->fam != fam)
+      continue;
+    any = true;
+    if (f->label) {
+      char v[sizeof x->value * 2];
+      label_value(x->value, v, sizeof v);
+      put(t, "%s_%s{%s=\"%s\"} %.9g\n", g_prefix, f->name, f->label, v, x->v);
+    } else {
+      put(t, "%s_%s %.9g\n", g_prefix, f->name, x->v);
     }
   }
-  pthread_mutex_unlock(&g_mu);
+  if (!any && !f->label)
+    put(t, "%s_%s 0\n", g_prefix, f->name);
 }
 
 static void render(text *t) {
-  render_series(t);
-  if (!strcmp(g_prefix, "kcage_agent") && g_shared) {
+  put(t, "# HELP %s_build_info the running kcage, by version (always 1)\n", g_prefix);
+  put(t, "# TYPE %s_build_info gauge\n", g_prefix);
+  put(t, "%s_build_info{version=\"%s\"} 1\n", g_prefix, KC_VERSION);
+  put(t, "# HELP %s_start_time_seconds when the daemon started, in seconds since the epoch\n",
+      g_prefix);
+  put(t, "# TYPE %s_start_time_seconds gauge\n", g_prefix);
+  put(t, "%s_start_time_seconds %.3f\n", g_prefix, g_started_at);
+  pthread_mutex_lock(&g_mu);
+  for (int fam = 0; fam < N_FAMILIES; fam++)
+    if (families[fam].daemons & this_daemon())
+      render_family(t, fam);
+  pthread_mutex_unlock(&g_mu);
+  if (this_daemon() == FOR_AGENT && g_shared) {
     put(t, "# HELP %s_verdicts_total kernels measured, by status\n", g_prefix);
     put(t, "# TYPE %s_verdicts_total counter\n", g_prefix);
     for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++)
@@ -292,6 +335,21 @@ static void render(text *t) {
           kc_bench_status_name((kc_bench_status)s),
           (unsigned long long)atomic_load(&g_shared->verdicts[s]));
   }
+}
+
+/* Alive when the daemon's event loop has turned lately (it turns at least every
+ * SNAPSHOT_MS while metrics are on): a wedged loop answers 503 though this thread runs. */
+static struct MHD_Response *health(unsigned *code) {
+  char body[160];
+  double idle = kc_metrics_now() - atomic_load(&g_heartbeat);
+  if (idle <= HEALTH_STALE_S) {
+    snprintf(body, sizeof body, "ok %s %s\n", g_prefix, KC_VERSION);
+    *code = MHD_HTTP_OK;
+  } else {
+    snprintf(body, sizeof body, "stalled: the event loop has not turned for %.0f s\n", idle);
+    *code = MHD_HTTP_SERVICE_UNAVAILABLE;
+  }
+  return mhd.response(strlen(body), body, MHD_RESPMEM_MUST_COPY);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -304,8 +362,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     static const char m[] = "only GET\n";
     r = mhd.response(sizeof m - 1, (void *)m, MHD_RESPMEM_PERSISTENT);
     code = MHD_HTTP_METHOD_NOT_ALLOWED;
+  } else if (!strcmp(url, "/healthz")) {
+    r = health(&code);
   } else if (strcmp(url, "/metrics")) {
-    static const char m[] = "see /metrics\n";
+    static const char m[] = "see /metrics or /healthz\n";
     r = mhd.response(sizeof m - 1, (void *)m, MHD_RESPMEM_PERSISTENT);
     code = MHD_HTTP_NOT_FOUND;
   } else {
@@ -371,6 +431,10 @@ int kc_metrics_start(const char *hostport, const char *prefix, uint16_t *bound_p
     g_shared = p;
   }
   snprintf(g_prefix, sizeof g_prefix, "%s", prefix);
+  struct timespec now;
+  clock_gettime(CLOCK_REALTIME, &now);
+  g_started_at = (double)now.tv_sec + (double)now.tv_nsec * 1e-9;
+  atomic_store(&g_heartbeat, kc_metrics_now());
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
   if (ss.ss_family == AF_INET6)
     flags |= MHD_USE_IPv6;

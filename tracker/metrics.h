@@ -10,9 +10,9 @@
 
 #include "kcage/error.h"
 
-/* Serve GET /metrics on "HOST:PORT" (port 0 = any; *bound_port tells).  prefix names
- * the daemon ("kcage_tracker", "kcage_agent").  Once per process, before any fork
- * whose children count verdicts (kc_metrics_verdict). */
+/* Serve GET /metrics and GET /healthz on "HOST:PORT" (port 0 = any; *bound_port tells).  prefix
+ * names the daemon ("kcage_tracker", "kcage_agent").  Once per process, before any fork whose
+ * children count verdicts (kc_metrics_verdict). */
 int kc_metrics_start(const char *hostport, const char *prefix, uint16_t *bound_port, kc_error *err);
 void kc_metrics_stop(void);
 int kc_metrics_on(void);
@@ -32,6 +32,9 @@ void kc_metrics_queue(const char *key, size_t free_devices, size_t pending);
 /* How long the tracker's event loop may sleep: -1 without metrics, else the snapshot
  * period in ms (so an idle loop still publishes its last state). */
 int kc_metrics_poll_ms(void);
+/* The daemon's event loop turned (each turn, no more than kc_metrics_poll_ms apart):
+ * /healthz answers 503 once it has not for 10 s. */
+void kc_metrics_heartbeat(void);
 /* Agent: a session started / ended; one kernel's verdict ("ok", "crash", ...).  The
  * verdicts may be counted in a forked child: they live in shared memory. */
 void kc_metrics_session(int started);

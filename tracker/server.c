@@ -412,6 +412,7 @@ int kc_tracker_server_run(kc_tracker_server *s, kc_error *err) {
       }
     }
     srv_reap_dead(s);
+    kc_metrics_heartbeat();
     if (kc_metrics_snapshot_due())
       for (struct keyq *k = s->order_head; k; k = k->order_next)
         kc_metrics_queue(k->key, k->nfree, k->nheap);

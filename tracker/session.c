@@ -18,51 +18,18 @@
 #include "kcage/tracker.h"
 #include "metrics.h"
 #include "netio.h"
-
-#define SESSION_MAX_FRAME (1u << 20)
+#include "seal.h"
 
 int kc_session_send(int fd, const json_t *msg, double deadline, kc_error *err) {
-  char *t = json_dumps(msg, JSON_COMPACT | JSON_ENSURE_ASCII);
-  if (!t)
-    return kc_error_set(err, EINVAL, "session: cannot encode message");
-  size_t n = strlen(t);
-  if (n > SESSION_MAX_FRAME) {
-    free(t);
-    return kc_error_set(err, EMSGSIZE, "session: message of %zu bytes", n);
-  }
-  char *buf = malloc(n + 4);
-  if (!buf) {
-    free(t);
-    return kc_error_set(err, ENOMEM, "session");
-  }
-  uint32_t le = htole32((uint32_t)n);
-  memcpy(buf, &le, 4);
-  memcpy(buf + 4, t, n);
-  free(t);
-  int rc = kc_write_all(fd, buf, n + 4, deadline, err);
-  free(buf);
-  return rc;
+  kc_chan c;
+  kc_chan_init(&c, fd);
+  return kc_chan_send(&c, msg, deadline, err);
 }
 
 int kc_session_recv(int fd, double deadline, json_t **msg, kc_error *err) {
-  uint32_t n;
-  if (kc_read_u32(fd, &n, deadline, err) < 0)
-    return -1;
-  if (n == 0 || n > SESSION_MAX_FRAME)
-    return kc_error_set(err, EPROTO, "session: bad frame length %u", n);
-  kc_cleanup_free char *buf = malloc(n);
-  if (!buf)
-    return kc_error_set(err, ENOMEM, "session");
-  if (kc_read_exact(fd, buf, n, deadline, err) < 0)
-    return -1;
-  json_error_t jerr;
-  json_t *v = json_loadb(buf, n, JSON_REJECT_DUPLICATES, &jerr);
-  if (!v || !json_is_object(v) || !json_is_string(json_object_get(v, "op"))) {
-    json_decref(v);
-    return kc_error_set(err, EPROTO, "session: malformed message");
-  }
-  *msg = v;
-  return 0;
+  kc_chan c;
+  kc_chan_init(&c, fd);
+  return kc_chan_recv(&c, deadline, msg, err);
 }
 
 /* An authentication refusal: EACCES for callers, and a message without strerror's
@@ -77,7 +44,7 @@ static int denied(kc_error *err, const char *msg) {
 /* ---- client side ----------------------------------------------------------------- */
 
 struct kc_session {
-  int fd;
+  kc_chan ch;
 };
 
 static int lost(kc_error *err) {
@@ -87,20 +54,26 @@ static int lost(kc_error *err) {
   return -1;
 }
 
+/* An {"op":"error"} reply as -1 with its (escaped) message; 0 for anything else. */
+static int reply_error(json_t *r, kc_error *err) {
+  if (strcmp(json_string_value(json_object_get(r, "op")), "error"))
+    return 0;
+  const char *m = json_string_value(json_object_get(r, "message"));
+  const char *code = json_string_value(json_object_get(r, "code"));
+  char shown[512];
+  kc_error_set(err, 0, "device agent: %s", kc_escape(m ? m : "error", shown, sizeof shown));
+  if (err)
+    err->code = code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO;
+  return -1;
+}
+
 int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t **reply,
                     kc_error *err) {
   double deadline = kc_deadline(timeout_s);
   json_t *r;
-  if (kc_session_send(s->fd, msg, deadline, err) < 0 ||
-      kc_session_recv(s->fd, deadline, &r, err) < 0)
+  if (kc_chan_send(&s->ch, msg, deadline, err) < 0 || kc_chan_recv(&s->ch, deadline, &r, err) < 0)
     return lost(err);
-  if (!strcmp(json_string_value(json_object_get(r, "op")), "error")) {
-    const char *m = json_string_value(json_object_get(r, "message"));
-    const char *code = json_string_value(json_object_get(r, "code"));
-    char shown[512];
-    kc_error_set(err, 0, "device agent: %s", kc_escape(m ? m : "error", shown, sizeof shown));
-    if (err)
-      err->code = code && !strcmp(code, "session_timeout") ? ETIMEDOUT : EPROTO;
+  if (reply_error(r, err) < 0) {
     json_decref(r);
     return -1;
   }
@@ -108,18 +81,33 @@ int kc_session_call(kc_session *s, const json_t *msg, double timeout_s, json_t *
   return 0;
 }
 
-/* The agent's proof in its hello, then ours. */
-static int client_auth(kc_session *s, const kc_auth_key *auth, const char *nonce, json_t *hello,
-                       double timeout_s, kc_error *err) {
+/* The two hellos as they crossed the wire: the sealed channel's keys depend on them. */
+struct hellos {
+  char nonce[KC_AUTH_HEX + 1];
+  char *mine, *theirs;
+  size_t mine_len, theirs_len;
+};
+
+/* The agent's proof in its hello; from here on every byte is sealed; then ours. */
+static int client_auth(kc_session *s, const kc_auth_key *auth, const struct hellos *h,
+                       json_t *hello, double timeout_s, kc_error *err) {
   json_t *a = json_object_get(hello, "auth");
   const char *an = json_string_value(json_object_get(a, "nonce"));
   const char *mac = json_string_value(json_object_get(a, "mac"));
+  const char *rec = json_string_value(json_object_get(hello, "record"));
   if (!a)
     return denied(err, "refused: it did not prove the auth key (it has none)");
-  if (!kc_auth_check(auth, true, nonce, an, mac))
+  if (!kc_auth_check(auth, true, h->nonce, an, mac))
     return denied(err, "refused: it did not prove the auth key (wrong key)");
+  if (!rec || strcmp(rec, KC_SEAL_NAME))
+    return denied(err, "refused: it does not seal the session (an older kcage agent, or a "
+                       "downgrade on the way)");
+  kc_seal seal;
+  kc_seal_init(&seal, auth, false, h->nonce, an, h->mine, h->mine_len, h->theirs, h->theirs_len);
+  kc_chan_seal(&s->ch, &seal);
+  kc_seal_wipe(&seal);
   char mine[KC_AUTH_HEX + 1];
-  kc_auth_mac(auth, false, nonce, an, mine);
+  kc_auth_mac(auth, false, h->nonce, an, mine);
   json_t *m = json_pack("{s:s, s:s}", "op", "auth", "mac", mine), *r = NULL;
   int rc = kc_session_call(s, m, timeout_s, &r, err);
   json_decref(m);
@@ -129,7 +117,7 @@ static int client_auth(kc_session *s, const kc_auth_key *auth, const char *nonce
   return rc;
 }
 
-static json_t *hello_msg(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc_error *err) {
+static char *hello_text(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc_error *err) {
   json_t *m = json_pack("{s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION);
   if (auth && auth->len) {
     if (kc_auth_nonce(nonce, err) < 0) {
@@ -138,7 +126,32 @@ static json_t *hello_msg(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], k
     }
     json_object_set_new(m, "auth", json_pack("{s:s}", "nonce", nonce));
   }
-  return m;
+  char *t = json_dumps(m, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(m);
+  if (!t)
+    kc_error_set(err, ENOMEM, "session");
+  return t;
+}
+
+/* hello out, hello back (its bytes kept in h), *r its object. */
+static int exchange_hellos(kc_session *s, const kc_auth_key *auth, struct hellos *h,
+                           double timeout_s, json_t **r, kc_error *err) {
+  double deadline = kc_deadline(timeout_s);
+  h->mine = hello_text(auth, h->nonce, err);
+  if (!h->mine)
+    return -1;
+  h->mine_len = strlen(h->mine);
+  if (kc_chan_send_text(&s->ch, h->mine, h->mine_len, deadline, err) < 0 ||
+      kc_chan_recv_text(&s->ch, deadline, &h->theirs, &h->theirs_len, err) < 0)
+    return lost(err);
+  *r = kc_session_parse(h->theirs, h->theirs_len);
+  if (!*r)
+    return kc_error_set(err, EPROTO, "session: malformed message");
+  if (reply_error(*r, err) < 0)
+    return -1;
+  if (strcmp(json_string_value(json_object_get(*r, "op")), "hello"))
+    return kc_error_set(err, EPROTO, "device is not a kcage agent");
+  return 0;
 }
 
 int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
@@ -148,18 +161,18 @@ int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_sessio
     close(fd);
     return kc_error_set(err, ENOMEM, "session");
   }
-  s->fd = fd;
+  kc_chan_init(&s->ch, fd);
   timeout_s = timeout_s ? timeout_s : 10;
-  char nonce[KC_AUTH_HEX + 1];
-  json_t *m = hello_msg(auth, nonce, err), *r = NULL;
-  int rc = m ? kc_session_call(s, m, timeout_s, &r, err) : -1;
-  json_decref(m);
-  if (rc == 0 && strcmp(json_string_value(json_object_get(r, "op")), "hello"))
-    rc = kc_error_set(err, EPROTO, "device is not a kcage agent");
+  struct hellos h = {0};
+  json_t *r = NULL;
+  int rc = exchange_hellos(s, auth, &h, timeout_s, &r, err);
   if (rc == 0 && auth && auth->len)
-    rc = client_auth(s, auth, nonce, r, timeout_s, err);
+    rc = client_auth(s, auth, &h, r, timeout_s, err);
+  free(h.mine);
+  free(h.theirs);
   if (rc < 0) {
     json_decref(r);
+    kc_chan_free(&s->ch);
     close(fd);
     free(s);
     return -1;
@@ -179,15 +192,16 @@ int kc_session_upload(kc_session *s, const char *name, const void *data, size_t 
                         KC_SESSION_MAX_FILE);
   double deadline = kc_deadline(30 + (double)len / 1e6);
   json_t *m = json_pack("{s:s, s:s, s:I}", "op", "file", "name", name, "size", (json_int_t)len), *r;
-  int rc = kc_session_send(s->fd, m, deadline, err);
+  int rc = kc_chan_send(&s->ch, m, deadline, err);
   json_decref(m);
-  if (rc < 0 || kc_write_all(s->fd, data, len, deadline, err) < 0 ||
-      kc_session_recv(s->fd, deadline, &r, err) < 0)
+  if (rc < 0 || kc_chan_write(&s->ch, data, len, deadline, err) < 0 ||
+      kc_chan_recv(&s->ch, deadline, &r, err) < 0)
     return lost(err);
   const char *op = json_string_value(json_object_get(r, "op"));
   if (strcmp(op, "ok")) {
     const char *msg = json_string_value(json_object_get(r, "message"));
-    kc_error_set(err, EPROTO, "device agent: %s", msg ? msg : op);
+    char shown[512];
+    kc_error_set(err, EPROTO, "device agent: %s", kc_escape(msg ? msg : op, shown, sizeof shown));
     json_decref(r);
     return -1;
   }
@@ -216,36 +230,54 @@ int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc
 }
 
 int kc_session_fd(const kc_session *s) {
-  return s->fd;
+  return s->ch.fd;
 }
 
 void kc_session_close(kc_session *s) {
   if (!s)
     return;
   json_t *m = json_pack("{s:s}", "op", "bye");
-  kc_session_send(s->fd, m, kc_deadline(1), NULL);
+  kc_chan_send(&s->ch, m, kc_deadline(1), NULL);
   json_decref(m);
-  close(s->fd);
+  kc_chan_free(&s->ch);
+  close(s->ch.fd);
   free(s);
 }
 
 /* ---- agent side ------------------------------------------------------------------ */
 
 static volatile sig_atomic_t g_in_io;
-static int g_fd = -1;
-static char *g_timeout_frame;
+static kc_chan *g_chan;
+static char *g_timeout_frame; /* the frame, and room for it as one sealed record */
+static uint8_t *g_timeout_record;
 static size_t g_timeout_len;
+
+/* The timeout message, sealed when the channel is: from the alarm, so nothing here
+ * allocates. */
+static void say_timeout(void) {
+  if (!g_timeout_frame || !g_chan)
+    return;
+  const void *out = g_timeout_frame;
+  size_t len = g_timeout_len;
+  if (g_chan->sealed) {
+    if (!g_timeout_record ||
+        kc_seal_record(&g_chan->seal, g_timeout_frame, g_timeout_len, g_timeout_record) < 0)
+      return;
+    out = g_timeout_record;
+    len = kc_seal_wire_len(g_timeout_len);
+  }
+  ssize_t n = write(g_chan->fd, out, len);
+  (void)n;
+}
 
 static void on_alarm(int sig) {
   (void)sig;
   /* Past the session's deadline while the batch runs: tell the client and end the
-   * session process (its pool dies with it).  During I/O the I/O deadline does it. */
+   * session process (its pool dies with it).  During I/O the I/O deadline does it, so
+   * the channel is idle here and sealing one more record is safe. */
   if (g_in_io)
     return;
-  if (g_timeout_frame) {
-    ssize_t n = write(g_fd, g_timeout_frame, g_timeout_len);
-    (void)n;
-  }
+  say_timeout();
   kill(0, SIGKILL); /* the session's process group: this process and its pool */
   _exit(3);
 }
@@ -260,11 +292,20 @@ static char *timeout_message(double t) {
   return m;
 }
 
-static int send_error(int fd, double deadline, const char *code, const char *msg) {
+/* Every write and read of the agent's side marks itself, so the alarm never cuts a
+ * frame or a record in two. */
+static int chan_send(kc_chan *c, const json_t *m, double deadline, kc_error *err) {
+  g_in_io = 1;
+  int rc = kc_chan_send(c, m, deadline, err);
+  g_in_io = 0;
+  return rc;
+}
+
+static int send_error(kc_chan *c, double deadline, const char *code, const char *msg) {
   json_t *m = json_pack("{s:s, s:s}", "op", "error", "message", msg ? msg : "error");
   if (code)
     json_object_set_new(m, "code", json_string(code));
-  int rc = kc_session_send(fd, m, deadline, NULL);
+  int rc = chan_send(c, m, deadline, NULL);
   json_decref(m);
   return rc;
 }
@@ -283,11 +324,12 @@ static bool valid_name(const char *n) {
 }
 
 struct serve_state {
-  int fd;
+  kc_chan ch;
   const kc_session_serve_opts *o;
   size_t nfiles;
   uint64_t total;
-  bool authed;
+  bool hello_done, authed;
+  double auth_deadline; /* the key must be proven by then (when there is a key) */
   char client_nonce[KC_AUTH_HEX + 1], agent_nonce[KC_AUTH_HEX + 1];
 };
 
@@ -311,7 +353,7 @@ static int do_file(struct serve_state *st, json_t *m, kc_error *err) {
   while (left) {
     size_t chunk = left < sizeof buf ? (size_t)left : sizeof buf;
     g_in_io = 1;
-    int rc = kc_read_exact(st->fd, buf, chunk, st->o->deadline, err);
+    int rc = kc_chan_read(&st->ch, buf, chunk, st->o->deadline, err);
     g_in_io = 0;
     if (rc < 0)
       return -1;
@@ -396,7 +438,7 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
 }
 
 /* The session timeout: SIGALRM at the deadline, with the frame it then sends ready. */
-static void arm_deadline(int fd, const kc_session_serve_opts *o, const char *tmsg) {
+static void arm_deadline(kc_chan *c, const kc_session_serve_opts *o, const char *tmsg) {
   json_t *m = json_pack("{s:s, s:s, s:s}", "op", "error", "code", "session_timeout", "message",
                         tmsg ? tmsg : "session timeout");
   char *t = json_dumps(m, JSON_COMPACT);
@@ -409,9 +451,10 @@ static void arm_deadline(int fd, const kc_session_serve_opts *o, const char *tms
       memcpy(g_timeout_frame, &le, 4);
       memcpy(g_timeout_frame + 4, t, strlen(t));
     }
+    g_timeout_record = malloc(kc_seal_wire_len(g_timeout_len));
     free(t);
   }
-  g_fd = fd;
+  g_chan = c;
   struct sigaction sa = {.sa_handler = on_alarm};
   sigaction(SIGALRM, &sa, NULL);
   double left = o->deadline - kc_now_s();
@@ -424,6 +467,11 @@ static void arm_deadline(int fd, const kc_session_serve_opts *o, const char *tms
 static json_t *do_hello(struct serve_state *st, json_t *m, kc_error *err) {
   const kc_session_serve_opts *o = st->o;
   const char *cn = json_string_value(json_object_get(json_object_get(m, "auth"), "nonce"));
+  if (st->hello_done) {
+    kc_error_set(err, EPROTO, "hello: said twice");
+    return NULL;
+  }
+  st->hello_done = true;
   if (o->auth && !kc_auth_hex_ok(cn)) {
     denied(err, "this device agent requires authentication (--auth-key)");
     return NULL;
@@ -442,6 +490,7 @@ static json_t *do_hello(struct serve_state *st, json_t *m, kc_error *err) {
     kc_auth_mac(o->auth, true, st->client_nonce, st->agent_nonce, mac);
     json_object_set_new(reply, "auth",
                         json_pack("{s:s, s:s}", "nonce", st->agent_nonce, "mac", mac));
+    json_object_set_new(reply, "record", json_string(KC_SEAL_NAME));
   }
   return reply;
 }
@@ -480,59 +529,102 @@ static json_t *dispatch(struct serve_state *st, const char *op, json_t *m, kc_er
   return NULL;
 }
 
-static int recv_failed(int fd, const char *tmsg, kc_error *err) {
-  if (err && err->code == ETIMEDOUT) {
-    send_error(fd, kc_deadline(1), "session_timeout", tmsg);
+/* The deadline of the next read: before the key is proven, the proof's own. */
+static double recv_deadline(const struct serve_state *st) {
+  double d = st->o->deadline;
+  if (!st->o->auth || st->authed)
+    return d;
+  return d < 0 || st->auth_deadline < d ? st->auth_deadline : d;
+}
+
+static int recv_failed(struct serve_state *st, const char *tmsg, kc_error *err) {
+  if (err->code == ETIMEDOUT && st->o->auth && !st->authed) {
+    kc_error_set(err, 0, "authentication: the client did not prove the key within %g s",
+                 st->o->auth_timeout_s > 0 ? st->o->auth_timeout_s : KC_AUTH_TIMEOUT_S);
+    err->code = EACCES;
+    send_error(&st->ch, kc_deadline(1), NULL, err->msg);
     return -1;
   }
-  if (err && err->code == ECONNRESET)
-    return 0; /* the client went away */
-  send_error(fd, kc_deadline(1), NULL, err ? err->msg : "protocol error");
+  if (err->code == ETIMEDOUT) {
+    send_error(&st->ch, kc_deadline(1), "session_timeout", tmsg);
+    return -1;
+  }
+  if (err->code == ECONNRESET)
+    return 0;               /* the client went away */
+  if (err->code != EBADMSG) /* a broken seal leaves nothing to say anything with */
+    send_error(&st->ch, kc_deadline(1), NULL, err->msg);
   return -1;
+}
+
+/* The reply, as text on the wire; after the agent's hello under a key, the channel seals
+ * everything with keys bound to both hellos' bytes. */
+static int respond(struct serve_state *st, const char *op, const char *req, size_t req_len,
+                   json_t *reply, kc_error *err) {
+  kc_cleanup_free char *t = json_dumps(reply, JSON_COMPACT | JSON_ENSURE_ASCII);
+  if (!t)
+    return kc_error_set(err, EINVAL, "session: cannot encode reply");
+  g_in_io = 1;
+  int rc = kc_chan_send_text(&st->ch, t, strlen(t), st->o->deadline, err);
+  g_in_io = 0;
+  if (rc == 0 && st->o->auth && !strcmp(op, "hello")) {
+    kc_seal seal;
+    kc_seal_init(&seal, st->o->auth, true, st->client_nonce, st->agent_nonce, req, req_len, t,
+                 strlen(t));
+    kc_chan_seal(&st->ch, &seal);
+    kc_seal_wipe(&seal);
+  }
+  return rc;
+}
+
+/* One request in, one reply out: 1 to go on, 0 at the end, -1 on failure. */
+static int serve_one(struct serve_state *st, const char *tmsg, kc_error *err) {
+  kc_cleanup_free char *text = NULL;
+  size_t len;
+  g_in_io = 1;
+  int r = kc_chan_recv_text(&st->ch, recv_deadline(st), &text, &len, err);
+  g_in_io = 0;
+  if (r < 0)
+    return recv_failed(st, tmsg, err);
+  json_t *m = kc_session_parse(text, len);
+  if (!m) {
+    send_error(&st->ch, kc_deadline(1), NULL, "session: malformed message");
+    return kc_error_set(err, EPROTO, "session: malformed message");
+  }
+  const char *op = json_string_value(json_object_get(m, "op"));
+  if (!strcmp(op, "bye")) {
+    json_decref(m);
+    return 0;
+  }
+  json_t *reply = dispatch(st, op, m, err);
+  if (!reply) {
+    json_decref(m);
+    bool timed_out = err->code == ETIMEDOUT;
+    send_error(&st->ch, kc_deadline(1), timed_out ? "session_timeout" : NULL,
+               timed_out ? tmsg : err->msg);
+    return -1;
+  }
+  r = respond(st, op, text, len, reply, err);
+  json_decref(reply);
+  json_decref(m);
+  return r < 0 ? -1 : 1;
 }
 
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
   kc_error local;
   if (!err)
     err = &local;
-  struct serve_state st = {.fd = fd, .o = o};
+  struct serve_state st = {.o = o};
+  kc_chan_init(&st.ch, fd);
+  st.auth_deadline = kc_deadline(o->auth_timeout_s > 0 ? o->auth_timeout_s : KC_AUTH_TIMEOUT_S);
   kc_cleanup_free char *tmsg = o->deadline >= 0 ? timeout_message(o->timeout_s) : NULL;
   if (o->deadline >= 0)
-    arm_deadline(fd, o, tmsg);
-  int rc = 0;
-  for (;;) {
-    json_t *m;
-    g_in_io = 1;
-    int r = kc_session_recv(fd, o->deadline, &m, err);
-    g_in_io = 0;
-    if (r < 0) {
-      rc = recv_failed(fd, tmsg, err);
-      break;
-    }
-    const char *op = json_string_value(json_object_get(m, "op"));
-    if (!strcmp(op, "bye")) {
-      json_decref(m);
-      break;
-    }
-    json_t *reply = dispatch(&st, op, m, err);
-    json_decref(m);
-    if (!reply) {
-      bool timed_out = err->code == ETIMEDOUT;
-      send_error(fd, kc_deadline(1), timed_out ? "session_timeout" : NULL,
-                 timed_out ? tmsg : err->msg);
-      rc = -1;
-      break;
-    }
-    g_in_io = 1;
-    r = kc_session_send(fd, reply, o->deadline, err);
-    g_in_io = 0;
-    json_decref(reply);
-    if (r < 0) {
-      rc = -1;
-      break;
-    }
-  }
+    arm_deadline(&st.ch, o, tmsg);
+  int rc;
+  while ((rc = serve_one(&st, tmsg, err)) > 0)
+    ;
   struct itimerval off = {0};
   setitimer(ITIMER_REAL, &off, NULL);
+  g_chan = NULL;
+  kc_chan_free(&st.ch);
   return rc;
 }

@@ -202,7 +202,13 @@ int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, 
 #define KC_SESSION_MAX_FILES 1024
 
 /* Opt-in mutual authentication (tracker/auth.c): a shared key both sides prove by
- * HMAC-SHA256 over fresh nonces, right after hello (see auth.c for the exchange). */
+ * HMAC-SHA256 over fresh nonces, right after hello (see auth.c for the exchange).
+ * Under a key, every byte after the two hellos travels in ChaCha20-Poly1305 records
+ * under per-session, per-direction keys (tracker/seal.h, docs/fleet-security.md); a
+ * peer that offers the plain protocol is refused.  The client must prove the key
+ * within the agent's auth timeout (KC_AUTH_TIMEOUT_S unless set), whatever the
+ * session's own timeout. */
+#define KC_AUTH_TIMEOUT_S 5.0
 #define KC_AUTH_KEY_MIN 16
 #define KC_AUTH_BYTES 32
 #define KC_AUTH_HEX (2 * KC_AUTH_BYTES)
@@ -267,6 +273,7 @@ typedef struct kc_agent_opts {
   double max_backoff_s;    /* reconnect backoff cap; 0 = 5 */
   kc_run_caps caps;        /* operator caps on what a session may ask for */
   const kc_auth_key *auth; /* clients must prove this key; NULL = anyone */
+  double auth_timeout_s;   /* ...within this long of the handshake; 0 = KC_AUTH_TIMEOUT_S */
   bool verbose;
 } kc_agent_opts;
 void kc_agent_opts_init(kc_agent_opts *o);
@@ -290,6 +297,7 @@ typedef struct kc_session_serve_opts {
   double asked_timeout_s; /* what the client asked for (0 = none), when a cap changed it */
   kc_run_caps caps;
   const kc_auth_key *auth; /* NULL = no authentication */
+  double auth_timeout_s;   /* the proof's deadline; 0 = KC_AUTH_TIMEOUT_S */
 } kc_session_serve_opts;
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
 

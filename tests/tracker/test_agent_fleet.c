@@ -294,8 +294,9 @@ static void test_auth(void **state) {
   unsetenv("KCAGE_REQUEST_TIMEOUT");
 }
 
-/* The agent's side: a client that cannot prove the key gets nothing but an error, and
- * uploads before the proof are refused. */
+/* The agent's side: a client that cannot prove the key gets nothing, and uploads before
+ * the proof are refused: after the agent's hello only sealed records are read, so a
+ * plaintext proof or upload ends the session without a plaintext word back. */
 static void test_auth_agent_refuses(void **state) {
   fleet *f = *state;
   char ka[128], kb[128], kopen[128];
@@ -327,12 +328,9 @@ static void test_auth_agent_refuses(void **state) {
       m = json_pack("{s:s, s:s, s:i}", "op", "file", "name", "k0-a.c", "size", 1);
     assert_int_equal(kc_session_send(fd, m, now_s() + 5, &err), 0);
     json_decref(m);
-    assert_int_equal(kc_session_recv(fd, now_s() + 5, &r, &err), 0);
-    assert_string_equal(json_string_value(json_object_get(r, "op")), "error");
-    const char *msg = json_string_value(json_object_get(r, "message"));
-    assert_non_null(
-        strstr(msg, attempt == 0 ? "authentication failed" : "requires authentication"));
-    json_decref(r);
+    r = NULL;
+    assert_int_equal(kc_session_recv(fd, now_s() + 5, &r, &err), -1);
+    assert_null(r);
     assert_true(raw_closed(fd, 5));
     close(fd);
     assert_int_equal(wait_count(f->t.port, "cpu", "free", 1, 10), 1);
