@@ -563,6 +563,21 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
 }
 
+/* The user's own name for a kernel in a message that names the copy a worker loaded
+ * (a loader's "…/view/kernel.so: file too short"): that path means nothing to them. */
+static void own_name(char *msg, size_t cap, const char *copy, const char *user) {
+  size_t cl = strlen(copy), ul = strlen(user);
+  char *p = msg;
+  while (cl && (p = strstr(p, copy))) {
+    size_t rest = strlen(p + cl);
+    if ((size_t)(p - msg) + ul + rest + 1 > cap)
+      return;
+    memmove(p + ul, p + cl, rest + 1);
+    memcpy(p, user, ul);
+    p += ul;
+  }
+}
+
 /* The truth: the reference, loaded and sealed in its own worker, which stays up for
  * the whole batch and computes the outputs of whatever sets the parent picks after
  * each round.  A first evaluation (of all-zero inputs) finds a reference that does not
@@ -596,8 +611,10 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
       kc_error_set(err, 0, "%s", c.verdict.message);
     else if (c.status == KC_MCALL_TIMEOUT)
       kc_error_set(err, 0, "timed out while loading");
-    else
+    else {
+      own_name(c.message, sizeof c.message, s->kernel, cfg->reference);
       kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
+    }
     kc_mcall_clear(&c);
     return -1;
   }
@@ -634,6 +651,7 @@ static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner
     it->measured = true;
     it->status = it->m.status;
     snprintf(it->message, sizeof it->message, "%s", it->m.message);
+    own_name(it->message, sizeof it->message, s->kernel, it->path);
   }
   clock_gettime(CLOCK_REALTIME, &it->ended);
 }
@@ -659,6 +677,8 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
     if (kc_bench_interrupted())
       return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
     item *it = &items[i];
+    if (cfg->on_start && it->staged[0])
+      cfg->on_start(cfg->progress_ctx, it->path);
     if (cfg->progress && it->staged[0])
       cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
     int rc;

@@ -195,6 +195,9 @@ typedef struct kc_bench_config {
   /* Progress after each step, from the calling thread. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;
+  /* The path of the kernel (or the reference) whose measurement starts, with
+   * progress_ctx, from the calling thread; NULL for none. */
+  void (*on_start)(void *ctx, const char *kernel);
   double budget_s; /* one kernel's whole measurement; 0 = 300, negative = none */
   double max_cv;   /* a record is "unstable" above this CV; 0 = 0.1, negative = never */
   /* Each kernel's record as soon as it is final (the reference's first, then the
