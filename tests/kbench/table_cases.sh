@@ -5,7 +5,9 @@ set -uo pipefail
 kcage=$1 ex=$2 cache=$3 case=$4
 export XDG_CACHE_HOME=$cache
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=records_check.sh
+. "$(dirname "$0")/records_check.sh"
+trap 'records_check "$kcage" "$tmp"; rc=$?; rm -rf "$tmp"; exit $rc' EXIT
 small='f32[8,8] f32[8,8] f32[8,8]:out'
 fast=(--repeat 2 --min-repeat-ms 1)
 fail() { echo "FAIL: $*"; exit 1; }
