@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "env_path.h"
+#include "kcage/cgroup.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/policy.h"
@@ -90,7 +91,9 @@ static void usage(FILE *out) {
           "\n"
           "exit status: 0 the batch ran (whatever the kernels did); 2 bad usage or input (an\n"
           "option, --args, a missing kernel, a reference that refuses the tensors); 3 kcage\n"
-          "could not run the batch (cache dir, compiler, policies, sandbox, tracker or agent)\n"
+          "could not run the batch (a limit this host cannot hold, such as no delegated\n"
+          "cgroup for a plain user; cache dir, compiler, policies, sandbox, tracker or agent:\n"
+          "all checked before any work)\n"
           "or could not write the --json records (e.g. a full disk);\n"
           "130/143 interrupted by SIGINT/SIGTERM (the finished records stay).\n");
 }
@@ -224,6 +227,21 @@ static int parse_memory(const char *name, const char *a, uint64_t *out) {
   return 0;
 }
 
+/* The limits every batch sets: the builds' memory and process limits (a build always
+ * runs in its sandbox), the measuring workers' memory and process limits (unless
+ * --no-isolation holds memory as an RLIMIT_AS of a plain process).  One this host cannot
+ * hold is refused here, before any build or cached artifact or reference is touched:
+ * the same answer whatever the batch holds. */
+static int limits_preflight(const kc_bench_config *cfg, bool sources, kc_error *err) {
+  if (!sources && cfg->no_isolation)
+    return 0;
+  static const char *const limits[] = {"memory", "pids"};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+    if (!kc_cgroup_enforcement(limits[i]))
+      return kc_cgroup_refusal(limits[i], err);
+  return 0;
+}
+
 /* The cache directory (root must not use one that others can write), the compiler
  * (when a kernel is a source), the sandbox policies and the worker binary of a local
  * batch (a $KCAGE_WORKER others could change is refused here, not once per kernel). */
@@ -238,6 +256,8 @@ static int preflight(const kc_bench_config *cfg, const char *const *kernels, siz
     size_t rl = strlen(cfg->reference);
     sources = sources || (rl > 2 && !strcmp(cfg->reference + rl - 2, ".c"));
   }
+  if (limits_preflight(cfg, sources, err) < 0)
+    return -1;
   char path[4096];
   if (sources && (kc_build_cache_dir(&cfg->build, path, sizeof path, err) < 0 ||
                   kc_build_find_cc(&cfg->build, path, sizeof path, err) < 0))
