@@ -81,7 +81,8 @@ static void usage(FILE *out) {
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout),\n"
           "                       each written as soon as its kernel is done; on SIGINT or\n"
           "                       SIGTERM the finished ones stay and kcage exits 130/143\n"
-          "  --quiet              no table\n"
+          "  --quiet              no table (nor progress)\n"
+          "  --version            print kcage's version\n"
           "remote devices:\n"
           "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
           "  --auth-key FILE      run only on agents that prove this shared key (and\n"
@@ -173,6 +174,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"max-cv", 1, 0, O_MAXCV},
                                      {"cpu", 1, 0, O_CPU},
                                      {"help", 0, 0, O_HELP},
+                                     KC_OPTION_VERSION,
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {"sandbox-ids", 1, 0, O_SANDBOX_IDS},
                                      {0, 0, 0, 0}};
@@ -452,6 +454,9 @@ static int output_option(bench_args *b, int c, const char *a) {
   case 'h':
   case O_HELP:
     usage(stdout);
+    return -1;
+  case KC_OPT_VERSION:
+    kc_cli_print_version();
     return -1;
   case O_JSON:
     b->json_path = a;

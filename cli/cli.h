@@ -62,8 +62,15 @@ typedef struct kc_cli_daemon {
 } kc_cli_daemon;
 int kc_cli_serve(const kc_cli_daemon *d);
 
-/* The end of an option loop: -h/--help (ch 'h') prints usage on stdout and returns 0;
- * anything else prints it on stderr and returns KC_EXIT_USAGE. */
+/* --version, in every subcommand's option table: `kcage VERSION` on stdout. */
+#define KC_OPT_VERSION 'V'
+#define KC_OPTION_VERSION                                                                          \
+  { "version", 0, 0, KC_OPT_VERSION }
+void kc_cli_print_version(void);
+
+/* The end of an option loop: -h/--help (ch 'h') prints usage on stdout and returns 0,
+ * --version prints the version and returns 0; anything else prints usage on stderr and
+ * returns KC_EXIT_USAGE. */
 int kc_cli_help_or_usage(int ch, void (*usage)(FILE *out));
 /* Operands left after the options of a command that takes none: the first is named and
  * KC_EXIT_USAGE returned; 0 when there are none. */

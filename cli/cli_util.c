@@ -45,7 +45,15 @@ int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned 
   return 0;
 }
 
+void kc_cli_print_version(void) {
+  printf("kcage %s\n", KC_VERSION);
+}
+
 int kc_cli_help_or_usage(int ch, void (*usage)(FILE *out)) {
+  if (ch == KC_OPT_VERSION) {
+    kc_cli_print_version();
+    return 0;
+  }
   usage(ch == 'h' ? stdout : stderr);
   return ch == 'h' ? 0 : KC_EXIT_USAGE;
 }

@@ -51,6 +51,7 @@ static const char usage_text[] =
     "                       as root, the host ids sandboxes run as (default\n"
     "                       1500000000:65536); no account may use them\n"
     "  -h, --help           this text\n"
+    "  --version            print kcage's version\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
     "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
@@ -97,6 +98,7 @@ static const struct option long_opts[] = {
     {"cgroup", required_argument, NULL, OPT_CGROUP},
     {"sandbox-ids", required_argument, NULL, OPT_SANDBOX_IDS},
     {"help", no_argument, NULL, 'h'},
+    KC_OPTION_VERSION,
     {NULL, 0, NULL, 0},
 };
 
@@ -173,6 +175,9 @@ static int parse_option(run_args *a, int c, char **argv) {
   switch (c) {
   case 'h':
     fputs(usage_text, stdout);
+    return -1;
+  case KC_OPT_VERSION:
+    kc_cli_print_version();
     return -1;
   case OPT_POLICY:
     a->policy_name = optarg;
