@@ -76,10 +76,11 @@ void kc_bench_progress_record(kc_bench_progress *p, const json_t *rec) {
   kc_escape(json_string_value(json_object_get(rec, "kernel")), k, sizeof k);
   kc_escape(st ? st : "?", m, sizeof m);
   json_t *med = json_object_get(rec, "median_s");
-  if (json_is_number(med))
-    fprintf(stderr, "kcage bench: [%zu/%zu] %s: %s, %.3f us\n", p->done, p->kernels, k, m,
-            json_number_value(med) * 1e6);
-  else
+  char t[32];
+  if (json_is_number(med)) {
+    kc_cli_fmt_seconds(t, sizeof t, json_number_value(med));
+    fprintf(stderr, "kcage bench: [%zu/%zu] %s: %s, %s\n", p->done, p->kernels, k, m, t);
+  } else
     fprintf(stderr, "kcage bench: [%zu/%zu] %s: %s\n", p->done, p->kernels, k, m);
 }
 

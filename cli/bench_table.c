@@ -91,7 +91,10 @@ static void fmt_time(char *buf, size_t len, json_t *v) {
     snprintf(buf, len, "-");
     return;
   }
-  double s = json_number_value(v);
+  kc_cli_fmt_seconds(buf, len, json_number_value(v));
+}
+
+void kc_cli_fmt_seconds(char *buf, size_t len, double s) {
   if (s >= 1)
     snprintf(buf, len, "%.3f s", s);
   else if (s >= 1e-3)

@@ -84,6 +84,8 @@ typedef struct kc_bench_table_opts {
 } kc_bench_table_opts;
 void kc_bench_table_print(FILE *out, json_t *recs, json_t *ref, const kc_bench_table_opts *o);
 void kc_bench_summary_print(FILE *out, json_t *recs, const kc_bench_table_opts *o);
+/* "803.660 us": s in the unit that suits it (s, ms, us, ns). */
+void kc_cli_fmt_seconds(char *buf, size_t len, double s);
 /* Terminal cells UTF-8 text takes (a byte that does not decode counts one). */
 size_t kc_cli_display_width(const char *s);
 /* Whether out gets colours: a terminal, NO_COLOR unset or empty, TERM not dumb. */
