@@ -15,7 +15,9 @@ version)
   for s in "${subs[@]}"; do
     got=$("$kcage" "$s" --version 2>&1) || fail "kcage $s --version: exit $?: $got"
     [[ $got == "$want" ]] || fail "kcage $s --version: '$got', want '$want'"
-    "$kcage" "$s" --help | grep -q -- '--version' || fail "kcage $s --help does not name --version"
+    # (read whole: grep -q leaving the pipe early would SIGPIPE kcage mid-text)
+    h=$("$kcage" "$s" --help) || fail "kcage $s --help"
+    grep -q -- '--version' <<<"$h" || fail "kcage $s --help does not name --version"
   done
   # after other options too, and never taken from the program of `kcage run`
   got=$("$kcage" bench --args 'f32[1]:out' --version) && [[ $got == "$want" ]] || fail "bench OPTS --version"
