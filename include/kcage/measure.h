@@ -119,11 +119,11 @@ typedef enum kc_build_status {
 
 typedef struct kc_build_result {
   kc_build_status status;
-  char artifact[4096]; /* the cached .so (for OK/CACHED) */
-  char key[65];        /* sha256 of compiler, flags, source */
+  char artifact[4096];    /* the cached .so (for OK/CACHED) */
+  char key[65];           /* sha256 of compiler, flags, source */
   char source_sha256[65]; /* sha256 of the source bytes compiled (or found cached), hex */
-  double build_s;      /* wall time of the compile (0 when cached) */
-  char message[2048];  /* compiler output (trimmed) or the reason */
+  double build_s;         /* wall time of the compile (0 when cached) */
+  char message[2048];     /* compiler output (trimmed) or the reason */
 } kc_build_result;
 
 /* Resolve defaults into *o (strings stay owned by the caller or are static). */
