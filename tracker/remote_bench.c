@@ -63,8 +63,8 @@ static void own_problem(const struct remote_ctx *x) {
   for (size_t i = 0; i < x->n; i++) {
     json_t *r = json_array_get(x->records, i);
     json_object_set_new(r, "args", json_string(cfg->args));
-    json_object_set_new(r, "entry", json_string(cfg->entry ? cfg->entry
-                                                           : kc_abi_default_entry(cfg->abi)));
+    json_object_set_new(r, "entry",
+                        json_string(cfg->entry ? cfg->entry : kc_abi_default_entry(cfg->abi)));
     json_object_set_new(r, "reference", ref ? json_string(cfg->reference) : json_null());
     json_object_set_new(r, "reference_sha256", ref ? json_string(x->sha256[x->n]) : json_null());
     json_object_set_new(r, "rtol", ref ? json_real(cfg->rtol < 0 ? 1e-4 : cfg->rtol) : json_null());
