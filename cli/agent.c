@@ -48,6 +48,7 @@ static void usage(FILE *out) {
           "                       (default 1500000000:65536); no account may use them\n"
           "  --verbose            log registrations to stderr (sessions and dropped\n"
           "                       clients are always logged)\n"
+          "  --version          print kcage's version\n"
           "The session port is printed on stdout as `agent listening on HOST:PORT`.\n");
 }
 
@@ -106,6 +107,7 @@ static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                       {"limits-fallback", required_argument, 0, 'l'},
                                       {"sandbox-ids", required_argument, 0, 'i'},
                                       {"help", no_argument, 0, 'h'},
+                                      KC_OPTION_VERSION,
                                       {0, 0, 0, 0}};
 
 typedef struct agent_args {

@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "env_path.h"
+#include "kcage/cgroup.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
 #include "kcage/policy.h"
@@ -80,7 +81,8 @@ static void usage(FILE *out) {
           "  --json FILE          one JSON record per kernel (JSON Lines; '-' = stdout),\n"
           "                       each written as soon as its kernel is done; on SIGINT or\n"
           "                       SIGTERM the finished ones stay and kcage exits 130/143\n"
-          "  --quiet              no table\n"
+          "  --quiet              no table (nor progress)\n"
+          "  --version            print kcage's version\n"
           "remote devices:\n"
           "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
           "  --auth-key FILE      run only on agents that prove this shared key (and\n"
@@ -90,7 +92,9 @@ static void usage(FILE *out) {
           "\n"
           "exit status: 0 the batch ran (whatever the kernels did); 2 bad usage or input (an\n"
           "option, --args, a missing kernel, a reference that refuses the tensors); 3 kcage\n"
-          "could not run the batch (cache dir, compiler, policies, sandbox, tracker or agent)\n"
+          "could not run the batch (a limit this host cannot hold, such as no delegated\n"
+          "cgroup for a plain user; cache dir, compiler, policies, sandbox, tracker or agent:\n"
+          "all checked before any work)\n"
           "or could not write the --json records (e.g. a full disk);\n"
           "130/143 interrupted by SIGINT/SIGTERM (the finished records stay).\n");
 }
@@ -170,24 +174,16 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"max-cv", 1, 0, O_MAXCV},
                                      {"cpu", 1, 0, O_CPU},
                                      {"help", 0, 0, O_HELP},
+                                     KC_OPTION_VERSION,
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
                                      {"sandbox-ids", 1, 0, O_SANDBOX_IDS},
                                      {0, 0, 0, 0}};
-
-static void progress(void *ctx, const char *phase, size_t done, size_t total) {
-  (void)ctx;
-  int width = 30, fill = total ? (int)(width * done / total) : width;
-  fprintf(stderr, "\r%-8s [%.*s%*s] %zu/%zu ", phase, fill, "##############################",
-          width - fill, "", done, total);
-  if (!strcmp(phase, "done"))
-    fprintf(stderr, "\r%60s\r", "");
-  fflush(stderr);
-}
 
 /* --json: each record written and flushed the moment its kernel is done, so an
  * interrupted batch keeps every finished record. */
 typedef struct sink {
   FILE *jf;
+  kc_bench_progress *progress;
   json_t *done; /* the records so far, for the table of an interrupted batch */
   bool failed;  /* a record could not be written to --json */
   int errno_;   /* why */
@@ -196,6 +192,8 @@ typedef struct sink {
 static void on_record(void *ctx, const json_t *rec) {
   sink *k = ctx;
   json_array_append(k->done, (json_t *)rec);
+  if (k->progress)
+    kc_bench_progress_record(k->progress, rec);
   if (!k->jf)
     return;
   char *line = kc_bench_record_dumps(rec);
@@ -208,74 +206,6 @@ static void on_record(void *ctx, const json_t *rec) {
 
 static void on_signal(int sig) {
   kc_bench_interrupt(sig);
-}
-
-static void fmt_time(char *buf, size_t len, json_t *v) {
-  if (!json_is_number(v)) {
-    snprintf(buf, len, "-");
-    return;
-  }
-  double s = json_number_value(v);
-  if (s >= 1)
-    snprintf(buf, len, "%.3f s", s);
-  else if (s >= 1e-3)
-    snprintf(buf, len, "%.3f ms", s * 1e3);
-  else if (s >= 1e-6)
-    snprintf(buf, len, "%.3f us", s * 1e6);
-  else
-    snprintf(buf, len, "%.1f ns", s * 1e9);
-}
-
-static void print_table(json_t *recs, json_t *ref) {
-  double ref_med = ref && json_is_number(json_object_get(ref, "median_s"))
-                       ? json_number_value(json_object_get(ref, "median_s"))
-                       : NAN;
-  size_t kw = 6, i;
-  json_t *r;
-  json_array_foreach(recs, i, r) {
-    size_t l = strlen(json_string_value(json_object_get(r, "kernel")));
-    kw = l > kw ? l : kw;
-  }
-  if (kw > 40)
-    kw = 40;
-  printf("%-*s  %-12s  %11s  %11s  %7s  %8s  %s\n", (int)kw, "kernel", "status", "median", "min",
-         "CV", "speed-up", "note");
-  json_array_foreach(recs, i, r) {
-    const char *k = json_string_value(json_object_get(r, "kernel"));
-    size_t kl = strlen(k);
-    char med[32], mn[32], cv[16] = "-", sp[16] = "-", note[160] = "";
-    fmt_time(med, sizeof med, json_object_get(r, "median_s"));
-    fmt_time(mn, sizeof mn, json_object_get(r, "min_s"));
-    json_t *c = json_object_get(r, "cv");
-    bool unstable = json_is_true(json_object_get(r, "unstable"));
-    if (json_is_number(c))
-      snprintf(cv, sizeof cv, "%.1f%%%s", json_number_value(c) * 100, unstable ? "!" : "");
-    json_t *m = json_object_get(r, "median_s"), *su = json_object_get(r, "speedup");
-    if (json_is_number(su))
-      snprintf(sp, sizeof sp, "%.2fx", json_number_value(su));
-    else if (json_is_number(m) && isfinite(ref_med) && json_number_value(m) > 0)
-      snprintf(sp, sizeof sp, "%.2fx", ref_med / json_number_value(m));
-    const char *msg = json_string_value(json_object_get(r, "message"));
-    if (unstable && !msg)
-      snprintf(note, sizeof note, "unstable: the rounds' CV is above --max-cv");
-    if (msg) {
-      snprintf(note, sizeof note, "%s", msg);
-      note[strcspn(note, "\n")] = 0;
-      if (strlen(note) > 100)
-        strcpy(note + 97, "...");
-    }
-    char kshow[64];
-    if (kl > kw)
-      snprintf(kshow, sizeof kshow, "...%s", k + kl - kw + 3);
-    else
-      snprintf(kshow, sizeof kshow, "%s", k);
-    /* The kernel's name, its status and the compiler's or kernel's message are not
-     * ours: escaped, so no sequence in them can redraw the table. */
-    char ek[4 * sizeof kshow], es[64], en[4 * sizeof note];
-    printf("%-*s  %-12s  %11s  %11s  %7s  %8s  %s\n", (int)kw, kc_escape(kshow, ek, sizeof ek),
-           kc_escape(json_string_value(json_object_get(r, "status")), es, sizeof es), med, mn, cv,
-           sp, kc_escape(note, en, sizeof en));
-  }
 }
 
 /* The long name of option c, for an error that names it. */
@@ -299,6 +229,21 @@ static int parse_memory(const char *name, const char *a, uint64_t *out) {
   return 0;
 }
 
+/* The limits every batch sets: the builds' memory and process limits (a build always
+ * runs in its sandbox), the measuring workers' memory and process limits (unless
+ * --no-isolation holds memory as an RLIMIT_AS of a plain process).  One this host cannot
+ * hold is refused here, before any build or cached artifact or reference is touched:
+ * the same answer whatever the batch holds. */
+static int limits_preflight(const kc_bench_config *cfg, bool sources, kc_error *err) {
+  if (!sources && cfg->no_isolation)
+    return 0;
+  static const char *const limits[] = {"memory", "pids"};
+  for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
+    if (!kc_cgroup_enforcement(limits[i]))
+      return kc_cgroup_refusal(limits[i], err);
+  return 0;
+}
+
 /* The cache directory (root must not use one that others can write), the compiler
  * (when a kernel is a source), the sandbox policies and the worker binary of a local
  * batch (a $KCAGE_WORKER others could change is refused here, not once per kernel). */
@@ -313,6 +258,8 @@ static int preflight(const kc_bench_config *cfg, const char *const *kernels, siz
     size_t rl = strlen(cfg->reference);
     sources = sources || (rl > 2 && !strcmp(cfg->reference + rl - 2, ".c"));
   }
+  if (limits_preflight(cfg, sources, err) < 0)
+    return -1;
   char path[4096];
   if (sources && (kc_build_cache_dir(&cfg->build, path, sizeof path, err) < 0 ||
                   kc_build_find_cc(&cfg->build, path, sizeof path, err) < 0))
@@ -508,6 +455,9 @@ static int output_option(bench_args *b, int c, const char *a) {
   case O_HELP:
     usage(stdout);
     return -1;
+  case KC_OPT_VERSION:
+    kc_cli_print_version();
+    return -1;
   case O_JSON:
     b->json_path = a;
     return 0;
@@ -610,15 +560,19 @@ static int run_batch(const kc_bench_config *cfg, const kc_auth_key *auth,
   return rc;
 }
 
+static void print_table(const bench_args *b, json_t *recs, json_t *ref) {
+  kc_bench_table_opts o = {.verified = b->cfg.reference != NULL, .colour = kc_cli_colour(stdout)};
+  kc_bench_table_print(stdout, recs, ref, &o);
+}
+
 /* A batch that did not finish: interrupted (what finished is on the file already; the
  * table shows the same), or refused. */
 static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_error *err) {
   int sig = kc_bench_interrupted();
-  if (b->cfg.progress)
-    fprintf(stderr, "\r%60s\r", "");
+  kc_bench_progress_end(k->progress);
   if (sig) {
     if (!b->quiet && k->jf != stdout)
-      print_table(k->done, NULL);
+      print_table(b, k->done, NULL);
     kc_cli_error("bench", "interrupted by %s: %zu of %zu kernels done", kc_signal_name(sig),
                  json_array_size(k->done), nk);
     close_json(k->jf);
@@ -633,8 +587,13 @@ static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_
  * the exit status: 0, or KC_EXIT_BENCH_FAILED when --json could not be written (a
  * caller reading the file must not take a truncated one for the whole batch). */
 static int report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
+  kc_bench_progress_end(k->progress);
   if (!b->quiet && k->jf != stdout)
-    print_table(recs, ref);
+    print_table(b, recs, ref);
+  else if (!b->cfg.reference)
+    fprintf(stderr, "kcage: bench: warning: no --reference: nothing was verified, `ok` means "
+                    "only that a kernel ran\n");
+  k->progress = NULL;
   if (k->jf && json_array_size(k->done) == 0) {
     size_t i;
     json_t *r;
@@ -674,10 +633,16 @@ int kc_cmd_bench(int argc, char **argv) {
   if (b.json_path && !(jf = open_json(b.json_path)))
     return KC_EXIT_USAGE;
   kc_bench_config *cfg = &b.cfg;
-  if (isatty(STDERR_FILENO))
-    cfg->progress = progress;
   const char *const *kernels = (const char *const *)argv + optind;
   size_t nk = (size_t)(argc - optind);
+  kc_bench_progress prog;
+  kc_bench_progress_init(&prog, nk, isatty(STDERR_FILENO));
+  prog.quiet = b.quiet;
+  if (prog.tty && !b.quiet) {
+    cfg->progress = kc_bench_progress_step;
+    cfg->on_start = kc_bench_progress_start;
+    cfg->progress_ctx = &prog;
+  }
   kc_error err = {0};
   /* What the machinery needs is checked once, up front: a failure is one line and exit
    * 3, not an error record per kernel. */
@@ -686,7 +651,7 @@ int kc_cmd_bench(int argc, char **argv) {
     close_json(jf);
     return KC_EXIT_BENCH_FAILED;
   }
-  sink k = {.jf = jf, .done = json_array()};
+  sink k = {.jf = jf, .progress = &prog, .done = json_array()};
   cfg->on_record = on_record;
   cfg->record_ctx = &k;
   json_t *recs = NULL, *ref = NULL;

@@ -8,6 +8,8 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 /* Errors carry compiler, kernel and peer text: escaped, so they stay one line and
  * send nothing to the terminal. */
@@ -43,7 +45,15 @@ int kc_cli_parse_port(const char *cmd, const char *opt, const char *s, unsigned 
   return 0;
 }
 
+void kc_cli_print_version(void) {
+  printf("kcage %s\n", KC_VERSION);
+}
+
 int kc_cli_help_or_usage(int ch, void (*usage)(FILE *out)) {
+  if (ch == KC_OPT_VERSION) {
+    kc_cli_print_version();
+    return 0;
+  }
   usage(ch == 'h' ? stdout : stderr);
   return ch == 'h' ? 0 : KC_EXIT_USAGE;
 }
@@ -53,4 +63,13 @@ int kc_cli_no_operands(const char *cmd, int argc, char **argv) {
     return 0;
   kc_cli_error(cmd, "unexpected argument %s", argv[optind]);
   return KC_EXIT_USAGE;
+}
+
+bool kc_cli_colour(FILE *out) {
+  const char *nc = getenv("NO_COLOR"), *term = getenv("TERM");
+  if (nc && *nc)
+    return false;
+  if (term && !strcmp(term, "dumb"))
+    return false;
+  return isatty(fileno(out));
 }

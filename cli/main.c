@@ -42,7 +42,7 @@ int main(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "--version")) {
-    printf("kcage %s\n", KC_VERSION);
+    kc_cli_print_version();
     return 0;
   }
   for (size_t i = 0; i < n; i++)

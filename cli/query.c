@@ -10,7 +10,8 @@ static void usage(FILE *out) {
   fprintf(out, "usage: kcage query [--tracker HOST:PORT] [--host H] [--port P] [--json]\n\n"
                "Print a tracker's servers and queues exactly like TVM's query_rpc_tracker.\n"
                "Defaults: $TVM_TRACKER_HOST / $TVM_TRACKER_PORT, else 127.0.0.1:9190.\n"
-               "  --json   print the raw SUMMARY object instead\n");
+               "  --json      print the raw SUMMARY object instead\n"
+               "  --version   print kcage's version\n");
 }
 
 int kc_cmd_query(int argc, char **argv) {
@@ -18,10 +19,13 @@ int kc_cmd_query(int argc, char **argv) {
   uint16_t port;
   kc_tracker_env_default(host, sizeof host, &port);
   bool json = false;
-  static const struct option longs[] = {
-      {"tracker", required_argument, 0, 't'}, {"host", required_argument, 0, 'H'},
-      {"port", required_argument, 0, 'p'},    {"json", no_argument, 0, 'j'},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
+                                        {"host", required_argument, 0, 'H'},
+                                        {"port", required_argument, 0, 'p'},
+                                        {"json", no_argument, 0, 'j'},
+                                        {"help", no_argument, 0, 'h'},
+                                        KC_OPTION_VERSION,
+                                        {0, 0, 0, 0}};
   kc_error err = {0};
   int ch;
   optind = 1;

@@ -51,6 +51,7 @@ static const char usage_text[] =
     "                       as root, the host ids sandboxes run as (default\n"
     "                       1500000000:65536); no account may use them\n"
     "  -h, --help           this text\n"
+    "  --version            print kcage's version\n"
     "\n"
     "exit status: the program's own; 128+N when killed by signal N; 124 when a time\n"
     "limit fired; 125 when kcage failed (bad usage included); 126/127 program not\n"
@@ -97,6 +98,7 @@ static const struct option long_opts[] = {
     {"cgroup", required_argument, NULL, OPT_CGROUP},
     {"sandbox-ids", required_argument, NULL, OPT_SANDBOX_IDS},
     {"help", no_argument, NULL, 'h'},
+    KC_OPTION_VERSION,
     {NULL, 0, NULL, 0},
 };
 
@@ -173,6 +175,9 @@ static int parse_option(run_args *a, int c, char **argv) {
   switch (c) {
   case 'h':
     fputs(usage_text, stdout);
+    return -1;
+  case KC_OPT_VERSION:
+    kc_cli_print_version();
     return -1;
   case OPT_POLICY:
     a->policy_name = optarg;
@@ -296,6 +301,24 @@ static int write_report(const char *report, const kc_result *res, const kc_limit
   return 0;
 }
 
+/* A limit or the policy ended the program: said on stderr in one line, with the exit
+ * status it gives, whether or not --report asked for the record (an exit of 124 or 137
+ * alone does not say which limit). */
+static void say_verdict(const kc_result *res, int rc) {
+  switch (res->status) {
+  case KC_STATUS_TIMEOUT:
+  case KC_STATUS_MEMORY:
+  case KC_STATUS_SYSCALL:
+  case KC_STATUS_PIDS:
+  case KC_STATUS_OUTPUT:
+    kc_cli_error("run", "%s: %s (exit %d)", kc_status_name(res->status),
+                 res->message[0] ? res->message : "limit reached", rc);
+    break;
+  default:
+    break;
+  }
+}
+
 static int run_parsed(run_args *a, char **prog) {
   kc_policy *policy = NULL;
   kc_error err = {0};
@@ -322,6 +345,8 @@ static int run_parsed(run_args *a, char **prog) {
   int rc = sig ? 128 + sig : kc_result_exit_status(&res);
   if (res.status == KC_STATUS_SETUP_ERROR)
     kc_cli_error("run", "%s", res.message);
+  else if (!sig)
+    say_verdict(&res, rc);
   if (a->report && write_report(a->report, &res, &a->cfg.limits) < 0)
     rc = KC_EXIT_RUN_FAILED;
   return rc;

@@ -17,6 +17,7 @@ static void usage(FILE *out) {
                "  --verbose       log connections to stderr\n"
                "  --metrics H:P   serve Prometheus metrics on http://H:P/metrics (queues per\n"
                "                  key, leases, waiting time, connections and drops by reason)\n"
+               "  --version       print kcage's version\n"
                "The port bound is printed on stdout as `tracker listening on HOST:PORT`.\n");
 }
 
@@ -74,11 +75,15 @@ static int run_server(void *s, kc_error *err) {
 int kc_cmd_tracker(int argc, char **argv) {
   tracker_args t = {0};
   kc_tracker_opts_init(&t.o);
-  static const struct option longs[] = {
-      {"host", required_argument, 0, 'H'},     {"port", required_argument, 0, 'p'},
-      {"port-end", required_argument, 0, 'e'}, {"keepalive", required_argument, 0, 'k'},
-      {"verbose", no_argument, 0, 'v'},        {"metrics", required_argument, 0, 'm'},
-      {"help", no_argument, 0, 'h'},           {0, 0, 0, 0}};
+  static const struct option longs[] = {{"host", required_argument, 0, 'H'},
+                                        {"port", required_argument, 0, 'p'},
+                                        {"port-end", required_argument, 0, 'e'},
+                                        {"keepalive", required_argument, 0, 'k'},
+                                        {"verbose", no_argument, 0, 'v'},
+                                        {"metrics", required_argument, 0, 'm'},
+                                        {"help", no_argument, 0, 'h'},
+                                        KC_OPTION_VERSION,
+                                        {0, 0, 0, 0}};
   int ch, rc;
   optind = 1;
   while ((ch = getopt_long(argc, argv, "h", longs, NULL)) != -1)

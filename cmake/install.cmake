@@ -58,7 +58,10 @@ if(KC_HELP2MAN)
   add_custom_command(OUTPUT ${kc_man_files}
     COMMAND ${CMAKE_SOURCE_DIR}/man/help2man.sh ${KC_HELP2MAN} $<TARGET_FILE:kcage>
             ${PROJECT_VERSION} ${CMAKE_BINARY_DIR}/man
-    DEPENDS kcage ${CMAKE_SOURCE_DIR}/man/help2man.sh
+    DEPENDS kcage ${CMAKE_SOURCE_DIR}/man/help2man.sh ${CMAKE_SOURCE_DIR}/man/kcage.h2m
+            ${CMAKE_SOURCE_DIR}/man/kcage-run.h2m ${CMAKE_SOURCE_DIR}/man/kcage-bench.h2m
+            ${CMAKE_SOURCE_DIR}/man/kcage-policy.h2m ${CMAKE_SOURCE_DIR}/man/kcage-tracker.h2m
+            ${CMAKE_SOURCE_DIR}/man/kcage-agent.h2m ${CMAKE_SOURCE_DIR}/man/kcage-query.h2m
     COMMENT "man pages from --help (help2man)")
   add_custom_target(kcage_man ALL DEPENDS ${kc_man_files})
   install(FILES ${kc_man_files} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)

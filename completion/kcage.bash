@@ -1,5 +1,6 @@
-# bash completion for kcage.  Options are read from `kcage SUBCOMMAND --help` when
-# completing, so they never fall behind the program.
+# bash completion for kcage.  Options are read from `kcage SUBCOMMAND --help` and
+# policy names from `kcage policy list` when completing, so they never fall behind the
+# program or the policies installed (and $KCAGE_POLICY_DIR's).
 _kcage() {
   local cur prev words cword
   if declare -F _init_completion >/dev/null; then
@@ -22,7 +23,7 @@ _kcage() {
   done
   case $prev in
   --policy)
-    mapfile -t COMPREPLY < <(compgen -W "exec build measure" -f -- "$cur")
+    mapfile -t COMPREPLY < <(compgen -W "$("${words[0]}" policy list 2>/dev/null)" -f -- "$cur")
     return ;;
   --limits-fallback)
     mapfile -t COMPREPLY < <(compgen -W "rlimit none" -- "$cur")
@@ -38,7 +39,11 @@ _kcage() {
     return ;;
   esac
   if [[ $sub == policy && $cword == 2 ]]; then
-    mapfile -t COMPREPLY < <(compgen -W "check show" -- "$cur")
+    mapfile -t COMPREPLY < <(compgen -W "check show list --help --version" -- "$cur")
+    return
+  fi
+  if [[ $sub == policy && (${words[2]} == show || ${words[2]} == check) && $cur != -* ]]; then
+    mapfile -t COMPREPLY < <(compgen -W "$("${words[0]}" policy list 2>/dev/null)" -f -- "$cur")
     return
   fi
   if [[ $cur == -* ]]; then

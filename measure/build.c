@@ -430,6 +430,7 @@ int kc_build_kernel(const kc_build_opts *opts, const char *source, kc_build_resu
   size_t src_len;
   if (kc_read_file(source, &src, &src_len, 16u << 20, err) < 0)
     return -1;
+  kc_sha256_hex(src, src_len, res->source_sha256);
   char cc_path[PATH_MAX];
   if (resolve_cc(o.cc, cc_path, sizeof cc_path) < 0)
     return kc_error_set(err, 0, "compiler '%s' not found", o.cc);

@@ -61,6 +61,7 @@ typedef struct item {
   char *src;  /* contents (sources only) */
   size_t src_len;
   char staged[PATH_MAX]; /* the artifact's copy in the session dir */
+  char sha256[65];       /* of the bytes built or staged; "" until known */
   kc_kmeasure m;
   bool measured;
   kc_bench_status status;
@@ -270,11 +271,14 @@ static bool has_suffix(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
-static int copy_file(const char *from, const char *to, kc_error *err) {
+/* from copied to to; sha256 (when not NULL): the hash of the bytes copied. */
+static int copy_file(const char *from, const char *to, char *sha256, kc_error *err) {
   kc_cleanup_free char *data = NULL;
   size_t len;
   if (kc_read_file(from, &data, &len, 1u << 30, err) < 0)
     return -1;
+  if (sha256)
+    kc_sha256_hex(data, len, sha256);
   return kc_write_file(to, data, len, 0444, err);
 }
 
@@ -308,8 +312,27 @@ static json_t *limits_record(void) {
   return o;
 }
 
+/* The hash of a kernel's bytes: those its build read (a source), else those read when
+ * planning the batch; a .so's are set as it is staged. */
+static void source_hash(item *it) {
+  if (it->sha256[0] || !it->is_source)
+    return;
+  if (it->build_done && it->build.source_sha256[0])
+    memcpy(it->sha256, it->build.source_sha256, sizeof it->sha256);
+  else if (it->src)
+    kc_sha256_hex(it->src, it->src_len, it->sha256);
+}
+
+/* 1 when the kernel's build came from the cache (or from an identical source's build
+ * in this batch), 0 when it was compiled here, -1 when nothing was built. */
+static int cached(const item *it) {
+  if (!it->is_source || !it->build_done)
+    return -1;
+  return it->build.status == KC_BUILD_CACHED;
+}
+
 static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
-                      const char *isolation, double ref_median) {
+                      const char *isolation, double ref_median, const char *ref_sha) {
   kc_build_opts bo = cfg->build;
   if (!bo.cc)
     bo.cc = kc_build_default_cc();
@@ -320,9 +343,7 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
       .status = it->status,
       .message = it->message,
       .m = it->measured ? &it->m : NULL,
-      .build_s = it->is_source && it->build_done && it->build.status != KC_BUILD_FAILED
-                     ? it->build.build_s
-                     : NAN,
+      .build_s = cached(it) == 0 && it->build.status != KC_BUILD_FAILED ? it->build.build_s : NAN,
       .device = device,
       .reference_median_s = ref_median,
       .max_cv = cfg->max_cv,
@@ -334,6 +355,14 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
       .cflags = it->is_source ? bo.cflags : NULL,
       .started = it->started,
       .ended = it->ended,
+      .args = cfg->args,
+      .entry = cfg->entry ? cfg->entry : kc_abi_default_entry(cfg->abi),
+      .reference = cfg->reference,
+      .reference_sha256 = cfg->reference && ref_sha && ref_sha[0] ? ref_sha : NULL,
+      .rtol = cfg->reference ? (cfg->rtol < 0 ? 1e-4 : cfg->rtol) : NAN,
+      .atol = cfg->reference ? (cfg->atol < 0 ? 1e-5 : cfg->atol) : NAN,
+      .sha256 = it->sha256[0] ? it->sha256 : NULL,
+      .cached = cached(it),
   };
   json_t *o = kc_mrecord(&in);
   json_object_set_new(o, "limits", limits_record());
@@ -530,7 +559,7 @@ static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
 /* Put one kernel alone into the view (replacing the previous one). */
 static int show_kernel(const session *s, const char *staged, kc_error *err) {
   unlink(s->kernel);
-  return copy_file(staged, s->kernel, err);
+  return copy_file(staged, s->kernel, NULL, err);
 }
 
 static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
@@ -561,6 +590,21 @@ static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, k
   x->checks = cfg->checks ? cfg->checks : 2;
   x->call_s = cfg->timeout_s > 0 ? cfg->timeout_s : 10;
   x->deadline = cfg->budget_s < 0 ? 0 : kc_now_s() + (cfg->budget_s > 0 ? cfg->budget_s : 300);
+}
+
+/* The user's own name for a kernel in a message that names the copy a worker loaded
+ * (a loader's "…/view/kernel.so: file too short"): that path means nothing to them. */
+static void own_name(char *msg, size_t cap, const char *copy, const char *user) {
+  size_t cl = strlen(copy), ul = strlen(user);
+  char *p = msg;
+  while (cl && (p = strstr(p, copy))) {
+    size_t rest = strlen(p + cl);
+    if ((size_t)(p - msg) + ul + rest + 1 > cap)
+      return;
+    memmove(p + ul, p + cl, rest + 1);
+    memcpy(p, user, ul);
+    p += ul;
+  }
 }
 
 /* The truth: the reference, loaded and sealed in its own worker, which stays up for
@@ -596,8 +640,10 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
       kc_error_set(err, 0, "%s", c.verdict.message);
     else if (c.status == KC_MCALL_TIMEOUT)
       kc_error_set(err, 0, "timed out while loading");
-    else
+    else {
+      own_name(c.message, sizeof c.message, s->kernel, cfg->reference);
       kc_error_set(err, 0, "%s", !strncmp(c.message, "error: ", 7) ? c.message + 7 : c.message);
+    }
     kc_mcall_clear(&c);
     return -1;
   }
@@ -634,6 +680,7 @@ static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner
     it->measured = true;
     it->status = it->m.status;
     snprintf(it->message, sizeof it->message, "%s", it->m.message);
+    own_name(it->message, sizeof it->message, s->kernel, it->path);
   }
   clock_gettime(CLOCK_REALTIME, &it->ended);
 }
@@ -659,6 +706,8 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
     if (kc_bench_interrupted())
       return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
     item *it = &items[i];
+    if (cfg->on_start && it->staged[0])
+      cfg->on_start(cfg->progress_ctx, it->path);
     if (cfg->progress && it->staged[0])
       cfg->progress(cfg->progress_ctx, "measure", measured, to_measure);
     int rc;
@@ -671,7 +720,11 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
       kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
       ref_median = st.median;
     }
-    it->rec = record(cfg, it, device, isolation, ref_median);
+    source_hash(it);
+    if (cfg->reference)
+      source_hash(&items[ref_index]);
+    it->rec = record(cfg, it, device, isolation, ref_median,
+                     cfg->reference ? items[ref_index].sha256 : NULL);
     if (i < n && cfg->on_record)
       cfg->on_record(cfg->record_ctx, it->rec);
   }
@@ -816,7 +869,8 @@ static int stage_items(batch *b, kc_error *err) {
       art = it->build.artifact;
     }
     snprintf(it->staged, sizeof it->staged, "%s/k%zu.so", b->s.dir, i);
-    if (copy_file(art, it->staged, err) < 0)
+    /* a .so is hashed as it is staged: the bytes the worker loads */
+    if (copy_file(art, it->staged, it->is_source ? NULL : it->sha256, err) < 0)
       return -1;
   }
   return 0;

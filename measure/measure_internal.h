@@ -23,6 +23,8 @@ int kc_mkdir_p(const char *path, kc_error *err);
 int kc_read_file(const char *path, char **data, size_t *len, size_t max, kc_error *err);
 int kc_write_file(const char *path, const void *data, size_t len, mode_t mode, kc_error *err);
 void kc_rm_rf(const char *path);
+/* SHA-256 of data as 64 hex digits and a NUL (nettle's). */
+void kc_sha256_hex(const void *data, size_t len, char out[65]);
 /* A batch's inputs file of `len` bytes (inputs_file.c): in a fresh directory in memory
  * (its path to `dir`, to bind into workers at SESSION/in and to remove after), else
  * view/inputs.bin (dir ""); the path the parent and its workers open to `path`.  The fd

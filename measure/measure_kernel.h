@@ -79,6 +79,12 @@ typedef struct kc_mrecord_in {
   kc_kernel_abi abi;
   const char *cc, *cflags;        /* NULL for a .so */
   struct timespec started, ended; /* CLOCK_REALTIME */
+  /* The problem as the caller posed it, so a record stands alone in a tuning log. */
+  const char *args, *entry;
+  const char *reference, *reference_sha256; /* NULL without a reference */
+  double rtol, atol;                        /* NAN without a reference */
+  const char *sha256;                       /* of the file kcage read; NULL if unknown */
+  int cached;                               /* 1 from the build cache, 0 compiled, -1 no build */
 } kc_mrecord_in;
 json_t *kc_mrecord(const kc_mrecord_in *in);
 void kc_rfc3339(const struct timespec *ts, char *buf, size_t len);

@@ -8,12 +8,24 @@
 #include <string.h>
 #include <time.h>
 
+#include <nettle/sha2.h>
+
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
 #ifndef KC_VERSION
 #define KC_VERSION "unknown"
 #endif
+
+void kc_sha256_hex(const void *data, size_t len, char out[65]) {
+  struct sha256_ctx h;
+  uint8_t d[SHA256_DIGEST_SIZE];
+  sha256_init(&h);
+  sha256_update(&h, len, data);
+  sha256_digest(&h, sizeof d, d);
+  for (size_t i = 0; i < sizeof d; i++)
+    snprintf(out + 2 * i, 3, "%02x", d[i]);
+}
 
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
@@ -90,6 +102,23 @@ static void set_timing(json_t *o, const kc_mrecord_in *in) {
                                                                       : json_null());
 }
 
+static json_t *str_or_null(const char *s) {
+  return s ? json_string(s) : json_null();
+}
+
+/* What was asked (the tensors, the entry point, the truth and its tolerances) and of
+ * which bytes: enough to rerun the same measurement from the record alone. */
+static void set_problem(json_t *o, const kc_mrecord_in *in) {
+  json_object_set_new(o, "args", str_or_null(in->args));
+  json_object_set_new(o, "entry", str_or_null(in->entry));
+  json_object_set_new(o, "reference", str_or_null(in->reference));
+  json_object_set_new(o, "reference_sha256", str_or_null(in->reference_sha256));
+  json_object_set_new(o, "rtol", num_or_null(in->rtol));
+  json_object_set_new(o, "atol", num_or_null(in->atol));
+  json_object_set_new(o, "sha256", str_or_null(in->sha256));
+  json_object_set_new(o, "cached", in->cached < 0 ? json_null() : json_boolean(in->cached));
+}
+
 json_t *kc_mrecord(const kc_mrecord_in *in) {
   json_t *o = json_object();
   json_object_set_new(o, "kernel", json_string(in->kernel));
@@ -119,6 +148,7 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
                           : json_null());
   json_object_set_new(o, "isolation", json_string(in->isolation ? in->isolation : "sandbox"));
   json_object_set_new(o, "abi", json_string(kc_abi_name(in->abi)));
+  set_problem(o, in);
   return o;
 }
 

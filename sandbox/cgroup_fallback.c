@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 static _Atomic int fallback = KC_LIMITS_FALLBACK_NONE;
 
@@ -54,15 +55,23 @@ const char *kc_cgroup_enforcement(const char *which) {
   return NULL;
 }
 
+/* The way to a delegated cgroup on this host: systemd's own where systemd is the init
+ * (what sd_booted() checks), else the administrator's, step by step in the docs. */
+static const char *delegation_hint(void) {
+  if (access("/run/systemd/system", F_OK) == 0)
+    return geteuid() == 0 ? "systemd-run --scope -p Delegate=yes kcage ..."
+                          : "systemd-run --user --scope -p Delegate=yes kcage ...";
+  return "no systemd here: have root delegate one and move your shell into it, "
+         "docs/operating.md \"Delegating cgroups by hand\"";
+}
+
 int kc_cgroup_refusal(const char *which, kc_error *err) {
   unsigned c = ctrl_of(which);
   const kc_cg_host *h = kc_cg_host_get();
   const char *why = c ? h->why[kc_cg_why_index(c)] : "";
   /* ENOTSUP without its strerror: the line already says everything. */
-  kc_error_set(err, 0,
-               "%s limit cannot be enforced: %s; run kcage in a delegated cgroup "
-               "(systemd-run --user --scope -p Delegate=yes kcage ...)%s",
-               which, why[0] ? why : "no usable cgroup",
+  kc_error_set(err, 0, "%s limit cannot be enforced: %s; run kcage in a delegated cgroup (%s)%s",
+               which, why[0] ? why : "no usable cgroup", delegation_hint(),
                c == KC_CG_CPU ? "" : " or allow rlimits (--limits-fallback rlimit)");
   if (err)
     err->code = ENOTSUP;

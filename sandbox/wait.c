@@ -381,7 +381,9 @@ static void decide_end(const kc_sandbox *sb, const wait_state *ws, const siginfo
     res->status = KC_STATUS_SETUP_ERROR;
     if (ws->report.kind == KC_REPORT_EXEC)
       res->exit_code = (ws->report.err == ENOENT || ws->report.err == ENOTDIR) ? 127 : 126;
-    copy_str(res->message, sizeof res->message, ws->report.msg);
+    /* the report's own bound: the child's text need not end in a NUL */
+    _Static_assert(sizeof ws->report.msg <= sizeof res->message, "report fits the result");
+    copy_str(res->message, sizeof ws->report.msg, ws->report.msg);
     return;
   }
   int sig = 0, code = -1;

@@ -24,4 +24,11 @@ void kc_tcp_keepalive(int fd, double seconds);
 int kc_listen_first_free(const char *host, unsigned first, unsigned end, int sock_flags,
                          int *fd_out, uint16_t *port_out, kc_error *err);
 
+/* (session.c) kc_session_upload_file, and the SHA-256 of the bytes sent into sha256 (64
+ * hex digits and a NUL): what a record of the batch names, known without asking the
+ * agent. */
+typedef struct kc_session kc_session;
+int kc_session_upload_file_hashed(kc_session *s, const char *name, const char *path,
+                                  char sha256[65], kc_error *err);
+
 #endif

@@ -40,6 +40,7 @@ struct remote_ctx {
   const char *const *kernels;
   size_t n;
   json_t *records;
+  char (*sha256)[65]; /* of each kernel uploaded, then the reference's */
 };
 
 static int upload_all(kc_session *s, struct remote_ctx *x, json_t *names, char *refname,
@@ -47,16 +48,37 @@ static int upload_all(kc_session *s, struct remote_ctx *x, json_t *names, char *
   char name[160];
   for (size_t i = 0; i < x->n; i++) {
     upload_name(name, sizeof name, "k", i, x->kernels[i]);
-    if (kc_session_upload_file(s, name, x->kernels[i], err) < 0)
+    if (kc_session_upload_file_hashed(s, name, x->kernels[i], x->sha256[i], err) < 0)
       return -1;
     json_array_append_new(names, json_string(name));
   }
   if (x->cfg->reference) {
     upload_name(refname, reflen, "ref", 0, x->cfg->reference);
-    if (kc_session_upload_file(s, refname, x->cfg->reference, err) < 0)
+    if (kc_session_upload_file_hashed(s, refname, x->cfg->reference, x->sha256[x->n], err) < 0)
       return -1;
   }
   return 0;
+}
+
+/* What a record says about the problem and the bytes measured is the client's own
+ * knowledge: the agent's names for the files and its word about them are replaced. */
+static void own_problem(const struct remote_ctx *x) {
+  const kc_bench_config *cfg = x->cfg;
+  bool ref = cfg->reference != NULL;
+  for (size_t i = 0; i < x->n; i++) {
+    json_t *r = json_array_get(x->records, i);
+    json_object_set_new(r, "args", json_string(cfg->args));
+    json_object_set_new(r, "entry",
+                        json_string(cfg->entry ? cfg->entry : kc_abi_default_entry(cfg->abi)));
+    json_object_set_new(r, "reference", ref ? json_string(cfg->reference) : json_null());
+    json_object_set_new(r, "reference_sha256", ref ? json_string(x->sha256[x->n]) : json_null());
+    json_object_set_new(r, "rtol", ref ? json_real(cfg->rtol < 0 ? 1e-4 : cfg->rtol) : json_null());
+    json_object_set_new(r, "atol", ref ? json_real(cfg->atol < 0 ? 1e-5 : cfg->atol) : json_null());
+    json_object_set_new(r, "sha256", json_string(x->sha256[i]));
+    json_t *c = json_object_get(r, "cached");
+    if (c && !json_is_boolean(c))
+      json_object_set_new(r, "cached", json_null());
+  }
 }
 
 static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_error *err) {
@@ -77,6 +99,8 @@ static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_erro
   json_decref(m);
   if (rc == 0)
     rc = kc_remote_records_decode(r, x->kernels, x->n, peer, &x->records, err);
+  if (rc == 0)
+    own_problem(x);
   json_decref(r);
   return rc;
 }
@@ -118,8 +142,13 @@ int kc_bench_remote_run(const kc_bench_config *cfg, const kc_auth_key *auth,
   double grace = o.wait_s > 0 && o.wait_s < KEY_GRACE_S ? o.wait_s : KEY_GRACE_S;
   if (kc_remote_key_check(host, port, cfg->key, grace, err) < 0)
     return -1;
-  struct remote_ctx x = {cfg, auth && auth->len ? auth : NULL, kernels, n, NULL};
-  if (kc_tracker_request_and_run(host, port, cfg->key, &o, 2, remote_session, &x, err) < 0)
+  struct remote_ctx x = {cfg, auth && auth->len ? auth : NULL, kernels, n, NULL, NULL};
+  x.sha256 = calloc(n + 1, sizeof *x.sha256);
+  if (!x.sha256)
+    return kc_error_set(err, ENOMEM, "batch");
+  int rc = kc_tracker_request_and_run(host, port, cfg->key, &o, 2, remote_session, &x, err);
+  free(x.sha256);
+  if (rc < 0)
     return -1;
   *records = x.records;
   return 0;

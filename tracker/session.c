@@ -12,6 +12,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <nettle/sha2.h>
+
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
 #include "kcage/measure.h"
@@ -210,6 +212,11 @@ int kc_session_upload(kc_session *s, const char *name, const void *data, size_t 
 }
 
 int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc_error *err) {
+  return kc_session_upload_file_hashed(s, name, path, NULL, err);
+}
+
+int kc_session_upload_file_hashed(kc_session *s, const char *name, const char *path,
+                                  char sha256[65], kc_error *err) {
   kc_cleanup_close int fd = open(path, O_RDONLY | O_CLOEXEC);
   struct stat st;
   if (fd < 0 || fstat(fd, &st) < 0)
@@ -225,6 +232,15 @@ int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc
     if (n <= 0)
       return kc_error_set(err, n < 0 ? errno : EIO, "read %s", path);
     got += (size_t)n;
+  }
+  if (sha256) {
+    struct sha256_ctx h;
+    uint8_t d[SHA256_DIGEST_SIZE];
+    sha256_init(&h);
+    sha256_update(&h, got, (const uint8_t *)buf);
+    sha256_digest(&h, sizeof d, d);
+    for (size_t i = 0; i < sizeof d; i++)
+      snprintf(sha256 + 2 * i, 3, "%02x", d[i]);
   }
   return kc_session_upload(s, name, buf, got, err);
 }

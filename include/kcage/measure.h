@@ -119,10 +119,11 @@ typedef enum kc_build_status {
 
 typedef struct kc_build_result {
   kc_build_status status;
-  char artifact[4096]; /* the cached .so (for OK/CACHED) */
-  char key[65];        /* sha256 of compiler, flags, source */
-  double build_s;      /* wall time of the compile (0 when cached) */
-  char message[2048];  /* compiler output (trimmed) or the reason */
+  char artifact[4096];    /* the cached .so (for OK/CACHED) */
+  char key[65];           /* sha256 of compiler, flags, source */
+  char source_sha256[65]; /* sha256 of the source bytes compiled (or found cached), hex */
+  double build_s;         /* wall time of the compile (0 when cached) */
+  char message[2048];     /* compiler output (trimmed) or the reason */
 } kc_build_result;
 
 /* Resolve defaults into *o (strings stay owned by the caller or are static). */
@@ -195,6 +196,9 @@ typedef struct kc_bench_config {
   /* Progress after each step, from the calling thread. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;
+  /* The path of the kernel (or the reference) whose measurement starts, with
+   * progress_ctx, from the calling thread; NULL for none. */
+  void (*on_start)(void *ctx, const char *kernel);
   double budget_s; /* one kernel's whole measurement; 0 = 300, negative = none */
   double max_cv;   /* a record is "unstable" above this CV; 0 = 0.1, negative = never */
   /* Each kernel's record as soon as it is final (the reference's first, then the

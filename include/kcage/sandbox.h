@@ -61,7 +61,7 @@ typedef struct kc_result {
   double cpu_s;              /* < 0 when absent */
   double wall_s;             /* < 0 when absent */
   int64_t peak_memory_bytes; /* < 0 when absent */
-  char message[256];         /* one human sentence */
+  char message[512];         /* one human sentence (a refusal names paths and the way out) */
 } kc_result;
 
 const char *kc_status_name(kc_status status);

@@ -85,7 +85,7 @@ class KcResult(ctypes.Structure):
         ("cpu_s", ctypes.c_double),
         ("wall_s", ctypes.c_double),
         ("peak_memory_bytes", ctypes.c_int64),
-        ("message", ctypes.c_char * 256),
+        ("message", ctypes.c_char * 512),
     ]
 
 

@@ -61,13 +61,17 @@ as_user() {
 }
 field() { python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print(json.dumps(eval(sys.argv[2])))' "$1" "$2"; }
 
+# The way out a refusal names: systemd's where systemd is the init, else the recipe.
+if [ -d /run/systemd/system ]; then way='systemd-run --user --scope -p Delegate=yes'
+else way='no systemd here: have root delegate one and move your shell into it, docs/operating.md "Delegating cgroups by hand"'; fi
+
 echo "== 1. nothing delegated"
 set +e
 out=$(as_user "$kcage" run --memory 64M -- /bin/true 2>&1); rc=$?
 set -e
 [ $rc = 125 ] || fail "--memory without a delegated cgroup: exit $rc ($out)"
 [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "refusal is not one line: $out"
-case $out in *"not delegated to uid $uid"*"systemd-run --user --scope -p Delegate=yes"*"--limits-fallback rlimit"*) ;;
+case $out in *"not delegated to uid $uid"*"$way"*"--limits-fallback rlimit"*) ;;
   *) fail "refusal does not say why and how: $out" ;; esac
 echo "   refused: $out"
 set +e
@@ -77,10 +81,29 @@ set -e
   fail "--cpus with the rlimit fallback must still be refused: exit $rc ($out)"
 id_in=$(as_user "$kcage" run -- /usr/bin/id -u) || fail "kcage run without limits as $user"
 [ "$id_in" = 0 ] || fail "inside the sandbox the user is $id_in, want 0 (its own id mapped to root)"
-as_user "$kcage" bench --quiet --json "$tmp/home/b0.json" --args "$(cat "$tmp/k/ARGS")" "$tmp/k/naive.c" ||
-  fail "kcage bench exit $?"
-grep -q '"status":"error".*Delegate=yes' "$tmp/home/b0.json" ||
-  fail "kcage bench without delegation: want an error naming the way out: $(cat "$tmp/home/b0.json")"
+# kcage bench: one answer, before any work, whatever the batch holds: no reference, a
+# reference, a build already in the cache (made with the rlimit fallback).
+bench_refused() { # WHAT OPTIONS...
+  local what=$1 out rc
+  shift
+  set +e
+  out=$(as_user "$kcage" bench --quiet --json "$tmp/home/b0.json" --args "$(cat "$tmp/k/ARGS")" \
+    "$@" "$tmp/k/naive.c" 2>&1); rc=$?
+  set -e
+  [ $rc = 3 ] || fail "bench $what without delegation: exit $rc, want 3 ($out)"
+  [ "$(printf '%s\n' "$out" | wc -l)" = 1 ] || fail "bench $what: refusal is not one line: $out"
+  case $out in "kcage: bench: memory limit cannot be enforced: "*"$way"*"--limits-fallback rlimit"*) ;;
+    *) fail "bench $what: refusal does not say why and how: $out" ;; esac
+  [ ! -s "$tmp/home/b0.json" ] || fail "bench $what: records written: $(cat "$tmp/home/b0.json")"
+  echo "   bench $what refused: $out"
+}
+bench_refused "(no reference)"
+[ ! -e "$tmp/home/cache/kcage" ] || fail "bench made a build cache before it refused"
+bench_refused "with a reference" --reference "$tmp/k/reference.c"
+as_user "$kcage" bench --quiet --limits-fallback rlimit --args "$(cat "$tmp/k/ARGS")" \
+  "$tmp/k/naive.c" >/dev/null 2>&1 || true
+[ -n "$(find "$tmp/home/cache" -name '*.so' 2>/dev/null)" ] || fail "no cached build to test with"
+bench_refused "with a cached build"
 
 # The bench battery, as root gets it (examples/kernels/MANIFEST).
 bench_verdicts() { # NAME delegated|plain [OPTIONS...]
@@ -149,6 +172,41 @@ if [ -f /sys/fs/cgroup/unified/cgroup.procs ]; then
   [ -d "$v2d/kcage.self" ] || fail "kcage did not move into the leaf $v2d/kcage.self"
   [ -z "$(cat "$v2d/cgroup.procs")" ] || fail "processes left in the delegated v2 cgroup $v2d"
 fi
+
+echo "== 2b. the delegation recipe of docs/operating.md, as written"
+for d in "${deleg[@]}"; do # section 2's cgroups gone first
+  find "$d" -depth -type d -exec rmdir {} \; 2>/dev/null || true
+done
+deleg=()
+docs=$(dirname "$0")/../../docs/operating.md
+recipe=$(sed -n '/<!-- delegation-recipe:begin -->/,/<!-- delegation-recipe:end -->/p' "$docs" |
+  sed '1,2d;$d' | sed '$d')
+case $recipe in "user=alice pid=12345 "*) ;; *) fail "no recipe in $docs: $recipe" ;; esac
+# the user's shell: waits for the recipe, then runs kcage (as the user)
+mkfifo "$tmp/go" && chmod 0666 "$tmp/go"
+(exec setpriv --reuid="$user" --regid="$user" --clear-groups env -i PATH=/usr/bin:/bin \
+  HOME="$tmp/home" XDG_CACHE_HOME="$tmp/home/cache" sh -c 'read -r _ <"$0"; exec "$@"' "$tmp/go" \
+  "$kcage" bench --quiet --no-cache --timeout 5 --memory 256M --json "$tmp/home/recipe.json" \
+  --args "$(cat "$tmp/k/ARGS")" "$tmp/k/naive.c" "$tmp/k/memory_bomb.c" "$tmp/k/fork.c") &
+shell=$!
+printf '%s\n' "$recipe" | sed "1s/^user=alice pid=12345/user=$user pid=$shell/" | sh -e ||
+  fail "the recipe failed"
+mapfile -t deleg < <(find /sys/fs/cgroup -type d -name "kcage-$user" 2>/dev/null)
+((${#deleg[@]})) || fail "the recipe made no cgroup"
+grep -q "kcage-$user" /proc/$shell/cgroup || fail "the shell was not moved: $(cat /proc/$shell/cgroup)"
+echo go >"$tmp/go"
+wait $shell || fail "kcage bench in the recipe's cgroups: exit $?"
+python3 - "$tmp/home/recipe.json" <<'PY' || fail "verdicts in the recipe's cgroups"
+import json, sys
+got = {}
+for line in open(sys.argv[1]):
+    r = json.loads(line)
+    got[r["kernel"].rsplit("/", 1)[1]] = (r["status"], r["limits"])
+held = {"memory": "cgroup", "pids": "cgroup"}
+want = {"naive.c": ("ok", held), "memory_bomb.c": ("memory", held), "fork.c": ("syscall", held)}
+print("   recipe:", got)
+sys.exit(got != want)
+PY
 
 echo "== 3. nothing delegated, --limits-fallback rlimit"
 if grep -q __asan_init "$kcage"; then

@@ -152,14 +152,14 @@ as_user - kcage run --memory 64M --ro-bind /payload -- /payload hostile ok >/tmp
 rc=$?
 msg=$(cat /tmp/kr.err)
 if [ $rc = 125 ] && [ "$(wc -l < /tmp/kr.err)" = 1 ] &&
-  echo "$msg" | grep -q "not delegated to uid $uid.*systemd-run --user --scope -p Delegate=yes.*--limits-fallback rlimit"; then
+  echo "$msg" | grep -Eq "not delegated to uid $uid.*(systemd-run --user --scope -p Delegate=yes|Delegating cgroups by hand).*--limits-fallback rlimit"; then
   ok "refused in one line: $msg"
 else
   bad "no delegation: rc=$rc (want 125), want one line saying why and how: $msg"
 fi
 as_user - kcage bench --quiet --args "$args" /kernels/naive.so >/tmp/kr.out 2>/tmp/kr.err
 rc=$?
-if [ $rc = 3 ] && [ "$(wc -l < /tmp/kr.err)" = 1 ] && grep -q 'Delegate=yes' /tmp/kr.err; then
+if [ $rc = 3 ] && [ "$(wc -l < /tmp/kr.err)" = 1 ] && grep -Eq 'Delegate=yes|Delegating cgroups by hand' /tmp/kr.err; then
   ok "bench refuses in one line with the way out (exit 3): $(cat /tmp/kr.err)"
 else
   bad "bench without delegation: rc=$rc (want 3), want one line naming Delegate=yes: $(head -c 400 /tmp/kr.err)"

@@ -117,6 +117,10 @@ if command -v help2man >/dev/null; then
   done
   grep -q 'limits\\-fallback' "$p/share/man/man1/kcage-run.1" || fail "kcage-run.1 lacks --limits-fallback"
   grep -q 'metrics' "$p/share/man/man1/kcage-tracker.1" || fail "kcage-tracker.1 lacks --metrics"
+  for page in "$p"/share/man/man1/kcage*.1; do
+    grep -q '^\.SH EXAMPLES' "$page" && grep -q '^\.SH "SEE ALSO"' "$page" ||
+      fail "$page lacks EXAMPLES or SEE ALSO"
+  done
 else
   echo "   (no help2man: no man pages to check)"
 fi
@@ -130,4 +134,9 @@ complete_words() { # WORDS... -> the completions of the last word
 complete_words "$p/bin/kcage" "r" | grep -qx run || fail "completion: kcage r -> run"
 complete_words "$p/bin/kcage" run --mem | grep -qx -- --memory || fail "completion: --memory"
 complete_words "$p/bin/kcage" tracker --met | grep -qx -- --metrics || fail "completion: --metrics"
+# the installed policies, found next to the installed kcage
+pols=$(cd "$tmp" && complete_words "$p/bin/kcage" run --policy "")
+for pol in exec build measure; do
+  grep -qx "$pol" <<<"$pols" || fail "completion: --policy does not offer $pol: $pols"
+done
 echo "install test: ok"

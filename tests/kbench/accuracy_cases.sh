@@ -6,7 +6,9 @@ set -uo pipefail
 kcage=$1 kernels=$2 cache=$3 case=$4
 export XDG_CACHE_HOME=$cache
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=records_check.sh
+. "$(dirname "$0")/records_check.sh"
+trap 'records_check "$kcage" "$tmp"; rc=$?; rm -rf "$tmp"; exit $rc' EXIT
 one='f32[1] f32[1]:out'
 
 field() { # field NAME FILE [LINE]: a record's field, as jq prints it

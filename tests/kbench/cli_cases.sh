@@ -5,7 +5,9 @@ set -uo pipefail
 kcage=$1 ex=$2 cache=$3 case=$4
 export XDG_CACHE_HOME=$cache
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=records_check.sh
+. "$(dirname "$0")/records_check.sh"
+trap 'records_check "$kcage" "$tmp"; rc=$?; rm -rf "$tmp"; exit $rc' EXIT
 small='f32[8,8] f32[8,8] f32[8,8]:out'
 
 bad() { # bad EXPECTED-REGEX ARGS...
@@ -15,7 +17,8 @@ bad() { # bad EXPECTED-REGEX ARGS...
   local rc=$?
   # Sanitizer runtime chatter (LeakSanitizer's "==PID==Can't open /proc/..." when it
   # cannot stop the world) is not kcage's output; a real sanitizer error changes rc.
-  grep -v '^==[0-9]*==' "$tmp/err" >"$tmp/err.kc" || true
+  # Nor are the progress lines of finished kernels ("kcage bench: [1/2] ...").
+  grep -v '^==[0-9]*==' "$tmp/err" | grep -v '^kcage bench: \[[0-9]*/[0-9]*\] ' >"$tmp/err.kc" || true
   mv "$tmp/err.kc" "$tmp/err"
   local lines
   lines=$(wc -l <"$tmp/err")
@@ -156,8 +159,8 @@ json_lines)
     kcage_version started_at ended_at; do
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
-  keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_]*":' | sort | tr -d '\n')
-  [[ $keys == '"abi":"build_s":"cc":"cflags":"checked_calls":"cpu":"cv":"device":"ended_at":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference_median_s":"repeat":"run_secs":"seed":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_0-9]*":' | sort | tr -d '\n')
+  [[ $keys == '"abi":"args":"atol":"build_s":"cached":"cc":"cflags":"checked_calls":"cpu":"cv":"device":"ended_at":"entry":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference":"reference_median_s":"reference_sha256":"repeat":"rtol":"run_secs":"seed":"sha256":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
   # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
   # in their shortest form (never 17 digits).
   head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1
@@ -168,6 +171,60 @@ json_lines)
   # (the inputs came from a secret seed: no --seed)
   grep -q '"seed":"secret","cc":"[^"]*","cflags":"' "$tmp/r.jsonl" || exit 1
   grep -q '"status": *"wrong_result"' "$tmp/r.jsonl"
+  ;;
+self_describing)
+  # A record stands alone: the problem (--args, the entry, the reference and its
+  # tolerances), the SHA-256 of the bytes measured, and whether the build was cached
+  # (then no build time: nothing was compiled).
+  cp "$ex/naive.c" "$tmp/k.c"
+  cc -O2 -fPIC -shared -o "$tmp/k.so" "$ex/tiled.c" || exit 1
+  run() {
+    "$kcage" bench --args "$small" --reference "$ex/reference.c" --atol 1e-3 --repeat 2 \
+      --min-repeat-ms 1 --cache-dir "$tmp/cache" --json "$tmp/$1.jsonl" "$tmp/k.c" "$tmp/k.so" \
+      >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+    cat "$tmp/$1.jsonl"
+  }
+  run first && run second
+  src=$(sha256sum <"$tmp/k.c" | cut -d' ' -f1) so=$(sha256sum <"$tmp/k.so" | cut -d' ' -f1)
+  ref=$(sha256sum <"$ex/reference.c" | cut -d' ' -f1)
+  want() { # want FILE LINE JQ-FILTER EXPECTED
+    local got
+    got=$(sed -n "$2p" "$tmp/$1.jsonl" | jq -c "$3")
+    [[ $got == "$4" ]] || { echo "FAIL: $1:$2 $3 is $got, want $4"; exit 1; }
+  }
+  want first 1 '[.args, .entry, .reference, .rtol, .atol]' "[\"$small\",\"kernel\",\"$ex/reference.c\",0.0001,0.001]"
+  want first 1 '[.sha256, .reference_sha256]' "[\"$src\",\"$ref\"]"
+  want first 1 '[.cached, (.build_s > 0)]' '[false,true]'
+  want second 1 '[.cached, .build_s]' '[true,null]'
+  want first 2 '[.sha256, .cached, .build_s]' "[\"$so\",null,null]"
+  want first 1 '.kcage_version | length > 0' 'true'
+  # without a reference: no tolerances, nothing to name
+  "$kcage" bench --args "$small" --repeat 2 --json "$tmp/n.jsonl" "$tmp/k.so" >"$tmp/out" 2>&1 || exit 1
+  want n 1 '[.reference, .reference_sha256, .rtol, .atol]' '[null,null,null,null]'
+  ;;
+record_schema)
+  # Records of every kind of kernel (each verdict of the examples, a .so, no reference,
+  # --no-isolation) against docs/record.schema.json; the other cases check theirs too.
+  mapfile -t all < <(sed -n 's/^\([a-z_]*\.c\) .*/\1/p' "$ex/MANIFEST")
+  ((${#all[@]} > 10)) || { echo "FAIL: no kernels in $ex/MANIFEST"; exit 1; }
+  "$kcage" bench --reference "$ex/reference.c" --args "$(cat "$ex/ARGS")" --atol 1e-4 \
+    --timeout 2 --memory 256M --repeat 2 --json "$tmp/all.jsonl" "${all[@]/#/$ex/}" \
+    >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  "$kcage" bench --no-isolation --args "$small" --seed 7 --repeat 2 --json "$tmp/plain.jsonl" \
+    "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  [[ $(wc -l <"$tmp/all.jsonl") == "${#all[@]}" ]] || { echo "FAIL: records missing"; exit 1; }
+  py=$(dirname "$kcage")/venv/bin/python
+  [[ -x $py ]] || py=python3
+  "$py" "$(dirname "$0")/validate_records.py" "$(dirname "$0")/../../docs/record.schema.json" \
+    "$tmp/all.jsonl" "$tmp/plain.jsonl"
+  rc=$?
+  [[ $rc == 77 ]] && exit 77
+  [[ $rc == 0 ]] || exit 1
+  # the schema admits nothing it does not name
+  jq -c '. + {"surprise": 1}' "$tmp/plain.jsonl" >"$tmp/extra.json"
+  "$py" "$(dirname "$0")/validate_records.py" "$(dirname "$0")/../../docs/record.schema.json" \
+    "$tmp/extra.json" && { echo "FAIL: an unknown field passed"; exit 1; }
+  exit 0
   ;;
 timing_options)
   # TVM's knobs reach the record: number fixed when min-repeat-ms is 0, repeat rounds.
