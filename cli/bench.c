@@ -320,7 +320,7 @@ static int preflight(const kc_bench_config *cfg, const char *const *kernels, siz
   static const char *const needed[] = {"build", "measure"};
   for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
     kc_policy *p = NULL;
-    if (kc_policy_load(needed[i], &p, err) < 0)
+    if (kc_policy_load_in(&cfg->settings, needed[i], &p, err) < 0)
       return -1;
     kc_policy_free(p);
   }
@@ -375,11 +375,11 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     b->cfg.build.no_cache = true;
     return 0;
   case O_LFALLBACK:
-    if (kc_cli_limits_fallback("bench", a) < 0)
+    if (kc_cli_limits_fallback("bench", a, &b->cfg.settings) < 0)
       return KC_EXIT_USAGE;
     return 0;
   case O_SANDBOX_IDS:
-    return kc_cli_sandbox_ids("bench", a) < 0 ? KC_EXIT_USAGE : 0;
+    return kc_cli_sandbox_ids("bench", a, &b->cfg.settings) < 0 ? KC_EXIT_USAGE : 0;
   case O_TRACKER:
     b->cfg.tracker = a;
     return 0;

@@ -106,6 +106,7 @@ typedef struct kc_build_opts {
   double timeout_s;      /* per build, wall; 0 = 60 */
   uint64_t memory_bytes; /* per build; 0 = 1 GiB */
   bool no_cache;         /* compile even when cached (result still stored) */
+  kc_settings settings;  /* the tenant's: ids, cgroup mode, policy directory */
 } kc_build_opts;
 
 typedef enum kc_build_status {
@@ -213,6 +214,9 @@ typedef struct kc_bench_config {
    * must be one of the CPUs the caller may use. */
   bool pin_cpu;
   uint32_t cpu;
+  /* The tenant's cgroup mode, limits fallback, id range and policy directory, for the
+   * builds and the measuring workers alike (build.settings is replaced by it). */
+  kc_settings settings;
 } kc_bench_config;
 
 void kc_bench_config_init(kc_bench_config *c);

@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include "kcage/error.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -67,6 +68,10 @@ typedef struct kc_policy_spec {
 /* NAME (a built-in profile such as "exec", "build", "measure", found in
  * $KCAGE_POLICY_DIR or kcage's own policies) or a FILE path. */
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
+/* The same for a tenant: a NAME is looked for in s->policy_dir (when set) instead of
+ * $KCAGE_POLICY_DIR, then in kcage's own policies. */
+int kc_policy_load_in(const kc_settings *s, const char *name_or_path, kc_policy **out,
+                      kc_error *err);
 /* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
 bool kc_policy_is_path(const char *name_or_path);
 /* The file kc_policy_load would read: a path as given, else NAME.policy in
@@ -76,6 +81,8 @@ bool kc_policy_is_path(const char *name_or_path);
  * to where the library or binary is installed (the source tree's policies/ only for
  * a binary that runs from its build directory). */
 int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);
+int kc_policy_resolve_in(const kc_settings *s, const char *name_or_path, char *path, size_t len,
+                         kc_error *err);
 /* Errors read "FILE:LINE: message". */
 int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);
 void kc_policy_free(kc_policy *p);

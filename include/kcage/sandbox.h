@@ -10,6 +10,7 @@
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -93,6 +94,7 @@ typedef struct kc_sandbox_config {
                                        limits has none, and its tree dies with its pid namespace */
   const struct kc_sandbox_ids *ids; /* host ids held by the caller (kc_sandbox_ids_acquire);
                                        NULL = the sandbox takes its own for its lifetime */
+  kc_settings settings;             /* the tenant's cgroup mode, limits fallback, id range */
 } kc_sandbox_config;
 
 void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else zero */
@@ -117,7 +119,7 @@ void kc_sandbox_free(kc_sandbox *sb);
 /* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0).
  * As root: one pair of its own per live sandbox, from a reserved range that no
  * /etc/passwd, /etc/group, /etc/subuid or /etc/subgid entry uses (KC_SANDBOX_IDS_BASE,
- * KC_SANDBOX_IDS_COUNT, or the caller's kc_sandbox_ids_set_range; no environment
+ * KC_SANDBOX_IDS_COUNT, or the tenant's kc_settings ids_base/ids_count; no environment
  * variable moves it), so neither a host daemon nor another sandbox shares it; an id is
  * held with a lock named by the id in /run/kcage/ids while the sandbox lives.  As any
  * other user the only possible id is the caller's. */
@@ -130,16 +132,13 @@ typedef struct kc_sandbox_ids {
   int lock_fd; /* -1 when nothing is held (a non-root caller's own ids) */
 } kc_sandbox_ids;
 
-/* Take a free pair (as root) or the caller's own. */
-int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err);
+/* Take a free pair of the range settings s name (as root; NULL = the default range) or
+ * the caller's own. */
+int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, const kc_settings *s, kc_error *err);
 void kc_sandbox_ids_release(kc_sandbox_ids *ids);
-/* Use [base, base+count) from now on (kcage --sandbox-ids), once it passed
- * kc_sandbox_ids_check; call before any sandbox starts.  -1 with the line that says
- * which account collides, and the range unchanged. */
-int kc_sandbox_ids_set_range(uint32_t base, uint32_t count, kc_error *err);
-/* The range in use, checked against the account files (the real ones when the
- * paths are NULL): an error names the entry that collides. */
-int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err);
+/* The range settings s name, checked against the account files: an error names the
+ * entry that collides. */
+int kc_sandbox_ids_range(const kc_settings *s, uint32_t *base, uint32_t *count, kc_error *err);
 int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, const char *group,
                          const char *subuid, const char *subgid, kc_error *err);
 

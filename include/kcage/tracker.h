@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "kcage/error.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -268,6 +269,7 @@ typedef struct kc_agent_opts {
   kc_run_caps caps;        /* operator caps on what a session may ask for */
   const kc_auth_key *auth; /* clients must prove this key; NULL = anyone */
   bool verbose;
+  kc_settings settings; /* every session's sandboxes: the operator's, never a client's */
 } kc_agent_opts;
 void kc_agent_opts_init(kc_agent_opts *o);
 
@@ -290,6 +292,7 @@ typedef struct kc_session_serve_opts {
   double asked_timeout_s; /* what the client asked for (0 = none), when a cap changed it */
   kc_run_caps caps;
   const kc_auth_key *auth; /* NULL = no authentication */
+  kc_settings settings;    /* the agent's, for this session's batch */
 } kc_session_serve_opts;
 int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
 

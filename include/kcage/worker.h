@@ -46,6 +46,7 @@
 
 #include "kcage/error.h"
 #include "kcage/sandbox.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -175,6 +176,9 @@ typedef struct kc_worker_opts {
    * payloads run only in workers, under the filter.  NULL = no interpreter. */
   const char *python_lib;
   const char *python_boot;
+  /* The tenant's cgroup mode, limits fallback, id range and policy directory (all zero
+   * = the defaults).  policy_dir is read when the worker starts, not kept. */
+  kc_settings settings;
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
