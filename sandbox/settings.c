@@ -1,8 +1,8 @@
 /* A tenant's settings, checked before its first sandbox: an id range that collides
  * with an account, or a cgroup mode the host lacks, is refused with one line. */
+#include "kcage/settings.h"
 #include "cgroup_internal.h"
 #include "kcage/sandbox.h"
-#include "kcage/settings.h"
 
 #include <errno.h>
 

@@ -29,8 +29,6 @@ KC_PUBLIC_BEGIN
  * host it deliberately leaves the limit-free harness cgroup memory:/process_api/<id>.
  * The kcage/ parents are created once and stay (shared by concurrent kcage
  * processes); only the per-sandbox leaves are removed. */
-kc_cgroup_mode kc_cgroup_detect(void);
-const char *kc_cgroup_mode_name(kc_cgroup_mode m);
 /* The mode a tenant with settings s (NULL = the defaults) gets: its own choice, or the
  * host's best for KC_CGROUP_AUTO; KC_CGROUP_AUTO when the host cannot provide the
  * choice (creating its cgroup then fails, ENOTSUP). */
@@ -93,10 +91,6 @@ int kc_cgroup_read(const kc_cgroup *cg, kc_cgroup_counters *out, kc_error *err);
  * it cannot be reset (v2 < 6.12), peak_memory reads -1 from then on rather than a
  * stale value.  Fresh cgroups need no reset. */
 int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err);
-/* How a limit ("memory", "pids" or "cpus") is enforced for a tenant with settings s
- * (NULL = the defaults): "cgroup", "rlimit", or NULL when it would be refused (then
- * kc_cgroup_refusal says why). */
-const char *kc_cgroup_enforcement(const kc_settings *s, const char *which);
 /* Does cg hold any limit as an rlimit (set on each attached process)? */
 bool kc_cgroup_uses_rlimits(const kc_cgroup *cg);
 /* The RLIMIT_AS that stands in for cg's memory limit; 0 when none (or cg is NULL). */

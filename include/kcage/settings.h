@@ -20,8 +20,8 @@ extern "C" {
 KC_PUBLIC_BEGIN
 
 typedef enum kc_cgroup_mode {
-  KC_CGROUP_AUTO,   /* settings only: the best mode the host has (kc_cgroup_detect) */
-  KC_CGROUP_NONE,   /* no usable cgroups: limits refused, kill by process group */
+  KC_CGROUP_AUTO, /* settings only: the best mode the host has (kc_cgroup_detect) */
+  KC_CGROUP_NONE, /* no usable cgroups: limits refused, kill by process group */
   KC_CGROUP_V1,
   KC_CGROUP_V2,
   KC_CGROUP_HYBRID, /* v1 controllers + v2 mount for placement/kill/events */
@@ -51,6 +51,14 @@ typedef struct kc_settings {
    * or the files in it (a policy is the sandbox). */
   const char *policy_dir;
 } kc_settings;
+
+/* The host's best cgroup mode (detected once per process; never AUTO), and a mode's
+ * name: "auto", "none", "v1", "v2", "hybrid". */
+kc_cgroup_mode kc_cgroup_detect(void);
+const char *kc_cgroup_mode_name(kc_cgroup_mode m);
+/* How a limit ("memory", "pids" or "cpus") is enforced for a tenant with settings s
+ * (NULL = the defaults): "cgroup", "rlimit", or NULL when it would be refused. */
+const char *kc_cgroup_enforcement(const kc_settings *s, const char *which);
 
 /* Is every setting usable on this host (the id range free of accounts, the cgroup
  * mode available)?  -1 with the line that says which is not. */
