@@ -112,8 +112,6 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
 int kc_sandbox_kill(kc_sandbox *sb);
 pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
-/* The run's cgroup (NULL when the run needed none); owned by the sandbox. */
-struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);
 
 /* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0).
@@ -125,22 +123,6 @@ void kc_sandbox_free(kc_sandbox *sb);
  * other user the only possible id is the caller's. */
 #define KC_SANDBOX_IDS_BASE 1500000000u
 #define KC_SANDBOX_IDS_COUNT 65536u
-
-typedef struct kc_sandbox_ids {
-  uid_t uid;
-  gid_t gid;
-  int lock_fd; /* -1 when nothing is held (a non-root caller's own ids) */
-} kc_sandbox_ids;
-
-/* Take a free pair of the range settings s name (as root; NULL = the default range) or
- * the caller's own. */
-int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, const kc_settings *s, kc_error *err);
-void kc_sandbox_ids_release(kc_sandbox_ids *ids);
-/* The range settings s name, checked against the account files: an error names the
- * entry that collides. */
-int kc_sandbox_ids_range(const kc_settings *s, uint32_t *base, uint32_t *count, kc_error *err);
-int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, const char *group,
-                         const char *subuid, const char *subgid, kc_error *err);
 
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);

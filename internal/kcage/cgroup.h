@@ -11,13 +11,9 @@
 #include "kcage/error.h"
 #include "kcage/settings.h"
 
-#include "kcage/visibility.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KC_PUBLIC_BEGIN
 
 /* Detected once per process (cached) from /proc/self/mountinfo: the best mode the
  * host has.  No environment variable changes it (one set for a daemon would reach
@@ -103,8 +99,6 @@ void kc_cgroup_destroy(kc_cgroup *cg);
 /* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage): kill
  * what is left in them, rmdir in every hierarchy.  Returns how many were reaped. */
 int kc_cgroup_reap_stale(kc_error *err);
-
-KC_PUBLIC_END
 
 /* Internal (not exported): for the worker layer. */
 /* Move pid (a kcage zygote: nothing else) into the first hierarchy's kcage/ parent,

@@ -99,28 +99,24 @@ static int write_policy(tenant *t, kc_error *err) {
   return fclose(f) == 0 ? 0 : kc_error_set(err, errno, "%s", p);
 }
 
-/* A program that waits on stdin: alive while the parent looks at it. */
-static int hold_one(tenant *t, const kc_policy *pol, int *release, kc_sandbox **sb, kc_error *e) {
-  int in[2];
-  if (pipe2(in, O_CLOEXEC) < 0)
-    return kc_error_set(e, errno, "pipe");
+/* A program that stays until it is killed: alive while the parent looks at it. */
+static int hold_one(tenant *t, const kc_policy *pol, kc_sandbox **sb, kc_error *e) {
   kc_sandbox_config c;
   kc_sandbox_config_init(&c);
   c.policy = pol;
   c.settings = t->s;
   c.limits.memory_bytes = MEM;
   c.limits.wall_s = 60;
-  char *argv[] = {"/bin/sh", "-c", "read x", NULL};
+  char *argv[] = {"/bin/sleep", "60", NULL};
   c.argv = argv;
-  c.stdin_fd = in[0];
-  int rc = kc_sandbox_spawn(&c, sb, e);
-  close(in[0]);
-  if (rc < 0) {
-    close(in[1]);
-    return -1;
-  }
-  *release = in[1];
-  return 0;
+  return kc_sandbox_spawn(&c, sb, e);
+}
+
+/* As root, the sandbox's init leaves the caller's uid once its user namespace is set
+ * up (spawn may return before that). */
+static void wait_setup(pid_t pid) {
+  for (int i = 0; i < 1000 && geteuid() == 0 && status_field(pid, "Uid:") == 0; i++)
+    usleep(10000);
 }
 
 static int run_tenant(tenant *t) {
@@ -129,13 +125,13 @@ static int run_tenant(tenant *t) {
   if (kc_settings_check(&t->s, &e) < 0 || kc_policy_load_in(&t->s, "tenant", &pol, &e) < 0)
     return failf(t, "%s", e.msg);
   kc_sandbox *sb = NULL;
-  int release = -1;
-  int rc = hold_one(t, pol, &release, &sb, &e);
+  int rc = hold_one(t, pol, &sb, &e);
   if (rc < 0)
     failf(t, "spawn: %s", e.msg);
   pthread_barrier_wait(&both_running); /* both sandboxes alive now */
   if (rc == 0) {
     pid_t pid = kc_sandbox_pid(sb);
+    wait_setup(pid);
     t->uid = status_field(pid, "Uid:");
     t->gid = status_field(pid, "Gid:");
     t->as_limit = as_limit_of(pid);
@@ -143,11 +139,9 @@ static int run_tenant(tenant *t) {
   }
   pthread_barrier_wait(&both_checked);
   if (rc == 0) {
-    ssize_t w = write(release, "\n", 1);
-    (void)w;
-    close(release);
+    kc_sandbox_kill(sb);
     kc_result r;
-    if (kc_sandbox_wait(sb, &r, &e) < 0 || r.status != KC_STATUS_OK)
+    if (kc_sandbox_wait(sb, &r, &e) < 0 || r.status != KC_STATUS_SIGNALED)
       rc = failf(t, "held run: %s %s", e.msg, r.message);
     kc_sandbox_free(sb);
   }
@@ -204,8 +198,7 @@ static void check_ids(const tenant *t) {
     check(t->uid == geteuid(), "%s: as a non-root caller, its own uid", t->name);
     return;
   }
-  bool in = t->uid >= t->s.ids_base && t->uid < t->s.ids_base + t->s.ids_count &&
-            t->gid == t->uid;
+  bool in = t->uid >= t->s.ids_base && t->uid < t->s.ids_base + t->s.ids_count && t->gid == t->uid;
   check(in, "%s: sandbox init runs as host uid/gid %lu/%lu, in its range %" PRIu32 "+%" PRIu32,
         t->name, t->uid, t->gid, t->s.ids_base, t->s.ids_count);
 }
