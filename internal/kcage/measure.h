@@ -1,6 +1,6 @@
-/* Where tensors lie, the inputs and poison, and the measure handler, for measure/ and its tests.  Not installed: it extends the public include/kcage/measure.h, which it
- * includes first; in-tree code that includes "kcage/measure.h" gets both (internal/ comes
- * first on its include path). */
+/* Where tensors lie, the inputs and poison, and the measure handler, for measure/ and its tests.
+ * Not installed: it extends the public include/kcage/measure.h, which it includes first; in-tree
+ * code that includes "kcage/measure.h" gets both (internal/ comes first on its include path). */
 #ifndef KCAGE_INTERNAL_MEASURE_H
 #define KCAGE_INTERNAL_MEASURE_H
 

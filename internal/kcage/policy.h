@@ -1,6 +1,6 @@
-/* What the sandbox layer reads of a policy, and its seccomp filter.  Not installed: it extends the public include/kcage/policy.h, which it
- * includes first; in-tree code that includes "kcage/policy.h" gets both (internal/ comes
- * first on its include path). */
+/* What the sandbox layer reads of a policy, and its seccomp filter.  Not installed: it extends the
+ * public include/kcage/policy.h, which it includes first; in-tree code that includes
+ * "kcage/policy.h" gets both (internal/ comes first on its include path). */
 #ifndef KCAGE_INTERNAL_POLICY_H
 #define KCAGE_INTERNAL_POLICY_H
 

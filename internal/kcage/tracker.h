@@ -1,6 +1,7 @@
-/* The TVM tracker wire (codes, frames, messages), the session protocol's frames and the agent's side of a session, for tracker/ and its tests.  Not installed: it extends the public include/kcage/tracker.h, which it
- * includes first; in-tree code that includes "kcage/tracker.h" gets both (internal/ comes
- * first on its include path). */
+/* The TVM tracker wire (codes, frames, messages), the session protocol's frames and the agent's
+ * side of a session, for tracker/ and its tests.  Not installed: it extends the public
+ * include/kcage/tracker.h, which it includes first; in-tree code that includes "kcage/tracker.h"
+ * gets both (internal/ comes first on its include path). */
 #ifndef KCAGE_INTERNAL_TRACKER_H
 #define KCAGE_INTERNAL_TRACKER_H
 

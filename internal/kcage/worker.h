@@ -1,6 +1,6 @@
-/* The worker program's own entry and the parent's sleeping wait, for the layers above.  Not installed: it extends the public include/kcage/worker.h, which it
- * includes first; in-tree code that includes "kcage/worker.h" gets both (internal/ comes
- * first on its include path). */
+/* The worker program's own entry and the parent's sleeping wait, for the layers above.  Not
+ * installed: it extends the public include/kcage/worker.h, which it includes first; in-tree code
+ * that includes "kcage/worker.h" gets both (internal/ comes first on its include path). */
 #ifndef KCAGE_INTERNAL_WORKER_H
 #define KCAGE_INTERNAL_WORKER_H
 
