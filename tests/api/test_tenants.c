@@ -6,6 +6,9 @@
  * one tenant's policy kills and the other's allows.
  *
  *   test_tenants [SCRATCH_DIR]   (exit 0 pass, 1 fail, 77 skip) */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* pipe2, mkdtemp, barriers under -std=c17 */
+#endif
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
