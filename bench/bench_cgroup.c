@@ -69,6 +69,9 @@ typedef struct {
     return -1;                                                                                     \
   } while (0)
 
+/* The mode being measured (the host's best, then forced pure v1 on a hybrid host). */
+static kc_settings settings;
+
 static int measure(result *r) {
   static double fresh[N], slot[N], killt[N];
   kc_error err = {0};
@@ -79,7 +82,7 @@ static int measure(result *r) {
     pid_t pid = child(0, &go, &ready);
     double t0 = kc_bench_now();
     kc_cgroup *cg = NULL;
-    if (kc_cgroup_create("bench", &lim, &cg, &err) < 0)
+    if (kc_cgroup_create("bench", &lim, &settings, &cg, &err) < 0)
       FAIL("create");
     if (kc_cgroup_attach(cg, pid, &err) < 0 || kc_cgroup_read(cg, &c, &err) < 0 ||
         kc_cgroup_kill(cg, &err) < 0) {
@@ -93,7 +96,7 @@ static int measure(result *r) {
     waitpid(pid, NULL, 0);
   }
   kc_cgroup *s = NULL;
-  if (kc_cgroup_create("bench-slot", NULL, &s, &err) < 0)
+  if (kc_cgroup_create("bench-slot", NULL, &settings, &s, &err) < 0)
     FAIL("create slot");
   for (int i = 0; i < N; i++) {
     pid_t pid = child(0, &go, &ready);
@@ -155,7 +158,8 @@ int main(void) {
   result res[2];
   for (int m = 0; m < nm; m++) {
     kc_error err = {0};
-    if (m > 0 && kc_cgroup_force_mode(modes[m], &err) < 0) {
+    settings.cgroup_mode = m > 0 ? modes[m] : KC_CGROUP_AUTO;
+    if (kc_settings_check(&settings, &err) < 0) {
       fprintf(stderr, "bench_cgroup: %s\n", err.msg);
       nm = m;
       break;

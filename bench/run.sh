@@ -16,7 +16,7 @@ done
 # The Python drop-in against TVM's own popen_pool (needs `make python`).
 if [ -x "$build/venv/bin/python" ]; then
   echo "== bench_python"
-  KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.0" "$build/venv/bin/python" bench/bench_python.py ||
+  KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.1" "$build/venv/bin/python" bench/bench_python.py ||
     { echo "bench: bench_python failed" >&2; status=1; }
   echo
 else

@@ -177,9 +177,9 @@ static int agent_option(agent_args *a, int ch, const char *arg) {
     a->metrics = arg;
     return 0;
   case 'l':
-    return kc_cli_limits_fallback("agent", arg) < 0 ? KC_EXIT_USAGE : 0;
+    return kc_cli_limits_fallback("agent", arg, &o->settings) < 0 ? KC_EXIT_USAGE : 0;
   case 'i':
-    return kc_cli_sandbox_ids("agent", arg) < 0 ? KC_EXIT_USAGE : 0;
+    return kc_cli_sandbox_ids("agent", arg, &o->settings) < 0 ? KC_EXIT_USAGE : 0;
   }
   return NOT_MINE;
 }

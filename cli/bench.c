@@ -239,8 +239,8 @@ static int limits_preflight(const kc_bench_config *cfg, bool sources, kc_error *
     return 0;
   static const char *const limits[] = {"memory", "pids"};
   for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++)
-    if (!kc_cgroup_enforcement(limits[i]))
-      return kc_cgroup_refusal(limits[i], err);
+    if (!kc_cgroup_enforcement(&cfg->settings, limits[i]))
+      return kc_cgroup_refusal(&cfg->settings, limits[i], err);
   return 0;
 }
 
@@ -267,7 +267,7 @@ static int preflight(const kc_bench_config *cfg, const char *const *kernels, siz
   static const char *const needed[] = {"build", "measure"};
   for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++) {
     kc_policy *p = NULL;
-    if (kc_policy_load(needed[i], &p, err) < 0)
+    if (kc_policy_load_in(&cfg->settings, needed[i], &p, err) < 0)
       return -1;
     kc_policy_free(p);
   }
@@ -322,11 +322,11 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
     b->cfg.build.no_cache = true;
     return 0;
   case O_LFALLBACK:
-    if (kc_cli_limits_fallback("bench", a) < 0)
+    if (kc_cli_limits_fallback("bench", a, &b->cfg.settings) < 0)
       return KC_EXIT_USAGE;
     return 0;
   case O_SANDBOX_IDS:
-    return kc_cli_sandbox_ids("bench", a) < 0 ? KC_EXIT_USAGE : 0;
+    return kc_cli_sandbox_ids("bench", a, &b->cfg.settings) < 0 ? KC_EXIT_USAGE : 0;
   case O_TRACKER:
     b->cfg.tracker = a;
     return 0;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "kcage/error.h"
+#include "kcage/settings.h"
 #include "kcage/units.h"
 
 /* Errors go to stderr as `kcage: <what>: <why>`; exit 2 on bad usage.  `kcage run`
@@ -38,15 +39,16 @@ int kc_cli_parse_uint(const char *s, uint64_t min, uint64_t max, uint64_t *out);
 /* limits.c: --limits-fallback rlimit|none (prints the usage error, returns -1), and
  * the record's "limits" object: how each requested limit is enforced ("cgroup",
  * "rlimit"; null when it would be refused). */
-int kc_cli_limits_fallback(const char *cmd, const char *arg);
-json_t *kc_cli_limits_json(bool memory, bool pids, bool cpus);
-/* --cgroup auto|v1|v2|hybrid|none (kcage run): the process's cgroup mode; a mode the
+int kc_cli_limits_fallback(const char *cmd, const char *arg, kc_settings *s);
+json_t *kc_cli_limits_json(const kc_settings *s, bool memory, bool pids, bool cpus);
+/* --cgroup auto|v1|v2|hybrid|none (kcage run): the command's cgroup mode; a mode the
  * host cannot provide is refused, never replaced.  --sandbox-ids BASE:COUNT: the host
- * ids of root's sandboxes.  Each prints its one-line error and returns -1. */
-int kc_cli_cgroup_mode(const char *cmd, const char *arg);
-int kc_cli_sandbox_ids(const char *cmd, const char *arg);
+ * ids of root's sandboxes.  Each fills s, or prints its one-line error and returns -1. */
+int kc_cli_cgroup_mode(const char *cmd, const char *arg, kc_settings *s);
+int kc_cli_sandbox_ids(const char *cmd, const char *arg, kc_settings *s);
 /* record (a JSON object's text) with "limits" added; malloc'd, NULL on failure. */
-char *kc_cli_record_with_limits(const char *record, bool memory, bool pids, bool cpus);
+char *kc_cli_record_with_limits(const kc_settings *s, const char *record, bool memory, bool pids,
+                                bool cpus);
 
 /* daemon.c: a bound daemon (`kcage tracker`, `kcage agent`) served until SIGINT or
  * SIGTERM calls stop: prints `CMD listening on HOST:PORT`, serves --metrics HOST:PORT

@@ -207,11 +207,11 @@ static int parse_option(run_args *a, int c, char **argv) {
     a->report = optarg;
     return 0;
   case OPT_LIMITS_FALLBACK:
-    return kc_cli_limits_fallback("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+    return kc_cli_limits_fallback("run", optarg, &a->cfg.settings) < 0 ? KC_EXIT_RUN_FAILED : 0;
   case OPT_CGROUP:
-    return kc_cli_cgroup_mode("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+    return kc_cli_cgroup_mode("run", optarg, &a->cfg.settings) < 0 ? KC_EXIT_RUN_FAILED : 0;
   case OPT_SANDBOX_IDS:
-    return kc_cli_sandbox_ids("run", optarg) < 0 ? KC_EXIT_RUN_FAILED : 0;
+    return kc_cli_sandbox_ids("run", optarg, &a->cfg.settings) < 0 ? KC_EXIT_RUN_FAILED : 0;
   default:
     kc_cli_error("run", "unknown or incomplete option '%s' (see `kcage run --help`)",
                  argv[optind - 1]);
@@ -253,7 +253,7 @@ static int run_sandbox(kc_sandbox_config *cfg, kc_result *res, int *sig, kc_erro
    * process writes is a copy-on-write fault (mountinfo parsing and its heap churn
    * cost ~40 of them), and the read of our mountinfo would contend with the child's
    * mounts for the kernel's namespace lock. */
-  kc_cgroup_detect();
+  kc_cgroup_mode_for(&cfg->settings);
   kc_sandbox *sb = NULL;
   *sig = 0;
   if (kc_sandbox_spawn(cfg, &sb, err) < 0) {
@@ -276,14 +276,16 @@ static int run_sandbox(kc_sandbox_config *cfg, kc_result *res, int *sig, kc_erro
 }
 
 /* --report FILE|-: the record, with how each limit was held. */
-static int write_report(const char *report, const kc_result *res, const kc_limits *lim) {
+static int write_report(const char *report, const kc_result *res, const kc_sandbox_config *cfg) {
+  const kc_limits *lim = &cfg->limits;
   kc_error err = {0};
   kc_cleanup_free char *json = NULL;
   if (kc_result_to_json(res, &json, &err) < 0) {
     kc_cli_error("run", "report: %s", err.msg);
     return -1;
   }
-  char *with = kc_cli_record_with_limits(json, lim->memory_bytes, lim->pids, lim->cpus > 0);
+  char *with =
+      kc_cli_record_with_limits(&cfg->settings, json, lim->memory_bytes, lim->pids, lim->cpus > 0);
   if (with) {
     free(json);
     json = with;
@@ -322,7 +324,7 @@ static void say_verdict(const kc_result *res, int rc) {
 static int run_parsed(run_args *a, char **prog) {
   kc_policy *policy = NULL;
   kc_error err = {0};
-  if (kc_policy_load(a->policy_name, &policy, &err) < 0) {
+  if (kc_policy_load_in(&a->cfg.settings, a->policy_name, &policy, &err) < 0) {
     kc_cli_error("run", "%s", err.msg); /* the loader names the policy */
     return KC_EXIT_RUN_FAILED;
   }
@@ -347,7 +349,7 @@ static int run_parsed(run_args *a, char **prog) {
     kc_cli_error("run", "%s", res.message);
   else if (!sig)
     say_verdict(&res, rc);
-  if (a->report && write_report(a->report, &res, &a->cfg.limits) < 0)
+  if (a->report && write_report(a->report, &res, &a->cfg) < 0)
     rc = KC_EXIT_RUN_FAILED;
   return rc;
 }

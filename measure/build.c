@@ -196,7 +196,7 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
                          const kc_sandbox_ids *ids, int out_fd, const kc_build_opts *o,
                          kc_result *res, kc_error *err) {
   kc_policy *pol = NULL;
-  if (kc_policy_load("build", &pol, err) < 0)
+  if (kc_policy_load_in(&o->settings, "build", &pol, err) < 0)
     return kc_error_prefix(err, "build policy");
   kc_sandbox_config c;
   kc_sandbox_config_init(&c);
@@ -213,6 +213,7 @@ static int run_sandboxed(char *const *argv, char *const *envp, const char *scrat
   c.stdout_fd = out_fd;
   c.stderr_fd = out_fd;
   c.ids = ids;
+  c.settings = o->settings;
   int rc = kc_sandbox_run(&c, res, err);
   kc_policy_free(pol);
   return rc;
@@ -355,7 +356,7 @@ static int compile(const kc_build_opts *o, const char *cc_path, const char *sour
    * (never host root, never shared with another sandbox): it owns work/ and nothing
    * else. */
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
-  if (kc_sandbox_ids_acquire(&ids, err) < 0)
+  if (kc_sandbox_ids_acquire(&ids, &o->settings, err) < 0)
     return kc_error_prefix(err, "build sandbox");
   uid_t builder = ids.uid;
   if (fchown(sc.fd, ids.uid, ids.gid) < 0 && geteuid() == 0)

@@ -103,6 +103,7 @@ static void build_helper(int fd, const item *items, size_t total, const kc_build
  * the helpers building them. */
 typedef struct {
   const kc_bench_config *cfg;
+  kc_build_opts build; /* cfg's, with the tenant's settings */
   item *items;
   size_t total;
   size_t *jobs, nj;  /* jobs[next..nj) are still to hand out */
@@ -156,7 +157,7 @@ static void start_helpers(build_pool *b) {
        * compiler's sandbox with it, by its death signal) instead of running on. */
       signal(SIGINT, SIG_DFL);
       signal(SIGTERM, SIG_DFL);
-      build_helper(sv[1], b->items, b->total, &b->cfg->build);
+      build_helper(sv[1], b->items, b->total, &b->build);
       _exit(0);
     }
     close(sv[1]);
@@ -174,7 +175,7 @@ static void start_helpers(build_pool *b) {
 static void build_inline(build_pool *b) {
   for (; b->next < b->nj; b->next++) {
     item *it = &b->items[b->jobs[b->next]];
-    build_one(&b->cfg->build, it->path, &it->build);
+    build_one(&b->build, it->path, &it->build);
     it->build_done = true;
     build_progress(b, b->next + 1);
   }
@@ -247,7 +248,8 @@ static void stop_helpers(build_pool *b) {
 }
 
 static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
-  build_pool b = {.cfg = cfg, .items = items, .total = total};
+  build_pool b = {.cfg = cfg, .build = cfg->build, .items = items, .total = total};
+  b.build.settings = cfg->settings;
   b.jobs = calloc(total + 1, sizeof *b.jobs);
   if (!b.jobs) { /* no memory for the plan: every build fails alike */
     fail_unbuilt(items, total, "out of memory");
@@ -304,9 +306,9 @@ static void device_name(char *buf, size_t len) {
 
 /* How this host holds the measuring workers' memory limit and the builds' process
  * limit: "cgroup", or "rlimit" where the caller allowed that fallback. */
-static json_t *limits_record(void) {
+static json_t *limits_record(const kc_settings *s) {
   json_t *o = json_object();
-  const char *mem = kc_cgroup_enforcement("memory"), *pids = kc_cgroup_enforcement("pids");
+  const char *mem = kc_cgroup_enforcement(s, "memory"), *pids = kc_cgroup_enforcement(s, "pids");
   json_object_set_new(o, "memory", mem ? json_string(mem) : json_null());
   json_object_set_new(o, "pids", pids ? json_string(pids) : json_null());
   return o;
@@ -365,7 +367,7 @@ static json_t *record(const kc_bench_config *cfg, const item *it, const char *de
       .cached = cached(it),
   };
   json_t *o = kc_mrecord(&in);
-  json_object_set_new(o, "limits", limits_record());
+  json_object_set_new(o, "limits", limits_record(&cfg->settings));
   json_object_set_new(o, "cpu", cfg->pin_cpu ? json_integer(cfg->cpu) : json_null());
   return o;
 }
@@ -434,7 +436,7 @@ static uint32_t input_slots(const session *s) {
 static const char *address_space_limit(const kc_bench_config *cfg) {
   if (cfg->no_isolation)
     return "--no-isolation";
-  const char *how = kc_cgroup_enforcement("memory");
+  const char *how = kc_cgroup_enforcement(&cfg->settings, "memory");
   return how && !strcmp(how, "rlimit") ? "--limits-fallback rlimit" : NULL;
 }
 
@@ -886,7 +888,8 @@ static int start_runners(batch *b, kc_error *err) {
                         .memory_bytes = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30),
                         .max_arg_bytes = 64 * 1024,
                         .max_result_bytes = 4096,
-                        .plain = cfg->no_isolation};
+                        .plain = cfg->no_isolation,
+                        .settings = cfg->settings};
   if (kc_mrunner_new(&ro, &b->runner, err) < 0)
     return -1;
   if (cfg->reference && kc_mrunner_new(&ro, &b->ref_runner, err) < 0)

@@ -50,11 +50,18 @@ struct kc_mstate {
   kc_tvmffi_any ffi_args[KC_ARGS_MAX_TENSORS];
 };
 
-/* Set by the plain-process runner: seal with our own filter (the pool's worker runtime
- * is not around to report violations). */
-bool kc_mhandler_plain;
-int kc_mhandler_report_fd = -1;
-uint64_t kc_mhandler_as_limit;
+/* Set by the plain-process runner, in the forked child that runs kernels unsandboxed:
+ * seal with our own filter (the pool's worker runtime is not around to report
+ * violations).  Each such child is its own process; nothing here is shared. */
+static bool kc_mhandler_plain;
+static int kc_mhandler_report_fd = -1;
+static uint64_t kc_mhandler_as_limit;
+
+void kc_mhandler_become_plain(int report_fd, uint64_t as_limit) {
+  kc_mhandler_plain = true;
+  kc_mhandler_report_fd = report_fd;
+  kc_mhandler_as_limit = as_limit;
+}
 
 static void errf(char *buf, size_t cap, const char *fmt, ...) {
   if (!buf || !cap)

@@ -129,8 +129,13 @@ typedef struct kc_mrunner_opts {
   uint64_t memory_bytes;
   size_t max_result_bytes;
   size_t max_arg_bytes;
-  bool plain; /* force the plain forked process */
+  bool plain;           /* force the plain forked process */
+  kc_settings settings; /* the tenant's (kc_bench_config.settings) */
 } kc_mrunner_opts;
+
+/* measure_handler.c: in the plain forked process only (no sandbox, no worker runtime):
+ * report violations on report_fd and watch the address space against as_limit. */
+void kc_mhandler_become_plain(int report_fd, uint64_t as_limit);
 
 typedef enum kc_mcall_status {
   KC_MCALL_OK,

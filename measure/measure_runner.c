@@ -23,10 +23,6 @@
 #include "measure_internal.h"
 #include "sysname.h"
 
-extern bool kc_mhandler_plain;
-extern int kc_mhandler_report_fd;
-extern uint64_t kc_mhandler_as_limit;
-
 static volatile sig_atomic_t interrupted;
 
 void kc_bench_interrupt(int sig) {
@@ -65,6 +61,7 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
     kc_worker_opts wo;
     kc_worker_opts_init(&wo);
     wo.policy = "measure";
+    wo.settings = o->settings;
     wo.limits.memory_bytes = o->memory_bytes;
     wo.limits.pids = 1;
     kc_mount m[2] = {{.kind = KC_MOUNT_RO_BIND, .src = o->bind_dir, .dst = o->bind_dir},
@@ -126,6 +123,7 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
     if (nul > 3)
       close(nul);
   }
+  uint64_t as_limit = 0;
 #if defined(__has_feature)
 #if __has_feature(address_sanitizer) && !defined(__SANITIZE_ADDRESS__)
 #define __SANITIZE_ADDRESS__ 1
@@ -137,13 +135,12 @@ static void plain_child(int sock, const kc_mrunner_opts *o) {
      * Not under ASan, whose shadow reservation alone exceeds any sensible limit. */
     struct rlimit rl = {o->memory_bytes, o->memory_bytes};
     if (setrlimit(RLIMIT_AS, &rl) == 0)
-      kc_mhandler_as_limit = o->memory_bytes;
+      as_limit = o->memory_bytes;
   }
 #endif
   struct rlimit core = {0, 0};
   setrlimit(RLIMIT_CORE, &core);
-  kc_mhandler_plain = true;
-  kc_mhandler_report_fd = 3;
+  kc_mhandler_become_plain(3, as_limit);
   size_t cap = o->max_result_bytes;
   void *outbuf = malloc(cap);
   void *argbuf = malloc(o->max_arg_bytes);

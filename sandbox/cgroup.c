@@ -27,11 +27,12 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-static kc_cgroup *cg_alloc(kc_cgroup_mode mode) {
+static kc_cgroup *cg_alloc(const kc_cg_host *h) {
   kc_cgroup *cg = calloc(1, sizeof *cg);
   if (!cg)
     return NULL;
-  cg->mode = mode;
+  cg->host = h;
+  cg->mode = h->mode;
   cg->v2_fd = -1;
   cg->peak_fd = -1;
   for (int i = 0; i < KC_CG_V1_MAX; i++)
@@ -77,16 +78,13 @@ static void add_v1(kc_cgroup *cg, int fd, unsigned ctrl) {
 }
 
 /* skip_cpu: leave the cpu-only v1 hierarchy out (see cpu_only). */
-static int cg_open(const char *name, bool create, bool skip_cpu, kc_cgroup **out, kc_error *err) {
-  const kc_cg_host *h = kc_cg_host_get();
-  kc_cgroup *cg = cg_alloc(h->mode);
+/* h: its kcage/ parents already made (kc_cg_host_for). */
+static int cg_open(const kc_cg_host *h, const char *name, bool create, bool skip_cpu,
+                   kc_cgroup **out, kc_error *err) {
+  kc_cgroup *cg = cg_alloc(h);
   if (!cg)
     return kc_error_set(err, ENOMEM, "cgroup");
   snprintf(cg->name, sizeof cg->name, "%s", name);
-  if (h->mode != KC_CGROUP_NONE && kc_cg_bases_ready(err) < 0) {
-    free(cg);
-    return -1;
-  }
   if (h->have_v2) {
     cg->v2_fd = leaf_fd(h->v2.base, name, create, err);
     if (cg->v2_fd < 0 && create)
@@ -169,7 +167,7 @@ static int move_listed(int from, int to, kc_error *err) {
  * holds there.  The list is read again until a pass finds every process already
  * moved, so a fork racing the move is moved too. */
 int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err) {
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cg_host *h = cg->host;
   int i = 0;
   while (i < h->nv1 && !cpu_only(&h->v1[i], h->mode))
     i++;
@@ -198,21 +196,25 @@ int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err) {
 }
 
 int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err) {
-  return cg_open(name, false, false, out, err);
+  return cg_open(kc_cg_host_get(), name, false, false, out, err);
 }
 
-int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out,
-                     kc_error *err) {
+int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, const kc_settings *s,
+                     kc_cgroup **out, kc_error *err) {
   *out = NULL;
   if (!name || !*name || strchr(name, '/') || strlen(name) > 200 || name[0] == '.')
     return kc_error_set(err, EINVAL, "cgroup name '%s'", name ? name : "(null)");
+  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, err);
+  if (!h)
+    return kc_error_prefix(err, "create cgroup %s", name);
   char leaf[NAME_MAX + 1];
   snprintf(leaf, sizeof leaf, "%lu.%d.%llu.%u.%s", kc_cg_pidns(), (int)getpid(),
            kc_cg_starttime(getpid()), atomic_fetch_add(&seq, 1), name);
   kc_cgroup *cg = NULL;
   bool no_cpu = !lim || lim->cpus == 0; /* a CPU limit given later joins then */
-  if (cg_open(leaf, true, no_cpu, &cg, err) < 0)
+  if (cg_open(h, leaf, true, no_cpu, &cg, err) < 0)
     return kc_error_prefix(err, "create cgroup %s", name);
+  cg->fallback = s ? s->limits_fallback : KC_LIMITS_FALLBACK_NONE;
   if (kc_cgroup_set_limits(cg, lim, err) < 0) {
     kc_cgroup_destroy(cg);
     return -1;
@@ -392,7 +394,7 @@ void kc_cgroup_destroy(kc_cgroup *cg) {
     return;
   if (cg->mode != KC_CGROUP_NONE && !all_empty(cg))
     kc_cgroup_kill(cg, NULL);
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cg_host *h = cg->host;
   if (cg->peak_fd >= 0)
     close(cg->peak_fd);
   if (cg->v2_fd >= 0) {

@@ -16,10 +16,15 @@
 
 #include "kcage/cleanup.h"
 
-static kc_cg_host host;
-static pthread_once_t host_once = PTHREAD_ONCE_INIT;
+/* One detection per mode a caller asks for, indexed by kc_cgroup_mode: the host's best
+ * (AUTO) and each mode a tenant's settings name, each made once and kept.  A tenant's
+ * mode is then a choice of one of these, never a change to what another tenant uses. */
+#define KC_CG_NMODES (KC_CGROUP_HYBRID + 1)
+static kc_cg_host hosts[KC_CG_NMODES];
+static bool forced_done[KC_CG_NMODES], forced_ok[KC_CG_NMODES];
+static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t hosts_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t bases_lock = PTHREAD_MUTEX_INITIALIZER;
-static bool bases_done;
 
 /* v1 mounts seen, before a mode is chosen. */
 typedef struct {
@@ -273,6 +278,7 @@ static void host_reset(kc_cg_host *h) {
   h->nv1 = 0;
   h->v1_ctrl = 0;
   h->kernel_major = h->kernel_minor = 0;
+  h->bases_done = false;
   for (int i = 0; i < 3; i++)
     h->why[i][0] = '\0';
 }
@@ -326,24 +332,66 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
 /* Always the best mode the host has.  No environment variable chooses it: one set for
  * a daemon (kcage agent) would reach every tenant's sandbox, and "none" there would
  * turn cgroup limits into rlimits or drop the CPU accounting a measurement rests on.
- * A caller that wants another mode says so itself (kc_cgroup_force_mode; kcage run
- * --cgroup). */
+ * A tenant that wants another mode says so in its own settings (kc_settings;
+ * kcage run --cgroup). */
 static void detect_once(void) {
-  detect_into(&host, KC_CGROUP_NONE, false);
+  kc_cg_host *host = &hosts[KC_CGROUP_AUTO];
+  detect_into(host, KC_CGROUP_NONE, false);
   /* Unusable (not root, no delegation): behave as "none" rather than fail later; the
    * reason is kept for the refusal of a limit. */
   kc_error e = {0};
-  if (host.mode != KC_CGROUP_NONE && kc_cg_bases_ready(&e) < 0) {
-    detect_into(&host, KC_CGROUP_NONE, true);
-    kc_cg_why_set(&host, 0, "%s", e.msg);
+  if (host->mode != KC_CGROUP_NONE && kc_cg_bases_ready(host, &e) < 0) {
+    detect_into(host, KC_CGROUP_NONE, true);
+    kc_cg_why_set(host, 0, "%s", e.msg);
   }
-  if (host.mode == KC_CGROUP_NONE)
-    kc_cg_why_set(&host, 0, "%s", "this host has no cgroup hierarchy with that controller");
+  if (host->mode == KC_CGROUP_NONE)
+    kc_cg_why_set(host, 0, "%s", "this host has no cgroup hierarchy with that controller");
 }
 
 const kc_cg_host *kc_cg_host_get(void) {
-  pthread_once(&host_once, detect_once);
-  return &host;
+  pthread_once(&auto_once, detect_once);
+  return &hosts[KC_CGROUP_AUTO];
+}
+
+/* Mode m exactly as the caller chose it: made once, then shared by every tenant that
+ * chose it. */
+static const kc_cg_host *host_forced(kc_cgroup_mode m, kc_error *err) {
+  kc_cg_host *h = &hosts[m];
+  pthread_mutex_lock(&hosts_lock);
+  if (!forced_done[m]) {
+    forced_done[m] = true;
+    forced_ok[m] = detect_into(h, m, true);
+    if (forced_ok[m] && m == KC_CGROUP_NONE)
+      kc_cg_why_set(h, 0, "%s", "cgroups are off (the caller chose mode none)");
+  }
+  bool ok = forced_ok[m];
+  pthread_mutex_unlock(&hosts_lock);
+  if (!ok) {
+    kc_error_set(err, 0, "cgroup mode %s is not available on this host", kc_cgroup_mode_name(m));
+    if (err)
+      err->code = ENOTSUP;
+    return NULL;
+  }
+  if (m != KC_CGROUP_NONE && kc_cg_bases_ready(h, err) < 0) {
+    kc_error_prefix(err, "cgroup mode %s", kc_cgroup_mode_name(m));
+    return NULL;
+  }
+  return h;
+}
+
+const kc_cg_host *kc_cg_host_for(kc_cgroup_mode m, kc_error *err) {
+  if (m == KC_CGROUP_AUTO)
+    return kc_cg_host_get();
+  if ((unsigned)m >= KC_CG_NMODES) {
+    kc_error_set(err, EINVAL, "cgroup mode %d", (int)m);
+    return NULL;
+  }
+  return host_forced(m, err);
+}
+
+kc_cgroup_mode kc_cgroup_mode_for(const kc_settings *s) {
+  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
+  return h ? h->mode : KC_CGROUP_AUTO;
 }
 
 kc_cgroup_mode kc_cgroup_detect(void) {
@@ -352,6 +400,8 @@ kc_cgroup_mode kc_cgroup_detect(void) {
 
 const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
   switch (m) {
+  case KC_CGROUP_AUTO:
+    return "auto";
   case KC_CGROUP_NONE:
     return "none";
   case KC_CGROUP_V1:
@@ -362,24 +412,6 @@ const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
     return "hybrid";
   }
   return "?";
-}
-
-int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err) {
-  kc_cg_host_get();
-  kc_cg_host h;
-  memset(&h, 0, sizeof h); /* see host_reset; not a launch's path */
-  if (!detect_into(&h, m, true))
-    return kc_error_set(err, ENOTSUP, "cgroup mode %s is not available on this host",
-                        kc_cgroup_mode_name(m));
-  if (m == KC_CGROUP_NONE)
-    kc_cg_why_set(&h, 0, "%s", "cgroups are off (the caller chose mode none)");
-  pthread_mutex_lock(&bases_lock);
-  host = h;
-  bases_done = false;
-  pthread_mutex_unlock(&bases_lock);
-  if (m != KC_CGROUP_NONE && kc_cg_bases_ready(err) < 0)
-    return kc_error_prefix(err, "cgroup mode %s", kc_cgroup_mode_name(m));
-  return 0;
 }
 
 static int mkdir_p(const char *path) {
@@ -488,46 +520,46 @@ static int base_make(const char *base) {
   return access(base, W_OK | X_OK);
 }
 
-static int bases_ready_locked(kc_error *err) {
-  if (host.have_v2) {
-    if (base_make(host.v2.base) < 0)
-      return base_error(err, errno, &host.v2);
-    if (host.mode == KC_CGROUP_V2) {
-      unsigned want = host.v2.ctrl;
-      if (host.v2.delegated)
-        v2_leave_parent(host.v2.base);
-      host.v2.ctrl = v2_enable(host.v2.base, want);
-      if (want & ~host.v2.ctrl)
-        kc_cg_why_set(&host, host.v2.ctrl,
+static int bases_ready_locked(kc_cg_host *host, kc_error *err) {
+  if (host->have_v2) {
+    if (base_make(host->v2.base) < 0)
+      return base_error(err, errno, &host->v2);
+    if (host->mode == KC_CGROUP_V2) {
+      unsigned want = host->v2.ctrl;
+      if (host->v2.delegated)
+        v2_leave_parent(host->v2.base);
+      host->v2.ctrl = v2_enable(host->v2.base, want);
+      if (want & ~host->v2.ctrl)
+        kc_cg_why_set(host, host->v2.ctrl,
                       "the controller cannot be enabled below %s (the delegating parent must "
                       "enable it, and no other process may stay in that cgroup)",
-                      host.v2.base);
+                      host->v2.base);
     }
   }
   /* A v1 hierarchy that is not delegated to us is dropped: its limit is refused, the
    * others still work. */
-  for (int i = 0; i < host.nv1;) {
-    if (base_make(host.v1[i].base) == 0) {
+  for (int i = 0; i < host->nv1;) {
+    if (base_make(host->v1[i].base) == 0) {
       i++;
       continue;
     }
     kc_error e = {0};
-    base_error(&e, errno, &host.v1[i]);
-    kc_cg_why_set(&host, host.v1_ctrl & ~host.v1[i].ctrl, "%s", e.msg);
-    host.v1_ctrl &= ~host.v1[i].ctrl;
-    memmove(&host.v1[i], &host.v1[i + 1], (size_t)(host.nv1 - i - 1) * sizeof host.v1[0]);
-    host.nv1--;
+    base_error(&e, errno, &host->v1[i]);
+    kc_cg_why_set(host, host->v1_ctrl & ~host->v1[i].ctrl, "%s", e.msg);
+    host->v1_ctrl &= ~host->v1[i].ctrl;
+    memmove(&host->v1[i], &host->v1[i + 1], (size_t)(host->nv1 - i - 1) * sizeof host->v1[0]);
+    host->nv1--;
   }
   return 0;
 }
 
-int kc_cg_bases_ready(kc_error *err) {
+int kc_cg_bases_ready(kc_cg_host *host, kc_error *err) {
   pthread_mutex_lock(&bases_lock);
   int rc = 0;
-  if (!bases_done) {
-    rc = bases_ready_locked(err);
+  if (!host->bases_done) {
+    rc = bases_ready_locked(host, err);
     if (rc == 0)
-      bases_done = true;
+      host->bases_done = true;
   }
   pthread_mutex_unlock(&bases_lock);
   return rc;

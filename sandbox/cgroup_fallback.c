@@ -16,20 +16,9 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-static _Atomic int fallback = KC_LIMITS_FALLBACK_NONE;
-
-void kc_cgroup_set_fallback(kc_limits_fallback f) {
-  atomic_store(&fallback, (int)f);
-}
-
-kc_limits_fallback kc_cgroup_get_fallback(void) {
-  return (kc_limits_fallback)atomic_load(&fallback);
-}
-
-/* Can this host's cgroups hold limit c for us? */
-static bool cgroup_has(unsigned c) {
-  const kc_cg_host *h = kc_cg_host_get();
-  if (h->mode == KC_CGROUP_NONE)
+/* Can h's cgroups hold limit c? */
+bool kc_cg_host_has(const kc_cg_host *h, unsigned c) {
+  if (!h || h->mode == KC_CGROUP_NONE)
     return false;
   return (h->mode == KC_CGROUP_V2 ? h->v2.ctrl : h->v1_ctrl) & c;
 }
@@ -44,13 +33,12 @@ static unsigned ctrl_of(const char *which) {
   return 0;
 }
 
-const char *kc_cgroup_enforcement(const char *which) {
-  unsigned c = which ? ctrl_of(which) : 0;
+static const char *enforcement(const kc_cg_host *h, kc_limits_fallback f, unsigned c) {
   if (!c)
     return NULL;
-  if (cgroup_has(c))
+  if (kc_cg_host_has(h, c))
     return "cgroup";
-  if (c != KC_CG_CPU && kc_cgroup_get_fallback() == KC_LIMITS_FALLBACK_RLIMIT)
+  if (c != KC_CG_CPU && f == KC_LIMITS_FALLBACK_RLIMIT)
     return "rlimit";
   return NULL;
 }
@@ -65,10 +53,15 @@ static const char *delegation_hint(void) {
          "docs/operating.md \"Delegating cgroups by hand\"";
 }
 
-int kc_cgroup_refusal(const char *which, kc_error *err) {
+const char *kc_cgroup_enforcement(const kc_settings *s, const char *which) {
+  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
+  return enforcement(h, s ? s->limits_fallback : KC_LIMITS_FALLBACK_NONE,
+                     which ? ctrl_of(which) : 0);
+}
+
+static int refusal(const kc_cg_host *h, const char *which, kc_error *err) {
   unsigned c = ctrl_of(which);
-  const kc_cg_host *h = kc_cg_host_get();
-  const char *why = c ? h->why[kc_cg_why_index(c)] : "";
+  const char *why = c && h ? h->why[kc_cg_why_index(c)] : "";
   /* ENOTSUP without its strerror: the line already says everything. */
   kc_error_set(err, 0, "%s limit cannot be enforced: %s; run kcage in a delegated cgroup (%s)%s",
                which, why[0] ? why : "no usable cgroup", delegation_hint(),
@@ -78,21 +71,32 @@ int kc_cgroup_refusal(const char *which, kc_error *err) {
   return -1;
 }
 
+int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err) {
+  kc_error e = {0};
+  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, &e);
+  if (!h) {
+    kc_error_set(err, e.code, "%s limit cannot be enforced: %s", which, e.msg);
+    return -1;
+  }
+  return refusal(h, which, err);
+}
+
 int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err) {
+  const kc_cg_host *h = cg->host;
   cg->rl_as = 0;
   cg->rl_nproc = 0;
-  if (lim->memory_bytes && !cgroup_has(KC_CG_MEMORY)) {
-    if (!kc_cgroup_enforcement("memory"))
-      return kc_cgroup_refusal("memory", err);
+  if (lim->memory_bytes && !kc_cg_host_has(h, KC_CG_MEMORY)) {
+    if (!enforcement(h, cg->fallback, KC_CG_MEMORY))
+      return refusal(h, "memory", err);
     cg->rl_as = lim->memory_bytes;
   }
-  if (lim->pids && !cgroup_has(KC_CG_PIDS)) {
-    if (!kc_cgroup_enforcement("pids"))
-      return kc_cgroup_refusal("pids", err);
+  if (lim->pids && !kc_cg_host_has(h, KC_CG_PIDS)) {
+    if (!enforcement(h, cg->fallback, KC_CG_PIDS))
+      return refusal(h, "pids", err);
     cg->rl_nproc = lim->pids;
   }
-  if (lim->cpus > 0 && !cgroup_has(KC_CG_CPU))
-    return kc_cgroup_refusal("cpus", err);
+  if (lim->cpus > 0 && !kc_cg_host_has(h, KC_CG_CPU))
+    return refusal(h, "cpus", err);
   return 0;
 }
 

@@ -29,10 +29,11 @@ typedef struct kc_cg_hier {
   bool delegated;      /* base is below our own cgroup (the hierarchy root is not ours) */
 } kc_cg_hier;
 
-/* What detection found (one per process, cached). */
+/* What detection found for one mode (cached per mode: kc_cg_host_for). */
 typedef struct kc_cg_host {
-  kc_cgroup_mode mode;
-  bool have_v2; /* a v2 hierarchy is used (pure v2, or the hybrid unified mount) */
+  kc_cgroup_mode mode; /* never KC_CGROUP_AUTO */
+  bool bases_done;     /* kc_cg_bases_ready made the kcage/ parents */
+  bool have_v2;        /* a v2 hierarchy is used (pure v2, or the hybrid unified mount) */
   kc_cg_hier v2;
   int nv1;
   kc_cg_hier v1[KC_CG_V1_MAX];
@@ -56,20 +57,27 @@ struct kc_cgroup {
   int nv1;
   int v1_fd[KC_CG_V1_MAX];
   unsigned v1_ctrl[KC_CG_V1_MAX];
-  unsigned ctrl;     /* union: which controllers this cgroup can use */
-  int peak_fd;       /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
-  bool peak_unknown; /* a reset was asked for and the host cannot do it */
-  bool v2_killed;    /* cgroup.kill was used: no more CLONE_INTO_CGROUP (see v2_fd) */
-  uint64_t rl_as;    /* rlimit fallback: RLIMIT_AS of attached processes, 0 = none */
-  uint32_t rl_nproc; /* rlimit fallback: RLIMIT_NPROC, 0 = none */
-  int npids;         /* none mode */
+  unsigned ctrl;                 /* union: which controllers this cgroup can use */
+  int peak_fd;                   /* v2 memory.peak fd, reset per fd (>= 6.12); -1 when none */
+  bool peak_unknown;             /* a reset was asked for and the host cannot do it */
+  bool v2_killed;                /* cgroup.kill was used: no more CLONE_INTO_CGROUP (see v2_fd) */
+  const struct kc_cg_host *host; /* the hierarchies of the tenant's mode */
+  kc_limits_fallback fallback;   /* the tenant's, for limits added later */
+  uint64_t rl_as;                /* rlimit fallback: RLIMIT_AS of attached processes, 0 = none */
+  uint32_t rl_nproc;             /* rlimit fallback: RLIMIT_NPROC, 0 = none */
+  int npids;                     /* none mode */
   pid_t pids[KC_CG_NONE_PIDS];
 };
 
 /* cgroup_detect.c */
+/* The host's best mode (detected once). */
 const kc_cg_host *kc_cg_host_get(void);
-/* Make (once) the kcage/ parent of every hierarchy; in v2 enable the controllers. */
-int kc_cg_bases_ready(kc_error *err);
+/* Mode m as a tenant's settings name it (AUTO = kc_cg_host_get), its kcage/ parents
+ * made; NULL (ENOTSUP) when the host cannot provide it. */
+const kc_cg_host *kc_cg_host_for(kc_cgroup_mode m, kc_error *err);
+/* Make (once per host) the kcage/ parent of every hierarchy; in v2 enable the
+ * controllers. */
+int kc_cg_bases_ready(kc_cg_host *host, kc_error *err);
 /* The start time (clock ticks since boot, /proc/PID/stat field 22) of pid; 0 if gone. */
 unsigned long long kc_cg_starttime(pid_t pid);
 /* Inode number of our pid namespace: pids in leaf names only mean something there. */
@@ -110,5 +118,7 @@ int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err);
 int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err);
 /* Open (not create) the leaf `name` in every hierarchy: used by the reaper. */
 int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err);
+/* Is limit c (KC_CG_MEMORY/PIDS/CPU) held by h's cgroups? */
+bool kc_cg_host_has(const kc_cg_host *h, unsigned c);
 
 #endif

@@ -9,16 +9,15 @@
  * the id itself, not by its place in the range: two kcage processes given different,
  * overlapping ranges still never hand one id to two sandboxes.
  *
- * The range is the caller's own choice (kc_sandbox_ids_set_range: kcage's
- * --sandbox-ids), never an environment variable: one set for a daemon (kcage agent)
- * would choose the host ids of every tenant's sandbox. */
+ * The range is the tenant's own choice (kc_settings: kcage's --sandbox-ids), never an
+ * environment variable or process-wide state: one set for a daemon (kcage agent) would
+ * choose the host ids of every tenant's sandbox. */
 #include "kcage/sandbox.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,25 +91,10 @@ int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, cons
   return 0;
 }
 
-/* The range in use: the default until the caller sets another (before any sandbox). */
-static pthread_mutex_t range_mu = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t range_base = KC_SANDBOX_IDS_BASE, range_count = KC_SANDBOX_IDS_COUNT;
-
-int kc_sandbox_ids_set_range(uint32_t base, uint32_t count, kc_error *err) {
-  if (kc_sandbox_ids_check(base, count, NULL, NULL, NULL, NULL, err) < 0)
-    return -1;
-  pthread_mutex_lock(&range_mu);
-  range_base = base;
-  range_count = count;
-  pthread_mutex_unlock(&range_mu);
-  return 0;
-}
-
-int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err) {
-  pthread_mutex_lock(&range_mu);
-  *base = range_base;
-  *count = range_count;
-  pthread_mutex_unlock(&range_mu);
+int kc_sandbox_ids_range(const kc_settings *s, uint32_t *base, uint32_t *count, kc_error *err) {
+  bool dflt = !s || (!s->ids_base && !s->ids_count);
+  *base = dflt ? KC_SANDBOX_IDS_BASE : s->ids_base;
+  *count = dflt ? KC_SANDBOX_IDS_COUNT : s->ids_count;
   return kc_sandbox_ids_check(*base, *count, NULL, NULL, NULL, NULL, err);
 }
 
@@ -143,7 +127,7 @@ static int lock_dir(kc_error *err) {
   return fd;
 }
 
-int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err) {
+int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, const kc_settings *s, kc_error *err) {
   ids->lock_fd = -1;
   if (geteuid() != 0) {
     ids->uid = geteuid();
@@ -151,7 +135,7 @@ int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err) {
     return 0;
   }
   uint32_t base, count;
-  if (kc_sandbox_ids_range(&base, &count, err) < 0)
+  if (kc_sandbox_ids_range(s, &base, &count, err) < 0)
     return -1;
   kc_cleanup_close int dir = lock_dir(err);
   if (dir < 0)

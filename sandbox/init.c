@@ -185,11 +185,15 @@ void kc__child_main(kc_plan *p) {
   char go;
   if (read(p->sync_rd, &go, 1) != 1 || go != 'm')
     _exit(125);
-  if (setgroups(0, NULL) < 0 && errno != EPERM)
+  /* Raw syscalls, not libc's: we are a raw clone of a process that may have other
+   * threads, and libc's wrappers would signal each of them to change its credentials
+   * too (all threads of a process share them), then wait forever for threads that do
+   * not exist here.  The kernel changes the calling thread's, the only one we have. */
+  if (syscall(SYS_setgroups, 0, NULL) < 0 && errno != EPERM)
     fail(KC_REPORT_SETUP, errno, "setgroups");
-  if (setresgid(0, 0, 0) < 0)
+  if (syscall(SYS_setresgid, 0, 0, 0) < 0)
     fail(KC_REPORT_SETUP, errno, "setresgid");
-  if (setresuid(0, 0, 0) < 0)
+  if (syscall(SYS_setresuid, 0, 0, 0) < 0)
     fail(KC_REPORT_SETUP, errno, "setresuid");
   /* After the credential change, which clears it.  The parent keeps its end of the
    * sync pipe open for as long as it supervises us: a hang-up means it died before

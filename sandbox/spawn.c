@@ -223,12 +223,12 @@ static int maybe_cgroup(kc_sandbox *sb, const kc_sandbox_config *c, kc_plan *pla
   bool need_cg = l->memory_bytes || l->pids || l->cpus > 0 || l->cpu_s > 0 || !plan->ns.pid ||
                  c->always_cgroup;
   bool limits = l->memory_bytes || l->pids || l->cpus;
-  if (!need_cg || (kc_cgroup_detect() == KC_CGROUP_NONE && !limits))
+  if (!need_cg || (kc_cgroup_mode_for(&c->settings) == KC_CGROUP_NONE && !limits))
     return 0;
   kc_cgroup_limits cl = {.memory_bytes = l->memory_bytes, .pids = l->pids, .cpus = l->cpus};
   char name[64];
   snprintf(name, sizeof name, "run-%d-%u", (int)getpid(), atomic_fetch_add(&run_counter, 1));
-  if (kc_cgroup_create(name, &cl, &sb->cg, err) < 0)
+  if (kc_cgroup_create(name, &cl, &c->settings, &sb->cg, err) < 0)
     return err && err->code != ENOTSUP ? kc_error_prefix(err, "cgroup") : -1;
   if (kc_cgroup_read(sb->cg, &sb->base, err) < 0)
     return kc_error_prefix(err, "cgroup counters");
@@ -391,7 +391,7 @@ static kc_sandbox *sandbox_new(const kc_sandbox_config *c, kc_error *err) {
   if (c->ids) {
     sb->ids = *c->ids;
     sb->ids.lock_fd = -1; /* the caller's to release */
-  } else if (kc_sandbox_ids_acquire(&sb->ids, err) < 0) {
+  } else if (kc_sandbox_ids_acquire(&sb->ids, &c->settings, err) < 0) {
     free(sb);
     return NULL;
   }

@@ -4,7 +4,8 @@
 set -eu
 pkgs="build-essential cmake pkg-config clang libseccomp-dev libcap-dev
 libcmocka-dev libjansson-dev libdlpack-dev nettle-dev libmicrohttpd-dev help2man bubblewrap
-qemu-system-x86 busybox-static cpio xz-utils jq clang-format python3 python3-venv libpython3-dev"
+qemu-system-x86 busybox-static cpio xz-utils jq clang-format python3 python3-venv libpython3-dev
+abigail-tools"
 missing=""
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing="$missing $p"

@@ -7,7 +7,7 @@ if ! ./scripts/python-venv.sh "$build"; then
   echo "kcage: python tests skipped: $build/venv could not be made" >&2
   exit 0
 fi
-KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.0"
+KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.1"
 export KCAGE_LIB
 cd python && "../$build/venv/bin/python" -m pytest -q ${PYTEST_ARGS--m "not slow"} tests
 rc=$?

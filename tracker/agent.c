@@ -408,7 +408,8 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
                                 .asked_timeout_s = asked_s,
                                 .caps = a->o.caps,
                                 .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL,
-                                .auth_timeout_s = a->o.auth_timeout_s};
+                                .auth_timeout_s = a->o.auth_timeout_s,
+                                .settings = a->o.settings};
     kc_error err = {0};
     int rc = kc_session_serve(fd, &so, &err);
     if (rc < 0) { /* the operator sees why a session ended early: a refused key, a record

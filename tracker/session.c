@@ -441,6 +441,7 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   }
   if (st->o->workers)
     cfg.workers = st->o->workers;
+  cfg.settings = st->o->settings; /* the agent's: nothing a client sends chooses them */
   json_t *clamped = clamp_all(st, &cfg);
   if (rc == 0)
     rc = kc_bench_run_batch(&cfg, (const char *const *)paths, n, records, err);

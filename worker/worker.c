@@ -191,8 +191,15 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
   else
     kc_worker_opts_init(&w->o);
   w->initializer = dupstr(w->o.initializer);
-  w->policy =
-      dupstr(w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure"));
+  char polbuf[4096];
+  const char *pol =
+      w->o.policy ? w->o.policy : (w->o.isolation == KC_ISOLATION_NONE ? NULL : "measure");
+  if (kc_worker_policy_path(&w->o, pol, polbuf, sizeof polbuf, &pol, err) < 0) {
+    kc_worker_free(w);
+    return kc_error_prefix(err, "worker");
+  }
+  w->policy = dupstr(pol);
+  w->o.settings.policy_dir = NULL; /* resolved: the caller's string is not kept */
   w->worker_path = dupstr(w->o.worker_path);
   w->python_lib = dupstr(w->o.python_lib);
   w->python_boot = dupstr(w->o.python_boot);
@@ -791,7 +798,7 @@ static int ensure_cgroup(kc_worker *w, kc_error *err) {
   if (lim.pids && w->o.isolation == KC_ISOLATION_SANDBOX)
     lim.pids++; /* the slot's zygote */
   kc_error e = {0};
-  if (kc_cgroup_create(name, &lim, &w->cg, &e) < 0) {
+  if (kc_cgroup_create(name, &lim, &w->o.settings, &w->cg, &e) < 0) {
     w->cg = NULL;
     if (lim.memory_bytes || lim.pids || lim.cpus > 0)
       return kc_error_set(err, e.code, "worker: %s", e.msg); /* tried again next spawn */

@@ -136,6 +136,10 @@ int kc_zygote_slot_collect(kc_zygote *z, uint32_t generation, int sock, kc_zygot
 /* The kcage-worker to exec: o->worker_path, a checked $KCAGE_WORKER, or the one next to
  * kcage; -1 when $KCAGE_WORKER names a file others could change. */
 int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err);
+/* The policy the zygote is given for NAME: NAME itself, or the file found in the
+ * tenant's policy directory (o->settings.policy_dir), in buf. */
+int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, size_t len,
+                          const char **out, kc_error *err);
 
 /* worker.c: used by the pool, which shares one zygote between its workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,

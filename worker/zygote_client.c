@@ -81,6 +81,17 @@ static void keep_netns(pid_t zygote) {
  * (one string per mount). */
 enum { ZYG_MAX_MOUNTS = 64, ZYG_MAXARG = 13 + 2 * ZYG_MAX_MOUNTS };
 
+int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, size_t len,
+                          const char **out, kc_error *err) {
+  *out = name;
+  if (!name || !o->settings.policy_dir || kc_policy_is_path(name))
+    return 0;
+  if (kc_policy_resolve_in(&o->settings, name, buf, len, err) < 0)
+    return -1;
+  *out = buf;
+  return 0;
+}
+
 static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, char **argv,
                        char (*margs)[1024], kc_error *err) {
   if (o->n_mounts > ZYG_MAX_MOUNTS)
@@ -261,7 +272,13 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   int netns = sandboxed ? shared_netns() : -1;
   char *argv[ZYG_MAXARG + 1];
   char margs[ZYG_MAX_MOUNTS][1024];
-  if (zygote_argv(o, sandboxed, netns < 0, argv, margs, err) < 0)
+  /* The tenant's policy directory is searched here, in the caller: the zygote gets
+   * the file's path and never looks anywhere itself. */
+  char polbuf[4096];
+  kc_worker_opts ro = *o;
+  if (kc_worker_policy_path(o, o->policy, polbuf, sizeof polbuf, &ro.policy, err) < 0)
+    return kc_error_prefix(err, "zygote");
+  if (zygote_argv(&ro, sandboxed, netns < 0, argv, margs, err) < 0)
     return -1;
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
   /* sv: the zygote's socket; hs: its namespaces' handshake ("made" / "maps written") */
@@ -279,7 +296,7 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   /* The pool's own host ids (never nobody, never another sandbox's), held until the
    * zygote and every worker it forked are gone.  Chosen while the zygote execs: it
    * waits for its maps, which name them, before anything else. */
-  if (sandboxed && kc_sandbox_ids_acquire(&ids, err) < 0) {
+  if (sandboxed && kc_sandbox_ids_acquire(&ids, &o->settings, err) < 0) {
     kill_child(pid);
     return kc_error_prefix(err, "zygote");
   }
@@ -318,7 +335,7 @@ int kc_zygote_await(const kc_worker_opts *o, kc_zygote *z, kc_error *err) {
       return kc_error_set(err, e, "zygote: user namespace");
     }
   }
-  if (z->sandboxed && kc_cgroup_detect() != KC_CGROUP_NONE)
+  if (z->sandboxed && kc_cgroup_mode_for(&o->settings) != KC_CGROUP_NONE)
     warm_attach_until_hello(z);
   /* its hello (generation 0): policy loaded, file system entered, or why not; an
    * interpreter's boot imports what the caller named (TVM: seconds when loaded) */

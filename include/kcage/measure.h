@@ -62,37 +62,6 @@ int kc_args_format(const kc_args_spec *a, char *buf, size_t len);
 /* "f32" etc.; "?" for a dtype outside the language. */
 const char *kc_dtype_name(DLDataType t);
 int kc_dtype_parse(const char *name, size_t len, DLDataType *out);
-/* Byte offset of tensor i in its set's region: the inputs' region (in order) or the
- * outputs' (in order), each tensor aligned to 64 bytes, and large ones staggered so that
- * no two start at the same offset within a 2 MiB page (args.c).  The regions' sizes
- * below. */
-uint64_t kc_args_offset(const kc_args_spec *a, uint32_t i);
-uint64_t kc_args_region_bytes(const kc_args_spec *a, bool out);
-
-/* ---------------------------------------------------------------------------------
- * Data: deterministic inputs, poison, comparison.
- * ------------------------------------------------------------------------------- */
-uint64_t kc_splitmix64(uint64_t *state);
-/* Fill tensor `t` of input set `set` from seed: floats uniform in [-1, 1), integers
- * small (so sums of products stay exact).  Same (seed, set, index) -> same bytes. */
-void kc_data_fill(const kc_tensor_spec *t, void *buf, uint64_t seed, uint32_t set, uint32_t index);
-/* The poison word of call `call` of a request seeded with `seed`: all-ones (NaN for
- * floats, -1 for integers) when (seed ^ call) is even, else a random 64-bit pattern. */
-uint64_t kc_poison_word(uint64_t seed, uint64_t call);
-void kc_poison_fill(void *buf, size_t len, uint64_t word);
-bool kc_poison_equal(const void *buf, size_t len, uint64_t word); /* buf is all poison */
-
-float kc_half_to_float(uint16_t h);
-float kc_bf16_to_float(uint16_t h);
-uint16_t kc_float_to_half(float f);
-uint16_t kc_float_to_bf16(float f);
-
-/* Compare one output tensor: every element must satisfy |got - want| <= atol + rtol *
- * |want| (NaN equals NaN, inf equals the same inf).  Returns true when it does; the
- * largest absolute error (inf when a NaN/inf disagrees) goes to *max_abs_err. */
-bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want, double rtol,
-                     double atol, double *max_abs_err);
-
 /* ---------------------------------------------------------------------------------
  * Build: `cc` inside a `build` sandbox, content-addressed cache.
  * ------------------------------------------------------------------------------- */
@@ -106,6 +75,7 @@ typedef struct kc_build_opts {
   double timeout_s;      /* per build, wall; 0 = 60 */
   uint64_t memory_bytes; /* per build; 0 = 1 GiB */
   bool no_cache;         /* compile even when cached (result still stored) */
+  kc_settings settings;  /* the tenant's: ids, cgroup mode, policy directory */
 } kc_build_opts;
 
 typedef enum kc_build_status {
@@ -217,6 +187,9 @@ typedef struct kc_bench_config {
    * must be one of the CPUs the caller may use. */
   bool pin_cpu;
   uint32_t cpu;
+  /* The tenant's cgroup mode, limits fallback, id range and policy directory, for the
+   * builds and the measuring workers alike (build.settings is replaced by it). */
+  kc_settings settings;
 } kc_bench_config;
 
 void kc_bench_config_init(kc_bench_config *c);
@@ -240,19 +213,11 @@ int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels
 /* One record as one JSON Lines line (no newline; free() it): every number in its
  * shortest round-trip form, times rounded to 12 significant digits first. */
 char *kc_bench_record_dumps(const json_t *record);
-/* Set reference_median_s and speedup (reference / median_s; null when either is
- * missing) on a record. */
-void kc_bench_record_set_reference(json_t *record, double reference_median_s);
-
 /* Stop the running batch (async-signal-safe: for SIGINT/SIGTERM handlers): the
  * measuring worker and every build are killed, kc_bench_run_batch returns -1 soon
  * (kc_bench_interrupted() then says so); records already delivered stay valid. */
 void kc_bench_interrupt(int sig);
 int kc_bench_interrupted(void); /* the signal number given, or 0 */
-
-/* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
- * kcage-worker program (measure/worker_main.c). */
-int kc_handler_measure(kc_call *call);
 
 KC_PUBLIC_END
 

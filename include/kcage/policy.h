@@ -10,6 +10,7 @@
 #include <sys/resource.h>
 
 #include "kcage/error.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -21,88 +22,18 @@ KC_PUBLIC_BEGIN
 
 typedef struct kc_policy kc_policy;
 
-typedef struct kc_policy_namespaces {
-  bool user, pid, mount, ipc, uts, cgroup, net;
-} kc_policy_namespaces;
-
-typedef enum kc_policy_mount_kind {
-  KC_POLICY_MOUNT_RO,    /* read-only bind */
-  KC_POLICY_MOUNT_RW,    /* read-write bind */
-  KC_POLICY_MOUNT_TMPFS, /* tmpfs of a size */
-  KC_POLICY_MOUNT_PROC,
-  KC_POLICY_MOUNT_DEV,     /* minimal /dev: null zero full random urandom tty */
-  KC_POLICY_MOUNT_SYMLINK, /* src = link target, dst = link path */
-} kc_policy_mount_kind;
-
-typedef struct kc_policy_mount {
-  kc_policy_mount_kind kind;
-  char *src;
-  char *dst;
-  uint64_t size; /* tmpfs */
-  bool optional; /* a missing source is skipped rather than an error */
-} kc_policy_mount;
-
-typedef struct kc_policy_rlimit {
-  int resource; /* RLIMIT_* */
-  rlim_t soft, hard;
-} kc_policy_rlimit;
-
-/* The parts of a policy the spawner reads directly.  Seccomp rules stay private. */
-typedef struct kc_policy_spec {
-  const char *name;
-  kc_policy_namespaces ns;
-  const kc_policy_mount *mounts;
-  size_t n_mounts;
-  const kc_policy_rlimit *rlimits;
-  size_t n_rlimits;
-  /* default limits (0 = none): memory bytes, cpu s, wall s, pids, cpus, output bytes */
-  uint64_t memory_bytes;
-  double cpu_s, wall_s;
-  uint32_t pids;
-  double cpus;
-  uint64_t output_bytes;
-  const char *cwd;
-} kc_policy_spec;
-
 /* NAME (a built-in profile such as "exec", "build", "measure", found in
  * $KCAGE_POLICY_DIR or kcage's own policies) or a FILE path. */
 int kc_policy_load(const char *name_or_path, kc_policy **out, kc_error *err);
-/* Is NAME_OR_PATH taken as a file path (it contains '/' or ends in ".policy")? */
-bool kc_policy_is_path(const char *name_or_path);
-/* The file kc_policy_load would read: a path as given, else NAME.policy in
- * $KCAGE_POLICY_DIR (an error, not a fall-through, when someone other than root and
- * the caller could change that directory or the file found in it), then in kcage's
- * own policies: <datadir>/kcage/policies relative
- * to where the library or binary is installed (the source tree's policies/ only for
- * a binary that runs from its build directory). */
-int kc_policy_resolve(const char *name_or_path, char *path, size_t len, kc_error *err);
+/* The same for a tenant: a NAME is looked for in s->policy_dir (when set) instead of
+ * $KCAGE_POLICY_DIR, then in kcage's own policies. */
+int kc_policy_load_in(const kc_settings *s, const char *name_or_path, kc_policy **out,
+                      kc_error *err);
 /* Errors read "FILE:LINE: message". */
 int kc_policy_parse_file(const char *path, kc_policy **out, kc_error *err);
 void kc_policy_free(kc_policy *p);
-const kc_policy_spec *kc_policy_get_spec(const kc_policy *p);
 /* Print the resolved policy (includes expanded) in policy syntax. */
 int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
-
-/* Install the policy's seccomp filter in the calling process (after no_new_privs).
- * Rules whose action is "kill" (and the default action when it is kill) notify a
- * supervisor instead of killing silently, so the verdict can name the syscall: the
- * listener fd is returned in *listener_fd (-1 when the policy kills nothing); the
- * caller must hand it to its supervisor and close its own copy before running
- * untrusted code.  See sandbox/seccomp_*.c for the full reasoning.
- * The hand-off itself runs under the filter: under a policy whose default is kill
- * (measure), sendmsg and close would be violations that wait for a supervisor who does
- * not hold the listener yet.  So this call also allows sendmsg and close when the
- * policy says nothing about them.  Tighter (sendmsg on the hand-off fd only):
- * kc_seccomp_install_and_send(); tighter and cheaper in a forked child (compiled once
- * by the parent): kc_seccomp_prog_compile() + kc_seccomp_prog_load_and_send(), both
- * in kcage/seccomp.h. */
-int kc_policy_install_seccomp(const kc_policy *p, int *listener_fd, kc_error *err);
-/* Compile the filter without loading it: catches what libseccomp rejects (the
- * `kcage policy check` path).  With out != NULL, writes the filter as libseccomp's
- * pseudo-filter-code text.  Returns the number of BPF instructions, or -1. */
-int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err);
-/* Does the policy need a supervisor on a seccomp listener (any kill/notify action)? */
-bool kc_policy_needs_listener(const kc_policy *p);
 
 /* Name of a syscall number on this architecture ("" when unknown). */
 const char *kc_syscall_name(int nr, char *buf, size_t len);

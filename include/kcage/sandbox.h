@@ -10,6 +10,7 @@
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -93,6 +94,7 @@ typedef struct kc_sandbox_config {
                                        limits has none, and its tree dies with its pid namespace */
   const struct kc_sandbox_ids *ids; /* host ids held by the caller (kc_sandbox_ids_acquire);
                                        NULL = the sandbox takes its own for its lifetime */
+  kc_settings settings;             /* the tenant's cgroup mode, limits fallback, id range */
 } kc_sandbox_config;
 
 void kc_sandbox_config_init(kc_sandbox_config *c); /* fds -1, everything else zero */
@@ -110,38 +112,17 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
 int kc_sandbox_kill(kc_sandbox *sb);
 pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
-/* The run's cgroup (NULL when the run needed none); owned by the sandbox. */
-struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);
 
 /* The host uid/gid a sandboxed program runs as (inside the sandbox it is uid 0).
  * As root: one pair of its own per live sandbox, from a reserved range that no
  * /etc/passwd, /etc/group, /etc/subuid or /etc/subgid entry uses (KC_SANDBOX_IDS_BASE,
- * KC_SANDBOX_IDS_COUNT, or the caller's kc_sandbox_ids_set_range; no environment
+ * KC_SANDBOX_IDS_COUNT, or the tenant's kc_settings ids_base/ids_count; no environment
  * variable moves it), so neither a host daemon nor another sandbox shares it; an id is
  * held with a lock named by the id in /run/kcage/ids while the sandbox lives.  As any
  * other user the only possible id is the caller's. */
 #define KC_SANDBOX_IDS_BASE 1500000000u
 #define KC_SANDBOX_IDS_COUNT 65536u
-
-typedef struct kc_sandbox_ids {
-  uid_t uid;
-  gid_t gid;
-  int lock_fd; /* -1 when nothing is held (a non-root caller's own ids) */
-} kc_sandbox_ids;
-
-/* Take a free pair (as root) or the caller's own. */
-int kc_sandbox_ids_acquire(kc_sandbox_ids *ids, kc_error *err);
-void kc_sandbox_ids_release(kc_sandbox_ids *ids);
-/* Use [base, base+count) from now on (kcage --sandbox-ids), once it passed
- * kc_sandbox_ids_check; call before any sandbox starts.  -1 with the line that says
- * which account collides, and the range unchanged. */
-int kc_sandbox_ids_set_range(uint32_t base, uint32_t count, kc_error *err);
-/* The range in use, checked against the account files (the real ones when the
- * paths are NULL): an error names the entry that collides. */
-int kc_sandbox_ids_range(uint32_t *base, uint32_t *count, kc_error *err);
-int kc_sandbox_ids_check(uint32_t base, uint32_t count, const char *passwd, const char *group,
-                         const char *subuid, const char *subgid, kc_error *err);
 
 /* spawn + wait. */
 int kc_sandbox_run(const kc_sandbox_config *c, kc_result *res, kc_error *err);

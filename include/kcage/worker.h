@@ -46,6 +46,7 @@
 
 #include "kcage/error.h"
 #include "kcage/sandbox.h"
+#include "kcage/settings.h"
 
 #include "kcage/visibility.h"
 
@@ -97,17 +98,6 @@ typedef struct kc_call {
  * sandbox's verdict. */
 typedef int (*kc_handler_fn)(kc_call *call);
 
-/* A handler built into the worker program, found by name before "lib.so:symbol". */
-typedef struct kc_builtin {
-  const char *name;
-  kc_handler_fn fn;
-} kc_builtin;
-
-/* The body of the kcage-worker program (argv as the library starts it), with the
- * program's own built-ins (an array ended by {0}).  The layers above link their
- * handlers into the program this way; the worker layer knows none of them. */
-int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins);
-
 /* Initializer ("lib.so:symbol"), run once in each new worker before its first call,
  * under the seccomp filter.  Non-zero return = the initializer raised: its message
  * (error buffer) comes back from kc_worker_send as an error. */
@@ -117,12 +107,6 @@ typedef int (*kc_initializer_fn)(const void *initargs, size_t initargs_len, char
 /* Inside a worker only: forbid loading further code and creating threads/processes
  * for the rest of this worker's life (see top of file).  Returns 0, or -1 with errno. */
 int kc_runtime_seal_exec(void);
-
-/* Inside a worker only: after this call's completion, wait for the next request
- * spinning for up to ns (instead of the usual 50 us) before sleeping on the futex.
- * For a handler that knows a latency-critical request follows (the measure handler's
- * wake-up before a timed round).  One-shot. */
-void kc_runtime_spin_next(uint64_t ns);
 
 /* ---------------------------------------------------------------------------------
  * Parent side.
@@ -175,6 +159,9 @@ typedef struct kc_worker_opts {
    * payloads run only in workers, under the filter.  NULL = no interpreter. */
   const char *python_lib;
   const char *python_boot;
+  /* The tenant's cgroup mode, limits fallback, id range and policy directory (all zero
+   * = the defaults).  policy_dir is read when the worker starts, not kept. */
+  kc_settings settings;
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */
@@ -242,11 +229,6 @@ int kc_worker_recv(kc_worker *w, kc_call_result *res, kc_error *err);
  * wait_s, -1 on error or when nothing is outstanding.  (Added for the measure parent,
  * which sleeps through most of a timed round but must wake at once if it ends early.) */
 int kc_worker_recv_timed(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
-
-/* kc_worker_recv_timed that never spins: it sleeps at once.  For a caller on the
- * worker's own CPU, where every pause of its spin would keep the worker off that CPU
- * (the measure parent, which waits there for a timed round). */
-int kc_worker_recv_asleep(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
 
 /* Non-blocking variant: 1 when res was filled, 0 when the oldest call is still
  * running (and its deadline has not passed), -1 when nothing is outstanding. */

@@ -54,6 +54,18 @@ class KcMount(ctypes.Structure):
     ]
 
 
+class KcSettings(ctypes.Structure):
+    """kc_settings (kcage/settings.h): all zero = the defaults."""
+
+    _fields_ = [
+        ("cgroup_mode", ctypes.c_int),
+        ("limits_fallback", ctypes.c_int),
+        ("ids_base", ctypes.c_uint32),
+        ("ids_count", ctypes.c_uint32),
+        ("policy_dir", ctypes.c_char_p),
+    ]
+
+
 class KcWorkerOpts(ctypes.Structure):
     _fields_ = [
         ("initializer", ctypes.c_char_p),
@@ -72,6 +84,7 @@ class KcWorkerOpts(ctypes.Structure):
         ("worker_path", ctypes.c_char_p),
         ("python_lib", ctypes.c_char_p),
         ("python_boot", ctypes.c_char_p),
+        ("settings", KcSettings),
     ]
 
 
@@ -113,8 +126,8 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     # a copy shipped inside the package, then the source tree's build directory
     # (the development install of `make python`), then the installed prefixes
-    yield os.path.join(here, "libkcage.so.0")
-    yield os.path.join(here, "..", "..", "build", "libkcage.so.0")
+    yield os.path.join(here, "libkcage.so.1")
+    yield os.path.join(here, "..", "..", "build", "libkcage.so.1")
     found = ctypes.util.find_library("kcage")
     if found:
         yield found
@@ -122,12 +135,12 @@ def _candidates():
         libdir = subprocess.run(["pkg-config", "--variable=libdir", "kcage"],
                                 capture_output=True, text=True, timeout=10, check=False)
         if libdir.returncode == 0 and libdir.stdout.strip():
-            yield os.path.join(libdir.stdout.strip(), "libkcage.so.0")
+            yield os.path.join(libdir.stdout.strip(), "libkcage.so.1")
     except (OSError, subprocess.SubprocessError):
         pass
     for prefix in ("/usr/local", "/usr"):
         for libdir in ("lib", "lib64", "lib/x86_64-linux-gnu"):
-            yield os.path.join(prefix, libdir, "libkcage.so.0")
+            yield os.path.join(prefix, libdir, "libkcage.so.1")
 
 
 def _load():

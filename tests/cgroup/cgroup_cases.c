@@ -173,7 +173,7 @@ static int case_memory_oom(char *msg, size_t n) {
   kc_cgroup_limits lim = {.memory_bytes = 32 * MiB};
   int rc = -1;
   char name[NAME_MAX + 1] = "";
-  CHECK(kc_cgroup_create("t-oom", &lim, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-oom", &lim, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   snprintf(name, sizeof name, "%s", kc_cgroup_dir_name(cg));
   CHECK(dir_exists(name), "cgroup directory %s missing after create", name);
   if (run_oom(cg, lim.memory_bytes, msg, n) < 0)
@@ -192,7 +192,7 @@ static int case_slot_rewrite(char *msg, size_t n) {
   kc_error err = {0};
   kc_cgroup *cg = NULL;
   int rc = -1;
-  CHECK(kc_cgroup_create("t-slot", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-slot", NULL, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   kc_cgroup_limits lim = {.memory_bytes = 48 * MiB, .pids = 16, .cpus = 1};
   CHECK(kc_cgroup_set_limits(cg, &lim, &err) == 0, "set 48M: %s", err.msg);
   if (run_oom(cg, lim.memory_bytes, msg, n) < 0)
@@ -246,7 +246,7 @@ static int case_pids(char *msg, size_t n) {
   kc_cgroup_limits lim = {.pids = 8};
   int rc = -1, fd = -1;
   kc_cgroup_counters a, b;
-  CHECK(kc_cgroup_create("t-pids", &lim, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-pids", &lim, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   CHECK(kc_cgroup_read(cg, &a, &err) == 0, "read: %s", err.msg);
   int tries = 40;
   pid_t pid = spawn_in(cg, fork_many, &tries, &fd, &err);
@@ -307,7 +307,7 @@ static int case_cpu_throttle(char *msg, size_t n) {
   kc_cgroup_limits lim = {.cpus = 0.2};
   int rc = -1;
   kc_cgroup_counters a;
-  CHECK(kc_cgroup_create("t-cpu", &lim, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-cpu", &lim, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   CHECK(kc_cgroup_read(cg, &a, &err) == 0, "read: %s", err.msg);
   double wall = 0.6;
   pid_t pid = spawn_in(cg, spin, &wall, NULL, &err);
@@ -349,7 +349,7 @@ static int case_cpu_limit_later(char *msg, size_t n) {
   pid_t pid = -1;
   char mine[PATH_MAX], its[PATH_MAX];
   kc_cgroup_counters a;
-  CHECK(kc_cgroup_create("t-cpul", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-cpul", NULL, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   CHECK(kc_cgroup_read(cg, &a, &err) == 0, "read: %s", err.msg);
   double wall = 0.6;
   pid = spawn_in(cg, spin, &wall, NULL, &err);
@@ -423,7 +423,7 @@ static int case_kill_tree(char *msg, size_t n) {
   kc_error err = {0};
   kc_cgroup *cg = NULL;
   int rc = -1, fd = -1;
-  CHECK(kc_cgroup_create("t-kill", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-kill", NULL, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   pid_t pid = spawn_in(cg, tree, NULL, &fd, &err);
   CHECK(pid > 0, "spawn: %s", err.msg);
   pid_t pids[6];
@@ -453,7 +453,8 @@ static int case_destroy_live(char *msg, size_t n) {
   kc_cgroup *cg = NULL;
   kc_cgroup_limits lim = {.memory_bytes = 64 * MiB, .pids = 4};
   int rc = -1;
-  CHECK(kc_cgroup_create("t-destroy", &lim, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-destroy", &lim, &kc_cgt_settings, &cg, &err) == 0, "create: %s",
+        err.msg);
   char name[NAME_MAX + 1];
   snprintf(name, sizeof name, "%s", kc_cgroup_dir_name(cg));
   double forever = 1e9;
@@ -482,7 +483,7 @@ static int case_reap_stale(char *msg, size_t n) {
     close(p[0]);
     kc_cgroup *cg = NULL;
     kc_cgroup_limits lim = {.pids = 8};
-    if (kc_cgroup_create("t-stale", &lim, &cg, &err) < 0)
+    if (kc_cgroup_create("t-stale", &lim, &kc_cgt_settings, &cg, &err) < 0)
       _exit(1);
     double forever = 1e9;
     pid_t g = spawn_in(cg, spin, &forever, NULL, &err);
@@ -528,7 +529,7 @@ static int case_clone_into(char *msg, size_t n) {
   kc_error err = {0};
   kc_cgroup *cg = NULL;
   int rc = -1;
-  CHECK(kc_cgroup_create("t-clone", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-clone", NULL, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   int fd = kc_cgroup_v2_fd(cg);
   if (fd < 0) {
     snprintf(msg, n, "no v2 cgroup in mode %s: nothing to place",
@@ -600,7 +601,7 @@ static int case_reuse_after_kill(char *msg, size_t n) {
   kc_error err = {0};
   kc_cgroup *cg = NULL;
   int rc = -1;
-  CHECK(kc_cgroup_create("t-reuse", NULL, &cg, &err) == 0, "create: %s", err.msg);
+  CHECK(kc_cgroup_create("t-reuse", NULL, &kc_cgt_settings, &cg, &err) == 0, "create: %s", err.msg);
   for (int round = 0; round < 3; round++) {
     int st = 0;
     pid_t pid;
@@ -632,6 +633,8 @@ out:
   kc_cgroup_destroy(cg);
   return rc;
 }
+
+kc_settings kc_cgt_settings;
 
 const kc_cgt_case kc_cgt_cases[] = {
     {"memory_oom", case_memory_oom},

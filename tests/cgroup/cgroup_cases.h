@@ -13,6 +13,11 @@ typedef struct kc_cgt_case {
   kc_cgt_fn fn;
 } kc_cgt_case;
 
+#include "kcage/settings.h"
+
+/* The settings every case creates its cgroups with (the mode under test). */
+extern kc_settings kc_cgt_settings;
+
 /* NULL-terminated. */
 extern const kc_cgt_case kc_cgt_cases[];
 

@@ -24,9 +24,11 @@ static void run_case(void **state) {
   char msg[512] = "";
   int rc = c->fn(msg, sizeof msg);
   if (rc != 0)
-    fail_msg("%s [%s]: %s", c->name, kc_cgroup_mode_name(kc_cgroup_detect()), msg);
+    fail_msg("%s [%s]: %s", c->name, kc_cgroup_mode_name(kc_cgroup_mode_for(&kc_cgt_settings)),
+             msg);
   if (msg[0])
-    print_message("  %s [%s]: %s\n", c->name, kc_cgroup_mode_name(kc_cgroup_detect()), msg);
+    print_message("  %s [%s]: %s\n", c->name,
+                  kc_cgroup_mode_name(kc_cgroup_mode_for(&kc_cgt_settings)), msg);
 }
 
 static bool exists(const char *p) {
@@ -60,10 +62,10 @@ static void test_bad_name(void **state) {
   (void)state;
   kc_error err = {0};
   kc_cgroup *cg = (kc_cgroup *)1;
-  assert_int_equal(kc_cgroup_create("../x", NULL, &cg, &err), -1);
+  assert_int_equal(kc_cgroup_create("../x", NULL, &kc_cgt_settings, &cg, &err), -1);
   assert_int_equal(err.code, EINVAL);
   assert_null(cg);
-  assert_int_equal(kc_cgroup_create("", NULL, &cg, &err), -1);
+  assert_int_equal(kc_cgroup_create("", NULL, &kc_cgt_settings, &cg, &err), -1);
 }
 
 /* v2 fd placement: a clone3(CLONE_INTO_CGROUP)-able directory fd on v2/hybrid. */
@@ -71,7 +73,7 @@ static void test_v2_fd(void **state) {
   (void)state;
   kc_error err = {0};
   kc_cgroup *cg = NULL;
-  assert_int_equal(kc_cgroup_create("t-fd", NULL, &cg, &err), 0);
+  assert_int_equal(kc_cgroup_create("t-fd", NULL, &kc_cgt_settings, &cg, &err), 0);
   kc_cgroup_mode m = kc_cgroup_mode_of(cg);
   if (m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) {
     int fd = kc_cgroup_v2_fd(cg);
@@ -89,8 +91,10 @@ static int force_v1(void **state) {
   kc_error err = {0};
   if (kc_cgroup_detect() == KC_CGROUP_V1)
     return 0;
-  if (kc_cgroup_detect() != KC_CGROUP_HYBRID || kc_cgroup_force_mode(KC_CGROUP_V1, &err) < 0) {
+  kc_cgt_settings.cgroup_mode = KC_CGROUP_V1;
+  if (kc_cgroup_detect() != KC_CGROUP_HYBRID || kc_settings_check(&kc_cgt_settings, &err) < 0) {
     print_message("pure v1 not available here: %s\n", err.msg);
+    kc_cgt_settings.cgroup_mode = KC_CGROUP_AUTO;
     return -1;
   }
   return 0;
@@ -99,14 +103,14 @@ static int force_v1(void **state) {
 static kc_cgroup_mode auto_mode;
 static int restore_mode(void **state) {
   (void)state;
-  kc_error err = {0};
-  return kc_cgroup_force_mode(auto_mode, &err);
+  kc_cgt_settings.cgroup_mode = KC_CGROUP_AUTO;
+  return 0;
 }
 
 static int force_none(void **state) {
   (void)state;
-  kc_error err = {0};
-  return kc_cgroup_force_mode(KC_CGROUP_NONE, &err);
+  kc_cgt_settings.cgroup_mode = KC_CGROUP_NONE;
+  return 0;
 }
 
 /* "none": no limits, but a kill still takes the attached process and its group. */
@@ -114,11 +118,11 @@ static void test_none(void **state) {
   (void)state;
   kc_error err = {0};
   kc_cgroup *cg = NULL;
-  assert_int_equal(kc_cgroup_detect(), KC_CGROUP_NONE);
+  assert_int_equal(kc_cgroup_mode_for(&kc_cgt_settings), KC_CGROUP_NONE);
   kc_cgroup_limits lim = {.memory_bytes = 1 << 20};
-  assert_int_equal(kc_cgroup_create("t-none", &lim, &cg, &err), -1);
+  assert_int_equal(kc_cgroup_create("t-none", &lim, &kc_cgt_settings, &cg, &err), -1);
   assert_int_equal(err.code, ENOTSUP);
-  assert_int_equal(kc_cgroup_create("t-none", NULL, &cg, &err), 0);
+  assert_int_equal(kc_cgroup_create("t-none", NULL, &kc_cgt_settings, &cg, &err), 0);
   assert_int_equal(kc_cgroup_v2_fd(cg), -1);
   pid_t pid = fork();
   if (pid == 0) {

@@ -22,6 +22,10 @@ git -C "$src" diff HEAD --binary | (cd "$tmp/src" && git apply --allow-empty)
 (cd "$src" && git ls-files --others --exclude-standard -z) |
   (cd "$src" && xargs -0 -r cp --parents -t "$tmp/src")
 cp -r "$src/examples/kernels" "$tmp/kernels"
+# The embedder's example (docs/api.md) and the two-tenant test, built below against the
+# installed package only.
+mkdir "$tmp/embed"
+cp "$tmp/src/docs/examples/embed.c" "$tmp/src/tests/api/test_tenants.c" "$tmp/embed/"
 
 nowhere=/nonexistent/kcage-configured-prefix
 cmake -S "$tmp/src" -B "$tmp/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER="$cc" \
@@ -76,6 +80,24 @@ libdir=$(pkg-config --variable=libdir kcage)
 "$cc" -std=c17 -Wall -Wextra -Werror -o "$tmp/consumer/pc" "$tmp/consumer/consumer.c" \
   $(pkg-config --cflags --libs kcage) -Wl,-rpath,"$libdir"
 "$tmp/consumer/pc" "$tmp/kernels/naive.c" "$args" || fail "pkg-config consumer"
+
+echo "== the installed API: public headers only, libkcage.so.1"
+for h in cgroup.h seccomp.h sandbox_parts.h log.h cleanup.h escape.h units.h; do
+  [ ! -e "$p/include/kcage/$h" ] || fail "internal header kcage/$h installed"
+done
+! grep -rq include_next "$p/include/kcage" || fail "an installed header reaches for an internal one"
+soname=$(readelf -d "$libdir/libkcage.so" | sed -n 's/.*Library soname: \[\(.*\)\]/\1/p')
+[ "$soname" = libkcage.so.1 ] || fail "soname '$soname', want libkcage.so.1"
+
+echo "== docs/examples/embed.c and the two-tenant test, against the installed package"
+"$cc" -std=c17 -Wall -Wextra -Werror -o "$tmp/embed/embed" "$tmp/embed/embed.c" \
+  $(pkg-config --cflags --libs kcage) -Wl,-rpath,"$libdir"
+(cd "$tmp/embed" && ./embed "$tmp/kernels/naive.c" "$args") || fail "embed"
+"$cc" -std=c17 -Wall -Wextra -Werror -pthread -o "$tmp/embed/test_tenants" \
+  "$tmp/embed/test_tenants.c" $(pkg-config --cflags --libs kcage) -Wl,-rpath,"$libdir"
+rc=0
+"$tmp/embed/test_tenants" "$tmp" || rc=$?
+[ $rc = 0 ] || [ $rc = 77 ] || fail "two tenants from the installed package"
 
 echo "== the same consumer through find_package(kcage)"
 cat >"$tmp/consumer/CMakeLists.txt" <<'CM'

@@ -256,7 +256,8 @@ static void test_env_cannot_weaken(void **s) {
   assert_true(id >= KC_SANDBOX_IDS_BASE && id < KC_SANDBOX_IDS_BASE + KC_SANDBOX_IDS_COUNT);
   json_t *lim = json_object_get(o.report, "limits");
   const char *how = json_string_value(json_object_get(lim, "memory"));
-  if (kc_cgroup_enforcement("memory") && !strcmp(kc_cgroup_enforcement("memory"), "cgroup"))
+  if (kc_cgroup_enforcement(NULL, "memory") &&
+      !strcmp(kc_cgroup_enforcement(NULL, "memory"), "cgroup"))
     assert_string_equal(how ? how : "null", "cgroup");
   json_decref(o.report);
   /* The caller's option does move them, to ids of that range. */

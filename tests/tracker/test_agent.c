@@ -155,7 +155,7 @@ static void test_foreign_scratch_dir_refused(void **state) {
  * into an RLIMIT_AS by "none"), exactly as the agent's own options say. */
 static void test_env_cannot_weaken_sessions(void **state) {
   fixture *f = *state;
-  const char *how = kc_cgroup_enforcement("memory");
+  const char *how = kc_cgroup_enforcement(NULL, "memory");
   if (!how || strcmp(how, "cgroup"))
     skip(); /* no memory cgroup here: nothing a variable could drop */
   proc_stop(&f->agent);

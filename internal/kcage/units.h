@@ -5,14 +5,12 @@
 
 #include <stdint.h>
 
-#include "kcage/visibility.h"
-
 /* "4096", "64K", "64M", "1G", "1T" (binary multiples; an optional "i", "iB" or "B" after
  * the suffix).  Returns -1 on anything else, including overflow. */
-KC_PUBLIC int kc_parse_size(const char *s, uint64_t *out);
+int kc_parse_size(const char *s, uint64_t *out);
 
 /* A non-negative finite decimal: "2", "0.5", ".25", "1e3" (seconds, milliseconds,
  * tolerances).  No sign and no leading space; returns -1 on anything else. */
-KC_PUBLIC int kc_parse_decimal(const char *s, double *out);
+int kc_parse_decimal(const char *s, double *out);
 
 #endif

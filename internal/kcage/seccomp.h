@@ -46,13 +46,10 @@
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
-#include "kcage/visibility.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KC_PUBLIC_BEGIN
 
 /* ---- handing the listener to the supervisor ----------------------------------
  * The listener only exists once the filter is loaded, so the child must pass it on
@@ -143,8 +140,6 @@ bool kc_policy_always_reports(const kc_policy *p, int nr);
 
 /* Name of a syscall of any arch libseccomp knows (AUDIT_ARCH_* value); "" if unknown. */
 const char *kc_syscall_name_arch(uint32_t arch, int nr, char *buf, size_t len);
-
-KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

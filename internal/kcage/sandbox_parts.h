@@ -19,13 +19,9 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 
-#include "kcage/visibility.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KC_PUBLIC_BEGIN
 
 /* Build and enter the sandbox's file system: the policy's mounts (or the built-in
  * layout when the policy has none: ro /usr + merged-usr symlinks, /proc, minimal
@@ -91,8 +87,6 @@ typedef struct kc_verdict_facts {
  * cancel, output, then the program's own end (SIGSYS = syscall).  res->cpu_s must
  * already hold the run's CPU time. */
 void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);
-
-KC_PUBLIC_END
 
 /* Make /proc/self/cmdline read `name` and /proc/self/environ nothing (proc_view.c):
  * for PID 1 of a sandbox, a fork of a host process whose argv names host paths.  Needs

@@ -4,13 +4,9 @@
 
 #include <stddef.h>
 
-#include "kcage/visibility.h"
-
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-KC_PUBLIC_BEGIN
 
 /* Copies IN to OUT (always NUL-terminated, never cut inside an escape) with every
  * control character escaped, so no escape sequence, carriage return or backspace
@@ -21,8 +17,6 @@ char *kc_escape(const char *in, char *out, size_t outlen);
 
 /* The same for a byte string of known length (it may hold NULs). */
 char *kc_escape_n(const char *in, size_t inlen, char *out, size_t outlen);
-
-KC_PUBLIC_END
 
 #ifdef __cplusplus
 }

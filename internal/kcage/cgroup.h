@@ -9,25 +9,15 @@
 #include <sys/types.h>
 
 #include "kcage/error.h"
-
-#include "kcage/visibility.h"
+#include "kcage/settings.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-KC_PUBLIC_BEGIN
-
-typedef enum kc_cgroup_mode {
-  KC_CGROUP_NONE, /* no usable cgroups: limits refused, kill by process group */
-  KC_CGROUP_V1,
-  KC_CGROUP_V2,
-  KC_CGROUP_HYBRID, /* v1 controllers + v2 mount for placement/kill/events */
-} kc_cgroup_mode;
-
 /* Detected once per process (cached) from /proc/self/mountinfo: the best mode the
  * host has.  No environment variable changes it (one set for a daemon would reach
- * every tenant); a caller chooses another with kc_cgroup_force_mode.  When the hierarchies are not
+ * every tenant); a tenant chooses another in its kc_settings.  When the hierarchies are not
  * writable (not root, nothing delegated) the mode is NONE (and limits are refused:
  * kc_cgroup_refusal). Where cgroups go: <hierarchy root>/kcage/ when the root is writable (as
  * root), else <our own cgroup>/kcage/.  Using the root means a later kcage in any cgroup finds and
@@ -35,14 +25,10 @@ typedef enum kc_cgroup_mode {
  * host it deliberately leaves the limit-free harness cgroup memory:/process_api/<id>.
  * The kcage/ parents are created once and stay (shared by concurrent kcage
  * processes); only the per-sandbox leaves are removed. */
-kc_cgroup_mode kc_cgroup_detect(void);
-const char *kc_cgroup_mode_name(kc_cgroup_mode m);
-/* Switch the process to mode m (kcage run --cgroup; tests: exercise the pure-v1
- * freezer path on a hybrid host, or "none", where limits are refused unless the rlimit
- * fallback was asked for).  Not thread-safe; call before creating cgroups.
- * -1/ENOTSUP when the host cannot provide m: never a silent fall back to another. */
-int kc_cgroup_force_mode(kc_cgroup_mode m, kc_error *err);
-
+/* The mode a tenant with settings s (NULL = the defaults) gets: its own choice, or the
+ * host's best for KC_CGROUP_AUTO; KC_CGROUP_AUTO when the host cannot provide the
+ * choice (creating its cgroup then fails, ENOTSUP). */
+kc_cgroup_mode kc_cgroup_mode_for(const kc_settings *s);
 typedef struct kc_cgroup_limits {
   uint64_t memory_bytes; /* 0 = unlimited; swap is always off */
   uint32_t pids;         /* 0 = unlimited */
@@ -64,9 +50,11 @@ typedef struct kc_cgroup kc_cgroup;
  * most 200 bytes), owned by this process: the pid, its start time and its pid
  * namespace in the directory name let a later kcage (in the same pid namespace) reap
  * it when this process is gone.  Limits as in
- * kc_cgroup_set_limits.  In mode NONE this succeeds only without limits, or with the
- * rlimit fallback (kc_cgroup_set_fallback); else -1/ENOTSUP with kc_cgroup_refusal's line. */
-int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, kc_cgroup **out, kc_error *err);
+ * kc_cgroup_set_limits.  s: the tenant's cgroup mode and limits fallback (NULL = the
+ * defaults).  In mode NONE this succeeds only without limits, or with the rlimit
+ * fallback; else -1/ENOTSUP with kc_cgroup_refusal's line. */
+int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, const kc_settings *s,
+                     kc_cgroup **out, kc_error *err);
 /* Rewrite limits of a live cgroup (long-lived worker slots); 0 fields = unlimited.
  * memory: v1 memory.limit_in_bytes + memory.memsw.limit_in_bytes (swap off), v2
  * memory.max + memory.swap.max=0 (oom.group stays 0); cpus: period 100 ms, v1
@@ -99,35 +87,18 @@ int kc_cgroup_read(const kc_cgroup *cg, kc_cgroup_counters *out, kc_error *err);
  * it cannot be reset (v2 < 6.12), peak_memory reads -1 from then on rather than a
  * stale value.  Fresh cgroups need no reset. */
 int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err);
-/* Limits the cgroups here cannot enforce (not root and no delegated cgroup, or a
- * controller missing) are refused with one line that says why and how to get a
- * delegated cgroup.  Process-wide, the caller may instead accept weaker rlimits, set
- * on each process at kc_cgroup_attach: memory as RLIMIT_AS (per process), pids as
- * RLIMIT_NPROC (counted in the sandbox's own user namespace).  A CPU share has no
- * rlimit and stays refused. */
-typedef enum kc_limits_fallback {
-  KC_LIMITS_FALLBACK_NONE, /* refuse (the default) */
-  KC_LIMITS_FALLBACK_RLIMIT,
-} kc_limits_fallback;
-void kc_cgroup_set_fallback(kc_limits_fallback f);
-kc_limits_fallback kc_cgroup_get_fallback(void);
-/* How a limit ("memory", "pids" or "cpus") is enforced for this process: "cgroup",
- * "rlimit", or NULL when it would be refused (then kc_cgroup_refusal says why). */
-const char *kc_cgroup_enforcement(const char *which);
 /* Does cg hold any limit as an rlimit (set on each attached process)? */
 bool kc_cgroup_uses_rlimits(const kc_cgroup *cg);
 /* The RLIMIT_AS that stands in for cg's memory limit; 0 when none (or cg is NULL). */
 uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg);
 /* Fill err with the one-line refusal of limit `which` (ENOTSUP).  Returns -1. */
-int kc_cgroup_refusal(const char *which, kc_error *err);
+int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err);
 
 /* Kill, remove every directory, free.  Safe with NULL. */
 void kc_cgroup_destroy(kc_cgroup *cg);
 /* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage): kill
  * what is left in them, rmdir in every hierarchy.  Returns how many were reaped. */
 int kc_cgroup_reap_stale(kc_error *err);
-
-KC_PUBLIC_END
 
 /* Internal (not exported): for the worker layer. */
 /* Move pid (a kcage zygote: nothing else) into the first hierarchy's kcage/ parent,

@@ -1,0 +1,38 @@
+/* The worker program's own entry and the parent's sleeping wait, for the layers above.  Not
+ * installed: it extends the public include/kcage/worker.h, which it includes first; in-tree code
+ * that includes "kcage/worker.h" gets both (internal/ comes first on its include path). */
+#ifndef KCAGE_INTERNAL_WORKER_H
+#define KCAGE_INTERNAL_WORKER_H
+
+#include_next <kcage/worker.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* A handler built into the worker program, found by name before "lib.so:symbol". */
+typedef struct kc_builtin {
+  const char *name;
+  kc_handler_fn fn;
+} kc_builtin;
+
+/* The body of the kcage-worker program (argv as the library starts it), with the
+ * program's own built-ins (an array ended by {0}).  The layers above link their
+ * handlers into the program this way; the worker layer knows none of them. */
+int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins);
+
+/* Inside a worker only: after this call's completion, wait for the next request
+ * spinning for up to ns (instead of the usual 50 us) before sleeping on the futex.
+ * For a handler that knows a latency-critical request follows (the measure handler's
+ * wake-up before a timed round).  One-shot. */
+void kc_runtime_spin_next(uint64_t ns);
+
+/* kc_worker_recv_timed that never spins: it sleeps at once.  For a caller on the
+ * worker's own CPU, where every pause of its spin would keep the worker off that CPU
+ * (the measure parent, which waits there for a timed round). */
+int kc_worker_recv_asleep(kc_worker *w, kc_call_result *res, double wait_s, kc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
