@@ -7,8 +7,10 @@ where it is exact, else cloudpickle), or, for a function that travels by referen
 "K", op, the length of fn's pickle (4 bytes, little-endian), fn's pickle, and
 pickle((args, kwargs)) unless both are empty: fn's pickle is made once in the parent
 and the arguments are all that is pickled per call.  The answer is
-pickle((status, value)) as TVM's popen_worker sends it, so exceptions keep
-their type and carry the child's formatted traceback as their message.
+pickle((status, value)) as TVM's popen_worker sends it, except that an exception
+travels as (module, qualified name, formatted traceback): the parent raises an instance
+of that class (if it is an Exception class it can build without running its code) with
+the traceback as its message, as TVM's would.
 """
 
 import os
@@ -98,8 +100,10 @@ def _run(data):
         result = fn(*args, **kwargs)
         return (COMPLETE, result)
     except Exception as exc:  # pylint: disable=broad-except
-        msg = traceback.format_exc()
-        return (EXCEPTION, type(exc)(msg))
+        # its class by name and its traceback as text: the parent rebuilds it without
+        # running anything of the class (kcage._pickle.decode_answer)
+        return (EXCEPTION, (str(type(exc).__module__), str(type(exc).__qualname__),
+                            traceback.format_exc()))
 
 
 def call(data):

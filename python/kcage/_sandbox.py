@@ -2,6 +2,7 @@
 the zygotes shared by every worker with the same configuration."""
 
 import ctypes
+import errno
 import os
 import queue
 import stat
@@ -144,18 +145,60 @@ def _mount_list(mounts):
     return out
 
 
+def _number(what, value, kind):
+    if value is None:
+        return kind(0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("%s: a number, not %r" % (what, value))
+    if kind is int and value != int(value):
+        raise ValueError("%s: a whole number, not %r" % (what, value))
+    if value < 0 or value != value:
+        raise ValueError("%s: must not be negative (%r)" % (what, value))
+    return kind(value)
+
+
+def policy_limits(policy):
+    """The `limit` lines of a policy (a name or a .policy file), loaded as the worker
+    will load it: a policy that does not load is refused here, not at the first send."""
+    if not isinstance(policy, str) or not policy:
+        raise TypeError("policy: a policy name or a .policy file, not %r" % (policy,))
+    handle = ctypes.c_void_p()
+    err = _lib.KcError()
+    if lib.kc_policy_load(policy.encode(), ctypes.byref(handle), ctypes.byref(err)) < 0:
+        raise ValueError("kcage: policy %r: %s" % (policy, err.text()))
+    try:
+        spec = lib.kc_policy_get_spec(handle).contents
+        return {"memory": spec.memory_bytes or None, "pids": spec.pids or None,
+                "cpus": spec.cpus or None}
+    finally:
+        lib.kc_policy_free(handle)
+
+
+def check_limits(memory, pids, cpus):
+    """A limit this host cannot hold is refused now, with the C side's one line on why
+    and what to do (never dropped: the worker would run without it)."""
+    for which, value in (("memory", memory), ("pids", pids), ("cpus", cpus)):
+        if value and lib.kc_cgroup_enforcement(which.encode()) is None:
+            err = _lib.KcError()
+            lib.kc_cgroup_refusal(which.encode(), ctypes.byref(err))
+            raise OSError(errno.ENOTSUP, "kcage: %s=%s cannot be held here: %s"
+                          % (which, value, err.text()))
+
+
 class Config:
     """Everything a worker's kc_worker_opts holds, with the C strings kept alive."""
 
     def __init__(self, policy="python", memory=None, cpus=None, pids=None, mounts=(),
                  preload=(), max_payload=16 << 20, sandbox=True):
-        self.policy = policy
-        self.memory = parse_size(memory)
-        self.cpus = float(cpus or 0)
-        self.pids = int(pids or 0)
-        if self.cpus < 0 or self.pids < 0:
-            raise ValueError("cpus and pids must not be negative")
         self.sandbox = sandbox
+        self.policy = policy
+        # None: the policy's own `limit` line; an explicit 0 means no limit
+        spec = policy_limits(policy) if sandbox else {}
+        self.memory = parse_size(spec.get("memory") if memory is None else memory)
+        self.cpus = _number("cpus", spec.get("cpus") if cpus is None else cpus, float)
+        self.pids = _number("pids", spec.get("pids") if pids is None else pids, int)
+        if sandbox:
+            check_limits(self.memory, self.pids, self.cpus)
         self.max_payload = int(max_payload)
         self.paths = import_path()
         self.modules = ["cloudpickle", "kcage._child"] + [m for m in preload if m]

@@ -221,18 +221,18 @@ class PopenWorker:
                 raise _verdict_error(res)
         finally:
             _clear(res)
-        if self._unsafe_results:
-            status, value = _pickle.loads(data)
-        else:
-            try:
-                status, value = _pickle.safe_loads(data, self._result_types)
-            except Exception as e:  # pylint: disable=broad-except
-                # a worker that answers with something else is not trusted again
-                self.kill()
-                exc = ChildProcessError("Subprocess terminated: result refused: %s" % e)
-                exc.verdict = "result_refused"
-                raise exc from None
-        if status == _COMPLETE:
+        try:
+            ok, value = _pickle.decode_answer(data, self._result_types, self._unsafe_results)
+        except Exception as e:  # pylint: disable=broad-except
+            # a worker that answers with something else is not trusted again
+            self.kill()
+            exc = ChildProcessError(
+                "Subprocess terminated: result refused: %s (kcage unpickles a worker's "
+                "answer with an allow-list: result_types=[...] trusts more classes by "
+                "name, unsafe_results=True none)" % e)
+            exc.verdict = "result_refused"
+            raise exc from None
+        if ok:
             return value
         raise value
 
