@@ -35,3 +35,29 @@ def test_install_swaps_and_restores(kc):
     assert popen_pool.PopenPoolExecutor is theirs
     assert local_builder.PopenPoolExecutor is theirs
     assert not __import__("os").path.exists(scratch)
+
+
+def test_installed_classes_never_share_a_process_between_calls(kc):
+    popen_pool = pytest.importorskip("tvm.support.popen_pool")
+    import hostile_workers as hw  # pylint: disable=import-outside-toplevel
+    import kcage.tvm  # pylint: disable=import-outside-toplevel
+
+    kcage.tvm.install()
+    try:
+        # TVM's builder and runner ask for long-lived workers; a candidate must never
+        # meet what an earlier one left in its process
+        pool = popen_pool.PopenPoolExecutor(max_workers=1, timeout=60,
+                                            maximum_process_uses=100)
+        try:
+            assert [pool.submit(hw.remember, i).result() for i in range(3)] == [[], [], []]
+        finally:
+            pool.shutdown()
+        w = popen_pool.PopenWorker(maximum_uses=None)
+        try:
+            for i in range(3):
+                w.send(hw.remember, (i,))
+                assert w.recv() == []
+        finally:
+            w.kill()
+    finally:
+        kcage.tvm.uninstall()
