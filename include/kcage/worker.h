@@ -175,6 +175,12 @@ typedef struct kc_worker_opts {
    * payloads run only in workers, under the filter.  NULL = no interpreter. */
   const char *python_lib;
   const char *python_boot;
+  /* A handler that loads what it runs before running it (the python handler: the
+   * function's unpickling and its module's import) may say when its task began; the
+   * call's timeout then counts from there, as TVM's does, and the load may take up to
+   * load_s on top of the timeout.  The worker's word is clamped to that window, so a
+   * worker gains at most load_s.  0 = the timeout counts from the send. */
+  double load_s;
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */

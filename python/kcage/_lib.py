@@ -72,6 +72,7 @@ class KcWorkerOpts(ctypes.Structure):
         ("worker_path", ctypes.c_char_p),
         ("python_lib", ctypes.c_char_p),
         ("python_boot", ctypes.c_char_p),
+        ("load_s", ctypes.c_double),
     ]
 
 

@@ -189,7 +189,7 @@ class Config:
     """Everything a worker's kc_worker_opts holds, with the C strings kept alive."""
 
     def __init__(self, policy="python", memory=None, cpus=None, pids=None, mounts=(),
-                 preload=(), max_payload=16 << 20, sandbox=True):
+                 preload=(), max_payload=16 << 20, sandbox=True, load_timeout=60.0):
         self.sandbox = sandbox
         self.policy = policy
         # None: the policy's own `limit` line; an explicit 0 means no limit
@@ -200,6 +200,7 @@ class Config:
         if sandbox:
             check_limits(self.memory, self.pids, self.cpus)
         self.max_payload = int(max_payload)
+        self.load_timeout = _number("load_timeout", load_timeout, float)
         self.paths = import_path()
         self.modules = ["cloudpickle", "kcage._child"] + [m for m in preload if m]
         user = _mount_list(mounts)
@@ -241,6 +242,7 @@ class Config:
         o.n_mounts = len(self.mounts)
         o.max_arg_bytes = self.max_payload
         o.max_result_bytes = self.max_payload
+        o.load_s = self.load_timeout
         o.isolation = 0 if self.sandbox else 1
         o.python_lib = self._b(self.libpython)
         o.python_boot = self._b(boot_source(self.paths, self.modules))

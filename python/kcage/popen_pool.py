@@ -112,7 +112,7 @@ class PopenWorker:
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
                  stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
                  mounts=(), preload=(), max_payload=16 << 20, result_types=(),
-                 unsafe_results=False, _config=None):
+                 unsafe_results=False, load_timeout=60.0, _config=None):
         self._w = None
         self._result_types = frozenset(result_types)
         self._unsafe_results = bool(unsafe_results)
@@ -129,7 +129,7 @@ class PopenWorker:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
-                                         max_payload)
+                                         max_payload, load_timeout=load_timeout)
         if initializer is not None:
             cfg.add_module(getattr(initializer, "__module__", None))
         self._cfg = cfg
@@ -278,7 +278,8 @@ class PopenPoolExecutor:
     def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
                  maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
                  memory=None, cpus=None, pids=None, mounts=(), preload=(),
-                 max_payload=16 << 20, result_types=(), unsafe_results=False):
+                 max_payload=16 << 20, result_types=(), unsafe_results=False,
+                 load_timeout=60.0):
         if max_workers is None:
             max_workers = os.cpu_count()
         self._max_workers = max_workers
@@ -294,7 +295,8 @@ class PopenPoolExecutor:
         self._shutdown = False
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenPoolExecutor")
-        self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload)
+        self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload,
+                                    load_timeout=load_timeout)
         self._result_opts = {"result_types": result_types, "unsafe_results": unsafe_results}
         if initializer is not None:
             self._cfg.add_module(getattr(initializer, "__module__", None))

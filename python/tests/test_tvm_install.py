@@ -23,7 +23,7 @@ def test_install_swaps_and_restores(kc):
             path = pool.submit(h.write_file, scratch, "from-sandbox").result()
             with open(path, encoding="utf-8") as f:
                 assert f.read() == "from-sandbox"
-            assert pool.submit(__import__("os").getpid).result() == 1  # sandboxed
+            assert pool.submit(h.pid_in_namespace).result() == 1  # sandboxed
             # a builder's path must stay in the scratch dir (the tuner rmtrees it)
             with pytest.raises(ChildProcessError) as info:
                 pool.submit(h.builder_escape).result()
