@@ -69,9 +69,15 @@ def _decode(data):
     return data[1], fn, args, kwargs
 
 
-def boot(paths, modules):
-    """In the zygote: the parent's import path, then what the pool will need."""
+def boot(paths, modules, cwd=None):
+    """In the zygote: the parent's import path and working directory, then what the
+    pool will need."""
     sys.path[:] = list(paths)
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass  # stays in the policy's (/tmp)
     for name in modules:
         try:
             __import__(name)

@@ -86,17 +86,19 @@ def _under(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def interpreter_mounts():
+def interpreter_mounts(cwd=None):
     """Read-only binds for this interpreter's files outside /usr (the policy has /usr):
-    its prefix, its import path (a venv, a development checkout, a test directory)."""
+    its prefix, its import path (a venv, a development checkout, a test directory), and
+    the caller's working directory (caller_cwd: already known to be readable)."""
     paths = [sys.base_prefix, sys.prefix, os.path.dirname(libpython_path())] + import_path()
+    paths += [cwd] if cwd else []
     out = []
     for p in paths:
         p = os.path.realpath(p)
         if not os.path.isdir(p):
             p = os.path.dirname(p)  # a zip on sys.path
-        if not os.path.isdir(p) or _under(p, "/usr"):
-            continue
+        if not os.path.isdir(p) or _under(p, "/usr") or p == "/":
+            continue  # the root is the sandbox's own (a '' on sys.path run from /)
         if any(_under(p, q) for q in out):
             continue
         out = [q for q in out if not _under(q, p)] + [p]
@@ -117,15 +119,31 @@ def import_path():
     return paths + ([here] if here not in paths else [])
 
 
-def boot_source(paths, modules):
+def caller_cwd(want):
+    """The caller's working directory, for the workers to start in (read-only), as
+    TVM's start in theirs; None where it cannot be shown: not wanted (cwd=False), the
+    file system's root or /tmp (the sandbox's own), or a directory the sandbox's ids
+    cannot reach."""
+    if want is False:
+        return None
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        return None
+    if cwd in ("/", "/tmp") or not _others_can_read(cwd):
+        return None
+    return cwd
+
+
+def boot_source(paths, modules, cwd=None):
     # site.addsitedir: the .pth files of a venv's site-packages, which the embedded
     # interpreter (whose prefix is the base installation) does not read by itself
     return (
-        "import sys, site\n"
+        "import sys, site, os\n"
         "sys.path[:] = %r\n"
         "[site.addsitedir(p) for p in list(sys.path) if p.endswith('-packages')]\n"
         "import kcage._child\n"
-        "kcage._child.boot(list(sys.path), %r)\n" % (list(paths), list(modules))
+        "kcage._child.boot(list(sys.path), %r, %r)\n" % (list(paths), list(modules), cwd)
     )
 
 
@@ -189,7 +207,8 @@ class Config:
     """Everything a worker's kc_worker_opts holds, with the C strings kept alive."""
 
     def __init__(self, policy="python", memory=None, cpus=None, pids=None, mounts=(),
-                 preload=(), max_payload=16 << 20, sandbox=True, load_timeout=60.0):
+                 preload=(), max_payload=16 << 20, sandbox=True, load_timeout=60.0,
+                 cwd=None):
         self.sandbox = sandbox
         self.policy = policy
         # None: the policy's own `limit` line; an explicit 0 means no limit
@@ -204,7 +223,8 @@ class Config:
         self.paths = import_path()
         self.modules = ["cloudpickle", "kcage._child"] + [m for m in preload if m]
         user = _mount_list(mounts)
-        auto = [(_lib.MOUNT_RO_BIND, p, p, 0) for p in interpreter_mounts()] if sandbox else []
+        self.cwd = caller_cwd(cwd) if sandbox else None
+        auto = [(_lib.MOUNT_RO_BIND, p, p, 0) for p in interpreter_mounts(self.cwd)] if sandbox else []
         self.mounts = auto + user
         self.libpython = libpython_path()
         self._keep = []
@@ -215,7 +235,7 @@ class Config:
 
     def key(self):
         return (self.policy, tuple(self.mounts), tuple(self.paths), tuple(self.modules),
-                self.sandbox, self.max_payload)
+                self.sandbox, self.max_payload, self.cwd)
 
     def _b(self, s):
         if s is None:
@@ -245,7 +265,7 @@ class Config:
         o.load_s = self.load_timeout
         o.isolation = 0 if self.sandbox else 1
         o.python_lib = self._b(self.libpython)
-        o.python_boot = self._b(boot_source(self.paths, self.modules))
+        o.python_boot = self._b(boot_source(self.paths, self.modules, self.cwd))
         o.stdout_ = _stdio(stdout)
         o.stderr_ = _stdio(stderr)
         return o

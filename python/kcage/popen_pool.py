@@ -27,6 +27,7 @@ What differs (on purpose):
 
 import concurrent.futures
 import ctypes
+import errno
 import itertools
 import os
 import signal as _signal
@@ -70,19 +71,30 @@ def _count(key, n=1):
         stats[key] += n
 
 
+# kcage's own limit, not TVM's (its pipes take any size): said where it is met
+_PAYLOAD_HINT = (" (kcage bounds a call's pickled arguments and result, 16 MiB each way "
+                 "by default: max_payload= on PopenWorker/PopenPoolExecutor raises it)")
+
+
 def _verdict_error(res):
     v = res.verdict
     status = (lib.kc_status_name(v.status) or b"").decode()
+    signo = v.signal
+    if status == "exited" and v.exit_code == 128 + _signal.SIGABRT:
+        # a worker is pid 1 of its namespace, where its own SIGABRT cannot kill it: the
+        # embedded interpreter's handler ends it with the status a shell gives an abort
+        # (the worker's own word, as any exit status is)
+        status, signo = "signaled", int(_signal.SIGABRT)
     if status == "memory":
         what = "memory limit exceeded (killed by the OOM killer)"
     elif status == "syscall":
         what = "forbidden system call %s" % v.syscall.decode(errors="replace")
-    elif status == "signaled" and v.signal:
+    elif status == "signaled" and signo:
         try:
-            name = _signal.Signals(v.signal).name
+            name = _signal.Signals(signo).name
         except ValueError:
-            name = "signal %d" % v.signal
-        what = "killed by signal %d (%s)" % (v.signal, name)
+            name = "signal %d" % signo
+        what = "killed by signal %d (%s)" % (signo, name)
     elif status == "exited":
         what = "exited with status %d" % v.exit_code
     elif status == "pids":
@@ -91,7 +103,7 @@ def _verdict_error(res):
         what = res.message.decode(errors="replace") or status
     exc = ChildProcessError("Subprocess terminated: " + what)
     exc.verdict = status
-    exc.signal = v.signal or None
+    exc.signal = signo or None
     exc.syscall = v.syscall.decode(errors="replace") or None
     return exc
 
@@ -112,7 +124,7 @@ class PopenWorker:
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
                  stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
                  mounts=(), preload=(), max_payload=16 << 20, result_types=(),
-                 unsafe_results=False, load_timeout=60.0, _config=None):
+                 unsafe_results=False, load_timeout=60.0, cwd=None, _config=None):
         self._w = None
         self._result_types = frozenset(result_types)
         self._unsafe_results = bool(unsafe_results)
@@ -129,7 +141,7 @@ class PopenWorker:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
-                                         max_payload, load_timeout=load_timeout)
+                                         max_payload, load_timeout=load_timeout, cwd=cwd)
         if initializer is not None:
             cfg.add_module(getattr(initializer, "__module__", None))
         self._cfg = cfg
@@ -214,8 +226,9 @@ class PopenWorker:
                 raise TimeoutError()
             elif status == _lib.CALL_EXCEPTION:
                 self.kill()
-                raise ChildProcessError(
-                    "Subprocess terminated: " + res.message.decode(errors="replace"))
+                msg = res.message.decode(errors="replace")
+                raise ChildProcessError("Subprocess terminated: " + msg + (
+                    _PAYLOAD_HINT if "over the limit" in msg else ""))
             else:
                 self._mark_replaced()
                 raise _verdict_error(res)
@@ -263,7 +276,9 @@ class PopenWorker:
         err = self._err
         if _send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
-            self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
+            msg = err.text()
+            self._failed.append(ChildProcessError("Subprocess terminated: " + msg + (
+                _PAYLOAD_HINT if err.code == errno.E2BIG else "")))
         else:
             self._failed.append(None)
             _count("calls")
@@ -279,7 +294,7 @@ class PopenPoolExecutor:
                  maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
                  memory=None, cpus=None, pids=None, mounts=(), preload=(),
                  max_payload=16 << 20, result_types=(), unsafe_results=False,
-                 load_timeout=60.0):
+                 load_timeout=60.0, cwd=None):
         if max_workers is None:
             max_workers = os.cpu_count()
         self._max_workers = max_workers
@@ -296,7 +311,7 @@ class PopenPoolExecutor:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenPoolExecutor")
         self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload,
-                                    load_timeout=load_timeout)
+                                    load_timeout=load_timeout, cwd=cwd)
         self._result_opts = {"result_types": result_types, "unsafe_results": unsafe_results}
         if initializer is not None:
             self._cfg.add_module(getattr(initializer, "__module__", None))

@@ -82,3 +82,14 @@ def remember(x):
     before = list(_seen)
     _seen.append(x)
     return before
+
+
+def read_text(path):
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def write_text(path, text):
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return path
