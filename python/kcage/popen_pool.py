@@ -10,7 +10,8 @@ map_with_error_catching in input order, shutdown.
 
 What differs (on purpose):
   * the timeout is enforced by the parent (kcage kills the worker's cgroup at the
-    deadline): a stopped, wedged or GIL-holding child still times out;
+    deadline): a stopped, wedged or GIL-holding child still times out; as in TVM it
+    counts the task, not the function's load, which load_timeout bounds;
   * ChildProcessError("Subprocess terminated: <verdict>") names why the worker died
     (memory limit, a forbidden syscall by name, a signal by name), also as the
     attributes verdict, signal, syscall of the exception;
@@ -19,7 +20,8 @@ What differs (on purpose):
   * workers are forks of a zygote that embeds this interpreter and already imported
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
   * results are unpickled with an allow-list (see PopenWorker), so a compromised
-    worker cannot run code in the parent through its answer;
+    worker cannot run code in the parent through its answer, and recv() raises
+    only Exceptions (never SystemExit and the like);
   * stdout=subprocess.PIPE is refused (nothing could read it);
   * map_with_error_catching keeps at most max_workers calls in flight, not a future
     per item (see there).
@@ -38,6 +40,8 @@ from enum import IntEnum
 from . import _child, _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
+
+WorkerException = _pickle.WorkerException
 
 # the per-call functions, looked up once
 _send, _recv, _clear = lib.kc_worker_send, lib.kc_worker_recv, lib.kc_call_result_clear
@@ -119,6 +123,12 @@ class PopenWorker:
     exceptions, enums, namedtuples, numpy arrays): a compromised worker must not run code
     in this process.  result_types=["module.Class", ...] trusts more classes by name;
     unsafe_results=True turns the check off (TVM's behaviour).
+
+    load_timeout: seconds a call's function may take to load (unpickle, import) before
+    its timeout starts (default 60; 0: the timeout counts from the send).  cwd: the
+    caller's working directory is the worker's, read-only (False: the sandbox's /tmp).
+    memory/pids/cpus left out are the policy's `limit` lines; a bad policy or limit, or
+    one this host cannot hold, fails here.
     """
 
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
