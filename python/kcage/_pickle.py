@@ -164,6 +164,45 @@ def lookup(module, parts):
     return obj
 
 
+# What unpickling, or dropping, an object can call on it: hashing and comparing (a dict
+# key, a set element), iterating, converting, attribute hooks, finalisers.  A class of
+# the caller's that defines one of these is not rebuilt from a worker's bytes.
+_HOOKS = frozenset((
+    "__hash__", "__eq__", "__ne__", "__lt__", "__le__", "__gt__", "__ge__", "__iter__",
+    "__len__", "__bool__", "__index__", "__int__", "__float__", "__complex__", "__bytes__",
+    "__getattr__", "__getattribute__", "__setattr__", "__delattr__", "__del__",
+    "__setstate__", "__contains__", "__getitem__", "__setitem__", "__missing__",
+))
+_STDLIB_BASES = ("builtins", "enum", "collections")
+
+
+def _inert(cls):
+    """No class of cls's own (written in Python, outside the standard library's enum
+    and namedtuple machinery) defines a hook that loading or dropping would call."""
+    for klass in cls.__mro__:
+        if not klass.__flags__ & _HEAPTYPE or klass.__module__ in _STDLIB_BASES:
+            continue
+        if _HOOKS.intersection(vars(klass)):
+            return False
+    return True
+
+
+# The builtin types a pickle may call (REDUCE) only with plain data: called with one of
+# the objects above, they would run its hooks (str(x) runs x.__str__, set(x) x.__iter__).
+_DATA_CALLS = frozenset((str, int, float, complex, bool, bytes, bytearray, list, tuple,
+                         set, frozenset, dict, slice, range, object))
+_PLAIN = (type(None), bool, int, float, complex, str, bytes, bytearray)
+
+
+def _plain(obj, depth=0):
+    if isinstance(obj, _PLAIN) and type(obj) in _PLAIN:
+        return True
+    if depth > 32 or type(obj) not in (tuple, list, set, frozenset, dict):
+        return False
+    items = obj.items() if type(obj) is dict else ((x, None) for x in obj)
+    return all(_plain(k, depth + 1) and _plain(v, depth + 1) for k, v in items)
+
+
 def _builtin_new(cls):
     """The __new__ that cls(...) would run, when it is the interpreter's own (a static
     type's) rather than a class's Python code; else None."""
@@ -177,7 +216,7 @@ def make_exception(cls, args):
     """An instance of the Exception class cls with args, made by the interpreter's own
     __new__ (no __init__, no Python __new__ of the class runs); None when cls is not an
     Exception class or defines its own __new__."""
-    if not isinstance(cls, type) or not issubclass(cls, Exception):
+    if not isinstance(cls, type) or not issubclass(cls, Exception) or not _inert(cls):
         return None
     new = _builtin_new(cls)
     if new is None:
@@ -237,7 +276,7 @@ class _Unpickler(pickle._Unpickler):  # pylint: disable=protected-access
             return obj
         if full in self._trusted:
             return obj
-        if isinstance(obj, type):
+        if isinstance(obj, type) and _inert(obj):
             if issubclass(obj, Exception):
                 return _exception_factory(obj)
             if issubclass(obj, enum.Enum) and _std_enum(obj):
@@ -252,6 +291,8 @@ class _Unpickler(pickle._Unpickler):  # pylint: disable=protected-access
             self._fresh[id(obj)] = obj
 
     def load_reduce(self):
+        if self.stack[-2] in _DATA_CALLS and not _plain(self.stack[-1]):
+            raise RefusedResult("%s() of objects" % self.stack[-2].__name__)
         super().load_reduce()
         self._made()
 

@@ -93,3 +93,20 @@ def write_text(path, text):
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return path
+
+
+class HashActs(Exception):
+    def __hash__(self):
+        ACTED.append(("__hash__", self.args))
+        return 0
+
+
+class StrActs(Exception):
+    def __str__(self):
+        ACTED.append(("__str__", self.args))
+        return "x"
+
+
+class DelActs(Exception):
+    def __del__(self):
+        ACTED.append(("__del__", self.args))

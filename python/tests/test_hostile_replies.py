@@ -57,6 +57,18 @@ def test_exception_classes_are_built_without_their_code(kc):
     assert kind == "raised" and isinstance(exc, Exception)
 
 
+def test_no_hook_of_a_parent_class_runs_while_loading(kc):
+    # a set element is hashed, str() of an object runs its __str__, a dropped object
+    # its __del__
+    for value in ({hw.Reduce(hw.HashActs, ("x",))}, hw.Reduce(str, (hw.Reduce(hw.StrActs, ("x",)),)),
+                  [hw.Reduce(hw.DelActs, ("x",))]):
+        kind, exc = answer(kc, pickle.dumps((1, value)))
+        assert kind == "raised" and isinstance(exc, ChildProcessError)
+    kind, exc = answer(kc, pickle.dumps((2, hw.Reduce(hw.DelActs, ("x",)))))
+    assert kind == "raised" and isinstance(exc, Exception)
+    del exc
+
+
 def test_a_namedtuple_with_its_own_constructor_is_refused(kc):
     kind, exc = answer(kc, pickle.dumps((1, hw.Reduce(hw.TupleActs, (1,)))))
     assert kind == "raised" and isinstance(exc, ChildProcessError)
