@@ -86,6 +86,11 @@ def _under(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
+# what the sandbox builds for itself: never replaced by the host's (device nodes, the
+# kernel's views, the policy's /etc)
+_SANDBOX_OWN = ("/dev", "/proc", "/sys", "/etc", "/run")
+
+
 def interpreter_mounts(cwd=None):
     """Read-only binds for this interpreter's files outside /usr (the policy has /usr):
     its prefix, its import path (a venv, a development checkout, a test directory), and
@@ -97,8 +102,9 @@ def interpreter_mounts(cwd=None):
         p = os.path.realpath(p)
         if not os.path.isdir(p):
             p = os.path.dirname(p)  # a zip on sys.path
-        if not os.path.isdir(p) or _under(p, "/usr") or p == "/":
-            continue  # the root is the sandbox's own (a '' on sys.path run from /)
+        if (not os.path.isdir(p) or _under(p, "/usr") or p == "/"
+                or any(_under(p, d) for d in _SANDBOX_OWN)):
+            continue  # the sandbox's own (a '' on sys.path run from / or /dev)
         if any(_under(p, q) for q in out):
             continue
         out = [q for q in out if not _under(q, p)] + [p]
@@ -130,9 +136,9 @@ def caller_cwd(want):
         cwd = os.path.realpath(os.getcwd())
     except OSError:
         return None
-    if cwd in ("/", "/tmp") or not _others_can_read(cwd):
+    if cwd in ("/", "/tmp") or any(_under(cwd, d) for d in _SANDBOX_OWN):
         return None
-    return cwd
+    return cwd if _others_can_read(cwd) else None
 
 
 def boot_source(paths, modules, cwd=None):
