@@ -528,7 +528,8 @@ uint32_t kc_worker_depth(kc_worker *w) {
  * (start + load_s + timeout) bounds it all. */
 static uint64_t loaded_deadline(kc_worker *w, uint64_t timeout) {
   uint64_t start = w->head_start_ns, now = kc_now_ns();
-  uint64_t cap = start + (uint64_t)(w->o.load_s * 1e9);
+  double load_s = w->o.load_s < 86400 ? w->o.load_s : 86400; /* no overflow below */
+  uint64_t cap = start + (uint64_t)(load_s * 1e9);
   kc_ring_ctl *c = w->ring.ctl;
   if (atomic_load_explicit(&c->began_seq, memory_order_acquire) == w->ring.reaped + 1) {
     uint64_t b = atomic_load_explicit(&c->began_ns, memory_order_relaxed);

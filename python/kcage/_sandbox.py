@@ -176,7 +176,7 @@ def _number(what, value, kind):
         raise TypeError("%s: a number, not %r" % (what, value))
     if kind is int and value != int(value):
         raise ValueError("%s: a whole number, not %r" % (what, value))
-    if value < 0 or value != value:
+    if value < 0 or value != value or value == float("inf"):
         raise ValueError("%s: must not be negative (%r)" % (what, value))
     return kind(value)
 
