@@ -1,6 +1,9 @@
 /* An embedded CPython inside kcage-worker: the zygote starts it once (kc_python_boot),
  * every worker is a fork of that interpreter, and the "python" handler passes each
- * call's bytes to kcage._child.call and its answer back.
+ * call's bytes to kcage._child.load, says that the task begins (the parent counts the
+ * timeout from there, as TVM does: the function's unpickling and its module's import
+ * are not the task), then hands the loaded call to kcage._child.run and its answer
+ * back.
  *
  * libpython is dlopen'd at run time rather than linked: kcage-worker stays one binary
  * for every Python 3.8+ the caller may use (the parent names the libpython that
@@ -8,8 +11,11 @@
  * functions of CPython's stable ABI are used, declared here, so no Python headers are
  * needed to build kcage. */
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "worker_internal.h"
 
@@ -22,15 +28,16 @@ static struct {
   py_object *(*get_attr_string)(py_object *, const char *);
   py_object *(*call_obj_args)(py_object *, ...);
   py_object *(*bytes_from)(const char *, long);
+  py_object *(*long_from)(long);
   int (*bytes_as)(py_object *, char **, long *);
   void (*dec_ref)(py_object *);
   void (*err_print)(void);
   void (*after_fork_child)(void);
   void *(*save_thread)(void);
   void (*restore_thread)(void *);
-  py_object *call; /* kcage._child.call */
-  void *released;  /* thread state while no call runs (NULL: GIL held) */
-  bool forked;     /* PyOS_AfterFork_Child done in this process */
+  py_object *load, *run, *set_pid; /* kcage._child's */
+  void *released;                  /* thread state while no call runs (NULL: GIL held) */
+  bool forked;                     /* PyOS_AfterFork_Child done in this process */
 } g_py;
 
 static int resolve(void *lib, kc_error *err) {
@@ -45,6 +52,7 @@ static int resolve(void *lib, kc_error *err) {
       S("PyObject_GetAttrString", get_attr_string),
       S("PyObject_CallFunctionObjArgs", call_obj_args),
       S("PyBytes_FromStringAndSize", bytes_from),
+      S("PyLong_FromLong", long_from),
       S("PyBytes_AsStringAndSize", bytes_as),
       S("Py_DecRef", dec_ref),
       S("PyErr_Print", err_print),
@@ -62,6 +70,10 @@ static int resolve(void *lib, kc_error *err) {
   return 0;
 }
 
+static void abort_exit(int sig) {
+  syscall(SYS_exit_group, 128 + sig);
+}
+
 int kc_python_boot(const char *lib_path, const char *boot, kc_error *err) {
   /* RTLD_GLOBAL: extension modules (numpy, tvm_ffi's Cython core) find the Py*
    * symbols in the global scope, as they do in a python executable. */
@@ -76,14 +88,24 @@ int kc_python_boot(const char *lib_path, const char *boot, kc_error *err) {
   if (g_py.run_simple_string(boot) != 0) /* its traceback went to our stderr */
     return kc_error_set(err, 0, "python: the boot code raised (traceback on stderr)");
   py_object *mod = g_py.import_module("kcage._child");
-  py_object *call = mod ? g_py.get_attr_string(mod, "call") : NULL;
+  py_object **fns[] = {&g_py.load, &g_py.run, &g_py.set_pid};
+  const char *names[] = {"load", "run", "set_host_pid"};
+  for (size_t i = 0; i < 3; i++)
+    *fns[i] = mod ? g_py.get_attr_string(mod, names[i]) : NULL;
   if (mod)
     g_py.dec_ref(mod);
-  if (!call) {
+  if (!g_py.load || !g_py.run || !g_py.set_pid) {
     g_py.err_print();
-    return kc_error_set(err, 0, "python: kcage._child.call not importable");
+    g_py.load = NULL;
+    return kc_error_set(err, 0, "python: kcage._child.load/run not importable");
   }
-  g_py.call = call;
+  /* As pid 1 of its namespace a worker ignores the SIGABRT it raises itself, and
+   * abort() then ends on a privileged instruction, a SIGSEGV.  The handler ends the
+   * worker the way a shell reports that signal, 128 + SIGABRT, which the parent reads
+   * as the worker's own word for an abort. */
+  struct sigaction sa = {.sa_handler = abort_exit};
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGABRT, &sa, NULL);
   /* The zygote keeps the GIL: PyOS_AfterFork_Child in each worker re-creates it and
    * needs the forking thread's state current. */
   return 0;
@@ -95,29 +117,46 @@ static int fail(kc_call *c, const char *what) {
   return 1;
 }
 
+/* kcage._child learns the pid the parent sees (os.getpid() gives it, as in TVM) */
+static void tell_pid(void) {
+  py_object *pid = g_py.long_from(kc_runtime_host_pid());
+  py_object *r = pid ? g_py.call_obj_args(g_py.set_pid, pid, NULL) : NULL;
+  if (!r)
+    g_py.err_print();
+  else
+    g_py.dec_ref(r);
+  if (pid)
+    g_py.dec_ref(pid);
+}
+
 int kc_handler_python(kc_call *c) {
-  if (!g_py.call) {
+  if (!g_py.load) {
     snprintf(c->error, c->error_cap, "python: this worker has no interpreter");
     return 1;
   }
   if (!g_py.forked) {
     g_py.after_fork_child();
     g_py.forked = true;
+    tell_pid();
   } else if (g_py.released) {
     g_py.restore_thread(g_py.released);
   }
   g_py.released = NULL;
   py_object *arg = g_py.bytes_from(c->arg, (long)c->arg_len);
-  py_object *ret = arg ? g_py.call_obj_args(g_py.call, arg, NULL) : NULL;
+  py_object *job = arg ? g_py.call_obj_args(g_py.load, arg, NULL) : NULL;
   if (arg)
     g_py.dec_ref(arg);
+  kc_runtime_task_began();
+  py_object *ret = job ? g_py.call_obj_args(g_py.run, job, NULL) : NULL;
+  if (job)
+    g_py.dec_ref(job);
   int rc = 0;
   char *p;
   long n;
   if (!ret)
-    rc = fail(c, "kcage._child.call raised");
+    rc = fail(c, "kcage._child raised");
   else if (g_py.bytes_as(ret, &p, &n) < 0)
-    rc = fail(c, "kcage._child.call returned no bytes");
+    rc = fail(c, "kcage._child.run returned no bytes");
   else if (n < 0 || (size_t)n > c->out_cap) {
     snprintf(c->error, c->error_cap,
              "python: a pickled result of %ld bytes is over the limit of %zu", n, c->out_cap);

@@ -123,6 +123,9 @@ void kc_ring_reset(kc_ring *r, uint32_t generation) {
   atomic_store(&c->cq_head, 0);
   atomic_store(&c->cq_waiters, KC_CQ_AWAKE);
   atomic_store(&c->cq_epoch, 0);
+  atomic_store(&c->began_seq, 0);
+  atomic_store(&c->began_ns, 0);
+  atomic_store(&c->host_pid, 0);
   atomic_store(&c->worker_tid, 0);
   atomic_store(&c->parent_gone, 0);
   atomic_store(&c->trapped_syscall, 0xffffffffu);

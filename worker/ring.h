@@ -88,6 +88,14 @@ typedef struct kc_ring_ctl {
   /* worker writes (untrusted, only ever printed): the syscall number its seal filter
    * trapped, set by the worker's SIGSYS handler just before it dies. */
   _Alignas(64) _Atomic uint32_t trapped_syscall;
+  /* worker writes (untrusted, clamped by the parent to the call's own window): the call
+   * whose task began (its seq + 1; 0 = none yet) and when (CLOCK_MONOTONIC), for a
+   * handler that loads what it runs before it runs it (the python handler). */
+  _Alignas(64) _Atomic uint64_t began_seq;
+  _Atomic uint64_t began_ns;
+  /* parent writes before the first request: the worker's pid as the parent sees it
+   * (the worker, pid 1 of its namespace, cannot know it otherwise) */
+  _Atomic int32_t host_pid;
 } kc_ring_ctl;
 
 typedef struct kc_sqe {

@@ -140,6 +140,18 @@ static int lockdown(const kc_worker_boot *b, kc_error *err) {
 }
 
 static kc_spin g_spin;
+static uint64_t g_head; /* the call being served */
+
+void kc_runtime_task_began(void) {
+  if (!g_ring.ctl)
+    return;
+  atomic_store_explicit(&g_ring.ctl->began_ns, kc_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&g_ring.ctl->began_seq, g_head + 1, memory_order_release);
+}
+
+int kc_runtime_host_pid(void) {
+  return g_ring.ctl ? atomic_load_explicit(&g_ring.ctl->host_pid, memory_order_acquire) : 0;
+}
 
 static void wait_for_request(kc_ring_ctl *c, uint64_t head) {
   if (atomic_load_explicit(&c->sq_tail, memory_order_acquire) > head)
@@ -258,6 +270,7 @@ __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b) {
     const char *fn = (const char *)slot + sizeof h;
     memcpy(arg, slot + sizeof h + h.fn_len, h.arg_len);
     atomic_store_explicit(&r->ctl->sq_head, head + 1, memory_order_relaxed);
+    g_head = head;
 
     error[0] = 0;
     kc_handler_fn f = lookup_handler(cache, &ncache, fn, h.fn_len, error, sizeof error);

@@ -528,6 +528,24 @@ uint32_t kc_worker_depth(kc_worker *w) {
   return KC_DEFAULT_DEPTH;
 }
 
+/* The head call's deadline when its handler says when its task began (load_s): from
+ * that moment, which the worker writes and we clamp into [the call's start, now] and
+ * to at most load_s after the start.  Until it says so, the earliest the deadline can
+ * be is a timeout from now: that is when to look again, and the load's own end
+ * (start + load_s + timeout) bounds it all. */
+static uint64_t loaded_deadline(kc_worker *w, uint64_t timeout) {
+  uint64_t start = w->head_start_ns, now = kc_now_ns();
+  double load_s = w->o.load_s < 86400 ? w->o.load_s : 86400; /* no overflow below */
+  uint64_t cap = start + (uint64_t)(load_s * 1e9);
+  kc_ring_ctl *c = w->ring.ctl;
+  if (atomic_load_explicit(&c->began_seq, memory_order_acquire) == w->ring.reaped + 1) {
+    uint64_t b = atomic_load_explicit(&c->began_ns, memory_order_relaxed);
+    b = b < start ? start : b > now ? now : b;
+    return (b < cap ? b : cap) + timeout;
+  }
+  return (now < cap ? now : cap) + timeout;
+}
+
 uint64_t kc_worker_deadline(kc_worker *w) {
   if (w->orphans || !w->pid)
     return w->orphans ? 0 : UINT64_MAX;
@@ -536,12 +554,38 @@ uint64_t kc_worker_deadline(kc_worker *w) {
   pending *p = &w->q[w->ring.reaped % KC_DEFAULT_DEPTH];
   if (p->timeout_s <= 0)
     return UINT64_MAX;
-  return w->head_start_ns + (uint64_t)(p->timeout_s * 1e9);
+  uint64_t timeout = (uint64_t)(p->timeout_s * 1e9);
+  if (w->o.load_s <= 0 || !w->ring.ctl)
+    return w->head_start_ns + timeout;
+  return loaded_deadline(w, timeout);
 }
 
 static bool pidfd_dead(int pidfd) {
   struct pollfd p = {.fd = pidfd, .events = POLLIN};
   return poll(&p, 1, 0) > 0;
+}
+
+/* Is the process already on its way out (the kernel's PF_EXITING in /proc/PID/stat)?
+ * A worker that exits or dies of a signal before its deadline is a death, not a
+ * timeout, even when tearing its memory down takes past the deadline: TVM reports a
+ * death.  The flag is the kernel's, not the worker's word.  Read at a deadline only. */
+static bool exiting(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return false;
+  ssize_t n = read(fd, buf, sizeof buf - 1);
+  close(fd);
+  if (n <= 0)
+    return false;
+  buf[n] = 0;
+  /* after the command's closing parenthesis: state ppid pgrp session tty tpgid flags */
+  const char *p = strrchr(buf, ')');
+  unsigned long flags = 0;
+  if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
+    return false;
+  return flags & 0x4; /* PF_EXITING */
 }
 
 /* A validated completion becomes the oldest call's result. */
@@ -610,6 +654,7 @@ static int try_take(kc_worker *w, kc_call_result *res, bool look_at_fds) {
     violated = poll(&p, 1, 0) > 0 && (p.revents & POLLIN) && read_violation(w);
   }
   bool dead = violated || (look_at_fds && pidfd_dead(w->pidfd));
+  dead = dead || (late && exiting(w->pid));
   late = late && !dead;
   if (!dead && !late)
     return 0;
@@ -979,6 +1024,7 @@ static int collect_worker(kc_worker *w, kc_error *err) {
     return kc_error_prefix(err, "worker");
   }
   w->pid = pid;
+  atomic_store_explicit(&w->ring.ctl->host_pid, pid, memory_order_release);
   w->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
   w->violation[0] = 0;
   if (w->pidfd < 0) {

@@ -77,6 +77,11 @@ int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
 
+/* runtime.c, for handlers: the current call's task begins now (after its load); the
+ * worker's pid as the parent sees it (0 before the first call) */
+void kc_runtime_task_began(void);
+int kc_runtime_host_pid(void);
+
 /* python_embed.c: start the interpreter in the zygote; the "python" handler */
 int kc_python_boot(const char *lib_path, const char *boot, kc_error *err);
 int kc_handler_python(kc_call *c);

@@ -59,6 +59,10 @@ const char *kc_cgroup_mode_name(kc_cgroup_mode m);
 /* How a limit ("memory", "pids" or "cpus") is enforced for a tenant with settings s
  * (NULL = the defaults): "cgroup", "rlimit", or NULL when it would be refused. */
 const char *kc_cgroup_enforcement(const kc_settings *s, const char *which);
+/* Fill err with the one-line refusal of limit `which` for settings s (ENOTSUP): why the
+ * host cannot hold it and what would (a delegated cgroup, the rlimit fallback).
+ * Returns -1. */
+int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err);
 
 /* Is every setting usable on this host (the id range free of accounts, the cgroup
  * mode available)?  -1 with the line that says which is not. */

@@ -162,6 +162,12 @@ typedef struct kc_worker_opts {
   /* The tenant's cgroup mode, limits fallback, id range and policy directory (all zero
    * = the defaults).  policy_dir is read when the worker starts, not kept. */
   kc_settings settings;
+  /* A handler that loads what it runs before running it (the python handler: the
+   * function's unpickling and its module's import) may say when its task began; the
+   * call's timeout then counts from there, as TVM's does, and the load may take up to
+   * load_s on top of the timeout.  The worker's word is clamped to that window, so a
+   * worker gains at most load_s.  0 = the timeout counts from the send. */
+  double load_s;
 } kc_worker_opts;
 
 void kc_worker_opts_init(kc_worker_opts *o); /* zero, fds -1, defaults above */

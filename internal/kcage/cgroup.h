@@ -91,8 +91,6 @@ int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err);
 bool kc_cgroup_uses_rlimits(const kc_cgroup *cg);
 /* The RLIMIT_AS that stands in for cg's memory limit; 0 when none (or cg is NULL). */
 uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg);
-/* Fill err with the one-line refusal of limit `which` (ENOTSUP).  Returns -1. */
-int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err);
 
 /* Kill, remove every directory, free.  Safe with NULL. */
 void kc_cgroup_destroy(kc_cgroup *cg);

@@ -8,7 +8,8 @@ kcage.tvm.install() makes TVM itself (MetaSchedule's LocalBuilder and LocalRunne
 RPC server and tracker helpers) use these classes.
 """
 
-__all__ = ["MapResult", "PopenPoolExecutor", "PopenWorker", "StatusKind", "stats"]
+__all__ = ["MapResult", "PopenPoolExecutor", "PopenWorker", "StatusKind", "WorkerException",
+           "stats"]
 __version__ = "0.1.0"
 
 

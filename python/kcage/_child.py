@@ -7,8 +7,10 @@ where it is exact, else cloudpickle), or, for a function that travels by referen
 "K", op, the length of fn's pickle (4 bytes, little-endian), fn's pickle, and
 pickle((args, kwargs)) unless both are empty: fn's pickle is made once in the parent
 and the arguments are all that is pickled per call.  The answer is
-pickle((status, value)) as TVM's popen_worker sends it, so exceptions keep
-their type and carry the child's formatted traceback as their message.
+pickle((status, value)) as TVM's popen_worker sends it, except that an exception
+travels as (module, qualified name, formatted traceback): the parent raises an instance
+of that class (if it is an Exception class it can build without running its code) with
+the traceback as its message, as TVM's would.
 """
 
 import os
@@ -67,9 +69,15 @@ def _decode(data):
     return data[1], fn, args, kwargs
 
 
-def boot(paths, modules):
-    """In the zygote: the parent's import path, then what the pool will need."""
+def boot(paths, modules, cwd=None):
+    """In the zygote: the parent's import path and working directory, then what the
+    pool will need."""
     sys.path[:] = list(paths)
+    if cwd:
+        try:
+            os.chdir(cwd)
+        except OSError:
+            pass  # stays in the policy's (/tmp)
     for name in modules:
         try:
             __import__(name)
@@ -87,32 +95,113 @@ def _flush():
             pass
 
 
-def _run(data):
+class _Failed:
+    """A request that could not be loaded: its answer, made at once."""
+
+    __slots__ = ("answer",)
+
+    def __init__(self, answer):
+        self.answer = answer
+
+
+def _exception_answer(exc):
+    # its class by name and its traceback as text: the parent rebuilds it without
+    # running anything of the class (kcage._pickle.decode_answer)
+    return (EXCEPTION, (str(type(exc).__module__), str(type(exc).__qualname__),
+                        traceback.format_exc()))
+
+
+def _die():
+    # What ends TVM's worker (SystemExit, KeyboardInterrupt, an unpicklable result)
+    # ends this one: the parent sees the death and raises ChildProcessError.  At once:
+    # a death that came after the deadline would read as a timeout, and a traceback's
+    # source lines take milliseconds to read.  SystemExit ends quietly with its status,
+    # as it ends TVM's worker.
+    exc = sys.exc_info()[1]
+    if isinstance(exc, SystemExit):
+        code = exc.code
+        _flush()
+        os._exit(code & 0xFF if isinstance(code, int) else 1)
+    try:
+        sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
+    except BaseException:  # pylint: disable=broad-except
+        pass
+    _flush()
+    os._exit(1)
+
+
+def load(data):
+    """The first half of a call: the request decoded (its function unpickled, its
+    module imported).  The worker then tells the parent that the task begins: TVM's
+    timeout counts the task, not this."""
+    try:
+        try:
+            return _decode(data)
+        except Exception as exc:  # pylint: disable=broad-except
+            return _Failed(_exception_answer(exc))
+    except BaseException:  # pylint: disable=broad-except
+        _die()
+
+
+def run(job):
+    """The second half: the loaded call run, its answer's bytes."""
     global _initialized
     try:
-        op, fn, args, kwargs = _decode(data)
-        if op == OP_INIT:
-            if _initialized:
-                return (COMPLETE, None)
-            _initialized = True
-        result = fn(*args, **kwargs)
-        return (COMPLETE, result)
-    except Exception as exc:  # pylint: disable=broad-except
-        msg = traceback.format_exc()
-        return (EXCEPTION, type(exc)(msg))
-
-
-def call(data):
-    try:
-        ret = _run(data)
+        if isinstance(job, _Failed):
+            ret = job.answer
+        else:
+            op, fn, args, kwargs = job
+            ret = None
+            if op == OP_INIT:
+                if _initialized:
+                    ret = (COMPLETE, None)
+                _initialized = True
+            if ret is None:
+                try:
+                    ret = (COMPLETE, fn(*args, **kwargs))
+                except Exception as exc:  # pylint: disable=broad-except
+                    ret = _exception_answer(exc)
         try:
             return _pickle.dumps(ret)
         finally:
             _flush()
     except BaseException:  # pylint: disable=broad-except
-        # What ends TVM's worker (SystemExit, an exception type whose constructor
-        # rejects one string, an unpicklable result) ends this one: the parent sees
-        # the death and raises ChildProcessError.
-        traceback.print_exc()
-        _flush()
-        os._exit(1)
+        _die()
+
+
+def call(data):
+    """Both halves at once."""
+    return run(load(data))
+
+
+# --- what a function sees of its process, as in TVM's worker ----------------------
+#
+# A sandboxed worker is pid 1 of its own pid namespace.  TVM's callers identify a
+# worker by os.getpid() (a recycled worker must show a new one, which the parent can
+# look up), so os.getpid() answers the pid the parent sees.  A signal sent to that pid
+# goes to this process (pid 1 here).
+
+_host_pid = None
+
+
+def set_host_pid(pid):
+    global _host_pid
+    if not pid or _host_pid is not None:
+        return
+    _host_pid = int(pid)
+    import posix  # pylint: disable=import-outside-toplevel
+
+    real_getpid, real_kill = posix.getpid, posix.kill
+
+    def getpid():
+        """The worker's pid as the parent sees it."""
+        return _host_pid
+
+    def kill(pid, sig):
+        return real_kill(real_getpid() if pid == _host_pid else pid, sig)
+
+    for mod in (posix, os):
+        mod.getpid = getpid
+        mod.kill = kill
+    getpid.__module__ = kill.__module__ = "posix"
+    getpid.__qualname__, kill.__qualname__ = "getpid", "kill"

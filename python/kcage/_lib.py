@@ -85,6 +85,7 @@ class KcWorkerOpts(ctypes.Structure):
         ("python_lib", ctypes.c_char_p),
         ("python_boot", ctypes.c_char_p),
         ("settings", KcSettings),
+        ("load_s", ctypes.c_double),
     ]
 
 
@@ -116,6 +117,29 @@ class KcCallResult(ctypes.Structure):
         ("pid", ctypes.c_int),
         ("generation", ctypes.c_uint32),
         ("elapsed_s", ctypes.c_double),
+    ]
+
+
+class KcPolicyNamespaces(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_bool) for n in ("user", "pid", "mount", "ipc", "uts", "cgroup", "net")]
+
+
+class KcPolicySpec(ctypes.Structure):
+    """The head of kc_policy_spec: what the Python side reads (the policy's limits)."""
+
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ns", KcPolicyNamespaces),
+        ("mounts", ctypes.c_void_p),
+        ("n_mounts", c_size),
+        ("rlimits", ctypes.c_void_p),
+        ("n_rlimits", c_size),
+        ("memory_bytes", ctypes.c_uint64),
+        ("cpu_s", ctypes.c_double),
+        ("wall_s", ctypes.c_double),
+        ("pids", ctypes.c_uint32),
+        ("cpus", ctypes.c_double),
+        ("output_bytes", ctypes.c_uint64),
     ]
 
 
@@ -184,6 +208,11 @@ _sigs = {
     "kc_zygote_new": (ctypes.c_int, [P(KcWorkerOpts), P(ctypes.c_void_p), P(KcError)]),
     "kc_zygote_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
     "kc_zygote_free": (None, [ctypes.c_void_p]),
+    "kc_policy_load": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_void_p), P(KcError)]),
+    "kc_policy_get_spec": (P(KcPolicySpec), [ctypes.c_void_p]),
+    "kc_policy_free": (None, [ctypes.c_void_p]),
+    "kc_cgroup_enforcement": (ctypes.c_char_p, [P(KcSettings), ctypes.c_char_p]),
+    "kc_cgroup_refusal": (ctypes.c_int, [P(KcSettings), ctypes.c_char_p, P(KcError)]),
 }
 # never block: called with the GIL held (see above)
 _held = {"kc_call_result_clear", "kc_worker_is_alive", "kc_worker_pid", "kc_status_name"}

@@ -2,6 +2,7 @@
 the zygotes shared by every worker with the same configuration."""
 
 import ctypes
+import errno
 import os
 import queue
 import stat
@@ -85,17 +86,25 @@ def _under(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
 
-def interpreter_mounts():
+# what the sandbox builds for itself: never replaced by the host's (device nodes, the
+# kernel's views, the policy's /etc)
+_SANDBOX_OWN = ("/dev", "/proc", "/sys", "/etc", "/run")
+
+
+def interpreter_mounts(cwd=None):
     """Read-only binds for this interpreter's files outside /usr (the policy has /usr):
-    its prefix, its import path (a venv, a development checkout, a test directory)."""
+    its prefix, its import path (a venv, a development checkout, a test directory), and
+    the caller's working directory (caller_cwd: already known to be readable)."""
     paths = [sys.base_prefix, sys.prefix, os.path.dirname(libpython_path())] + import_path()
+    paths += [cwd] if cwd else []
     out = []
     for p in paths:
         p = os.path.realpath(p)
         if not os.path.isdir(p):
             p = os.path.dirname(p)  # a zip on sys.path
-        if not os.path.isdir(p) or _under(p, "/usr"):
-            continue
+        if (not os.path.isdir(p) or _under(p, "/usr") or p == "/"
+                or any(_under(p, d) for d in _SANDBOX_OWN)):
+            continue  # the sandbox's own (a '' on sys.path run from / or /dev)
         if any(_under(p, q) for q in out):
             continue
         out = [q for q in out if not _under(q, p)] + [p]
@@ -116,15 +125,31 @@ def import_path():
     return paths + ([here] if here not in paths else [])
 
 
-def boot_source(paths, modules):
+def caller_cwd(want):
+    """The caller's working directory, for the workers to start in (read-only), as
+    TVM's start in theirs; None where it cannot be shown: not wanted (cwd=False), the
+    file system's root or /tmp (the sandbox's own), or a directory the sandbox's ids
+    cannot reach."""
+    if want is False:
+        return None
+    try:
+        cwd = os.path.realpath(os.getcwd())
+    except OSError:
+        return None
+    if cwd in ("/", "/tmp") or any(_under(cwd, d) for d in _SANDBOX_OWN):
+        return None
+    return cwd if _others_can_read(cwd) else None
+
+
+def boot_source(paths, modules, cwd=None):
     # site.addsitedir: the .pth files of a venv's site-packages, which the embedded
     # interpreter (whose prefix is the base installation) does not read by itself
     return (
-        "import sys, site\n"
+        "import sys, site, os\n"
         "sys.path[:] = %r\n"
         "[site.addsitedir(p) for p in list(sys.path) if p.endswith('-packages')]\n"
         "import kcage._child\n"
-        "kcage._child.boot(list(sys.path), %r)\n" % (list(paths), list(modules))
+        "kcage._child.boot(list(sys.path), %r, %r)\n" % (list(paths), list(modules), cwd)
     )
 
 
@@ -144,23 +169,69 @@ def _mount_list(mounts):
     return out
 
 
+def _number(what, value, kind):
+    if value is None:
+        return kind(0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError("%s: a number, not %r" % (what, value))
+    if kind is int and value != int(value):
+        raise ValueError("%s: a whole number, not %r" % (what, value))
+    if value < 0 or value != value or value == float("inf"):
+        raise ValueError("%s: must not be negative (%r)" % (what, value))
+    return kind(value)
+
+
+def policy_limits(policy):
+    """The `limit` lines of a policy (a name or a .policy file), loaded as the worker
+    will load it: a policy that does not load is refused here, not at the first send."""
+    if not isinstance(policy, str) or not policy:
+        raise TypeError("policy: a policy name or a .policy file, not %r" % (policy,))
+    handle = ctypes.c_void_p()
+    err = _lib.KcError()
+    if lib.kc_policy_load(policy.encode(), ctypes.byref(handle), ctypes.byref(err)) < 0:
+        raise ValueError("kcage: policy %r: %s" % (policy, err.text()))
+    try:
+        spec = lib.kc_policy_get_spec(handle).contents
+        return {"memory": spec.memory_bytes or None, "pids": spec.pids or None,
+                "cpus": spec.cpus or None}
+    finally:
+        lib.kc_policy_free(handle)
+
+
+def check_limits(memory, pids, cpus):
+    """A limit this host cannot hold is refused now, with the C side's one line on why
+    and what to do (never dropped: the worker would run without it)."""
+    for which, value in (("memory", memory), ("pids", pids), ("cpus", cpus)):
+        # The worker's settings are the defaults (kc_settings all zero: NULL here).
+        if value and lib.kc_cgroup_enforcement(None, which.encode()) is None:
+            err = _lib.KcError()
+            lib.kc_cgroup_refusal(None, which.encode(), ctypes.byref(err))
+            raise OSError(errno.ENOTSUP, "kcage: %s=%s cannot be held here: %s"
+                          % (which, value, err.text()))
+
+
 class Config:
     """Everything a worker's kc_worker_opts holds, with the C strings kept alive."""
 
     def __init__(self, policy="python", memory=None, cpus=None, pids=None, mounts=(),
-                 preload=(), max_payload=16 << 20, sandbox=True):
-        self.policy = policy
-        self.memory = parse_size(memory)
-        self.cpus = float(cpus or 0)
-        self.pids = int(pids or 0)
-        if self.cpus < 0 or self.pids < 0:
-            raise ValueError("cpus and pids must not be negative")
+                 preload=(), max_payload=16 << 20, sandbox=True, load_timeout=60.0,
+                 cwd=None):
         self.sandbox = sandbox
+        self.policy = policy
+        # None: the policy's own `limit` line; an explicit 0 means no limit
+        spec = policy_limits(policy) if sandbox else {}
+        self.memory = parse_size(spec.get("memory") if memory is None else memory)
+        self.cpus = _number("cpus", spec.get("cpus") if cpus is None else cpus, float)
+        self.pids = _number("pids", spec.get("pids") if pids is None else pids, int)
+        if sandbox:
+            check_limits(self.memory, self.pids, self.cpus)
         self.max_payload = int(max_payload)
+        self.load_timeout = _number("load_timeout", load_timeout, float)
         self.paths = import_path()
         self.modules = ["cloudpickle", "kcage._child"] + [m for m in preload if m]
         user = _mount_list(mounts)
-        auto = [(_lib.MOUNT_RO_BIND, p, p, 0) for p in interpreter_mounts()] if sandbox else []
+        self.cwd = caller_cwd(cwd) if sandbox else None
+        auto = [(_lib.MOUNT_RO_BIND, p, p, 0) for p in interpreter_mounts(self.cwd)] if sandbox else []
         self.mounts = auto + user
         self.libpython = libpython_path()
         self._keep = []
@@ -171,7 +242,7 @@ class Config:
 
     def key(self):
         return (self.policy, tuple(self.mounts), tuple(self.paths), tuple(self.modules),
-                self.sandbox, self.max_payload)
+                self.sandbox, self.max_payload, self.cwd)
 
     def _b(self, s):
         if s is None:
@@ -198,9 +269,10 @@ class Config:
         o.n_mounts = len(self.mounts)
         o.max_arg_bytes = self.max_payload
         o.max_result_bytes = self.max_payload
+        o.load_s = self.load_timeout
         o.isolation = 0 if self.sandbox else 1
         o.python_lib = self._b(self.libpython)
-        o.python_boot = self._b(boot_source(self.paths, self.modules))
+        o.python_boot = self._b(boot_source(self.paths, self.modules, self.cwd))
         o.stdout_ = _stdio(stdout)
         o.stderr_ = _stdio(stderr)
         return o

@@ -10,7 +10,8 @@ map_with_error_catching in input order, shutdown.
 
 What differs (on purpose):
   * the timeout is enforced by the parent (kcage kills the worker's cgroup at the
-    deadline): a stopped, wedged or GIL-holding child still times out;
+    deadline): a stopped, wedged or GIL-holding child still times out; as in TVM it
+    counts the task, not the function's load, which load_timeout bounds;
   * ChildProcessError("Subprocess terminated: <verdict>") names why the worker died
     (memory limit, a forbidden syscall by name, a signal by name), also as the
     attributes verdict, signal, syscall of the exception;
@@ -19,7 +20,8 @@ What differs (on purpose):
   * workers are forks of a zygote that embeds this interpreter and already imported
     cloudpickle, the initializer's module and preload=..., so a (re)start is a fork;
   * results are unpickled with an allow-list (see PopenWorker), so a compromised
-    worker cannot run code in the parent through its answer;
+    worker cannot run code in the parent through its answer, and recv() raises
+    only Exceptions (never SystemExit and the like);
   * stdout=subprocess.PIPE is refused (nothing could read it);
   * map_with_error_catching keeps at most max_workers calls in flight, not a future
     per item (see there).
@@ -27,6 +29,7 @@ What differs (on purpose):
 
 import concurrent.futures
 import ctypes
+import errno
 import itertools
 import os
 import signal as _signal
@@ -37,6 +40,8 @@ from enum import IntEnum
 from . import _child, _lib, _pickle, _sandbox
 from ._child import OP_CALL, OP_INIT
 from ._lib import lib
+
+WorkerException = _pickle.WorkerException
 
 # the per-call functions, looked up once
 _send, _recv, _clear = lib.kc_worker_send, lib.kc_worker_recv, lib.kc_call_result_clear
@@ -70,19 +75,30 @@ def _count(key, n=1):
         stats[key] += n
 
 
+# kcage's own limit, not TVM's (its pipes take any size): said where it is met
+_PAYLOAD_HINT = (" (kcage bounds a call's pickled arguments and result, 16 MiB each way "
+                 "by default: max_payload= on PopenWorker/PopenPoolExecutor raises it)")
+
+
 def _verdict_error(res):
     v = res.verdict
     status = (lib.kc_status_name(v.status) or b"").decode()
+    signo = v.signal
+    if status == "exited" and v.exit_code == 128 + _signal.SIGABRT:
+        # a worker is pid 1 of its namespace, where its own SIGABRT cannot kill it: the
+        # embedded interpreter's handler ends it with the status a shell gives an abort
+        # (the worker's own word, as any exit status is)
+        status, signo = "signaled", int(_signal.SIGABRT)
     if status == "memory":
         what = "memory limit exceeded (killed by the OOM killer)"
     elif status == "syscall":
         what = "forbidden system call %s" % v.syscall.decode(errors="replace")
-    elif status == "signaled" and v.signal:
+    elif status == "signaled" and signo:
         try:
-            name = _signal.Signals(v.signal).name
+            name = _signal.Signals(signo).name
         except ValueError:
-            name = "signal %d" % v.signal
-        what = "killed by signal %d (%s)" % (v.signal, name)
+            name = "signal %d" % signo
+        what = "killed by signal %d (%s)" % (signo, name)
     elif status == "exited":
         what = "exited with status %d" % v.exit_code
     elif status == "pids":
@@ -91,7 +107,7 @@ def _verdict_error(res):
         what = res.message.decode(errors="replace") or status
     exc = ChildProcessError("Subprocess terminated: " + what)
     exc.verdict = status
-    exc.signal = v.signal or None
+    exc.signal = signo or None
     exc.syscall = v.syscall.decode(errors="replace") or None
     return exc
 
@@ -107,12 +123,18 @@ class PopenWorker:
     exceptions, enums, namedtuples, numpy arrays): a compromised worker must not run code
     in this process.  result_types=["module.Class", ...] trusts more classes by name;
     unsafe_results=True turns the check off (TVM's behaviour).
+
+    load_timeout: seconds a call's function may take to load (unpickle, import) before
+    its timeout starts (default 60; 0: the timeout counts from the send).  cwd: the
+    caller's working directory is the worker's, read-only (False: the sandbox's /tmp).
+    memory/pids/cpus left out are the policy's `limit` lines; a bad policy or limit, or
+    one this host cannot hold, fails here.
     """
 
     def __init__(self, initializer=None, initargs=(), maximum_uses=None, stdout=None,
                  stderr=None, *, policy="python", memory=None, cpus=None, pids=None,
                  mounts=(), preload=(), max_payload=16 << 20, result_types=(),
-                 unsafe_results=False, _config=None):
+                 unsafe_results=False, load_timeout=60.0, cwd=None, _config=None):
         self._w = None
         self._result_types = frozenset(result_types)
         self._unsafe_results = bool(unsafe_results)
@@ -129,7 +151,7 @@ class PopenWorker:
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenWorker")
         cfg = _config or _sandbox.Config(policy, memory, cpus, pids, mounts, preload,
-                                         max_payload)
+                                         max_payload, load_timeout=load_timeout, cwd=cwd)
         if initializer is not None:
             cfg.add_module(getattr(initializer, "__module__", None))
         self._cfg = cfg
@@ -214,25 +236,26 @@ class PopenWorker:
                 raise TimeoutError()
             elif status == _lib.CALL_EXCEPTION:
                 self.kill()
-                raise ChildProcessError(
-                    "Subprocess terminated: " + res.message.decode(errors="replace"))
+                msg = res.message.decode(errors="replace")
+                raise ChildProcessError("Subprocess terminated: " + msg + (
+                    _PAYLOAD_HINT if "over the limit" in msg else ""))
             else:
                 self._mark_replaced()
                 raise _verdict_error(res)
         finally:
             _clear(res)
-        if self._unsafe_results:
-            status, value = _pickle.loads(data)
-        else:
-            try:
-                status, value = _pickle.safe_loads(data, self._result_types)
-            except Exception as e:  # pylint: disable=broad-except
-                # a worker that answers with something else is not trusted again
-                self.kill()
-                exc = ChildProcessError("Subprocess terminated: result refused: %s" % e)
-                exc.verdict = "result_refused"
-                raise exc from None
-        if status == _COMPLETE:
+        try:
+            ok, value = _pickle.decode_answer(data, self._result_types, self._unsafe_results)
+        except Exception as e:  # pylint: disable=broad-except
+            # a worker that answers with something else is not trusted again
+            self.kill()
+            exc = ChildProcessError(
+                "Subprocess terminated: result refused: %s (kcage unpickles a worker's "
+                "answer with an allow-list: result_types=[...] trusts more classes by "
+                "name, unsafe_results=True none)" % e)
+            exc.verdict = "result_refused"
+            raise exc from None
+        if ok:
             return value
         raise value
 
@@ -263,7 +286,9 @@ class PopenWorker:
         err = self._err
         if _send(self._w, b"python", data, len(data), t, err) < 0:
             # TVM swallows a failed write and reports at recv(); so do we
-            self._failed.append(ChildProcessError("Subprocess terminated: " + err.text()))
+            msg = err.text()
+            self._failed.append(ChildProcessError("Subprocess terminated: " + msg + (
+                _PAYLOAD_HINT if err.code == errno.E2BIG else "")))
         else:
             self._failed.append(None)
             _count("calls")
@@ -278,7 +303,8 @@ class PopenPoolExecutor:
     def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
                  maximum_process_uses=None, stdout=None, stderr=None, *, policy="python",
                  memory=None, cpus=None, pids=None, mounts=(), preload=(),
-                 max_payload=16 << 20, result_types=(), unsafe_results=False):
+                 max_payload=16 << 20, result_types=(), unsafe_results=False,
+                 load_timeout=60.0, cwd=None):
         if max_workers is None:
             max_workers = os.cpu_count()
         self._max_workers = max_workers
@@ -294,7 +320,8 @@ class PopenPoolExecutor:
         self._shutdown = False
         if self._initializer is not None and not callable(self._initializer):
             raise TypeError("initializer must be callable for PopenPoolExecutor")
-        self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload)
+        self._cfg = _sandbox.Config(policy, memory, cpus, pids, mounts, preload, max_payload,
+                                    load_timeout=load_timeout, cwd=cwd)
         self._result_opts = {"result_types": result_types, "unsafe_results": unsafe_results}
         if initializer is not None:
             self._cfg.add_module(getattr(initializer, "__module__", None))

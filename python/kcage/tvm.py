@@ -75,11 +75,15 @@ def install(**sandbox):
     opts["mounts"] = [(scratch, scratch, "rw")] + list(opts.get("mounts", ()))
     opts["preload"] = ["tvm", "tvm.s_tir.meta_schedule"] + list(opts.get("preload", ()))
 
+    # One candidate per process: TVM keeps a builder's or runner's worker for many
+    # candidates, so one candidate's code could leave something behind (a patched
+    # module, a thread, a cached result) for the next one to meet.  A fork of the
+    # zygote per call costs about a millisecond.
     class PopenWorker(_kc.PopenWorker):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, initializer=None, initargs=(), maximum_uses=None, *args, **kwargs):
             for k, v in opts.items():
                 kwargs.setdefault(k, v)
-            super().__init__(*args, **kwargs)
+            super().__init__(initializer, initargs, 1, *args, **kwargs)
 
         def send(self, fn, args=(), kwargs=None, timeout=None):
             cat = _category(fn)
@@ -87,10 +91,12 @@ def install(**sandbox):
             super().send(fn, args, kwargs, timeout)
 
     class PopenPoolExecutor(_kc.PopenPoolExecutor):
-        def __init__(self, *args, **kwargs):
+        def __init__(self, max_workers=None, timeout=None, initializer=None, initargs=(),
+                     maximum_process_uses=None, *args, **kwargs):
             for k, v in opts.items():
                 kwargs.setdefault(k, v)
-            super().__init__(*args, **kwargs)
+            kwargs.pop("maximum_process_uses", None)
+            super().__init__(max_workers, timeout, initializer, initargs, 1, *args, **kwargs)
 
         def _worker_run(self, fn, args, kwargs):
             cat = _category(fn)

@@ -112,3 +112,8 @@ def builder_escape():
 
 
 builder_escape.__module__ = "kc_helpers.builder.escape"
+
+
+def pid_in_namespace():
+    """The worker's pid in its own pid namespace (os.getpid() gives the parent's view)."""
+    return ctypes.CDLL(None).getpid()

@@ -254,8 +254,9 @@ def _pid(impl, w):
 
 def test_stopped_child(impl):
     """Deliberately better: TVM's timer lives in the child, so a stopped child never
-    times out (the parent blocks); kcage's parent enforces the deadline."""
-    w = impl.PopenWorker()
+    times out (the parent blocks); kcage's parent enforces the deadline (stopped while
+    it loads the function, it gets load_timeout on top of the timeout)."""
+    w = impl.PopenWorker(**({"load_timeout": 1.0} if impl.__name__ == "kcage" else {}))
     w.send(h.count)
     w.recv()
     w.send(h.sleep_then, (5, "value"), timeout=0.5)

@@ -56,7 +56,7 @@ def test_memory_sizes(kc):
 def test_worker_is_sandboxed(kc):
     """In its own pid namespace (pid 1), no network but loopback, read-only root."""
     w = kc.PopenWorker()
-    w.send(os.getpid)
+    w.send(h.pid_in_namespace)
     assert w.recv() == 1
     w.send(os.listdir, ("/",))
     assert "root" not in w.recv()

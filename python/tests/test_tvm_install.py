@@ -23,7 +23,7 @@ def test_install_swaps_and_restores(kc):
             path = pool.submit(h.write_file, scratch, "from-sandbox").result()
             with open(path, encoding="utf-8") as f:
                 assert f.read() == "from-sandbox"
-            assert pool.submit(__import__("os").getpid).result() == 1  # sandboxed
+            assert pool.submit(h.pid_in_namespace).result() == 1  # sandboxed
             # a builder's path must stay in the scratch dir (the tuner rmtrees it)
             with pytest.raises(ChildProcessError) as info:
                 pool.submit(h.builder_escape).result()
@@ -35,3 +35,29 @@ def test_install_swaps_and_restores(kc):
     assert popen_pool.PopenPoolExecutor is theirs
     assert local_builder.PopenPoolExecutor is theirs
     assert not __import__("os").path.exists(scratch)
+
+
+def test_installed_classes_never_share_a_process_between_calls(kc):
+    popen_pool = pytest.importorskip("tvm.support.popen_pool")
+    import hostile_workers as hw  # pylint: disable=import-outside-toplevel
+    import kcage.tvm  # pylint: disable=import-outside-toplevel
+
+    kcage.tvm.install()
+    try:
+        # TVM's builder and runner ask for long-lived workers; a candidate must never
+        # meet what an earlier one left in its process
+        pool = popen_pool.PopenPoolExecutor(max_workers=1, timeout=60,
+                                            maximum_process_uses=100)
+        try:
+            assert [pool.submit(hw.remember, i).result() for i in range(3)] == [[], [], []]
+        finally:
+            pool.shutdown()
+        w = popen_pool.PopenWorker(maximum_uses=None)
+        try:
+            for i in range(3):
+                w.send(hw.remember, (i,))
+                assert w.recv() == []
+        finally:
+            w.kill()
+    finally:
+        kcage.tvm.uninstall()
