@@ -251,6 +251,14 @@ static int enter_pool_namespaces(bool join_netns, char **argv) {
   return -1;
 }
 
+/* take_from_host's frames held the binds' host paths (realpath's buffers, the plan's
+ * scratch): every worker is a fork of us, so they go before the first one. */
+__attribute__((noinline)) static void wipe_stack_below(void) {
+  char buf[64 << 10];
+  explicit_bzero(buf, sizeof buf);
+  __asm__ volatile("" : : "r"(buf) : "memory");
+}
+
 /* Start-up, in the pool's namespaces: hide our argv, enter the sandbox's file system,
  * boot the interpreter; the first failure is said in the hello.  pre: take_from_host's
  * outcome (its error in err). */
@@ -301,6 +309,7 @@ int kc_zygote_main(const kc_zygote_args *a) {
   /* A caller that is not root has us exec again inside the namespaces (as itself, so
    * its own files stay in reach): that exec takes from the host. */
   int pre = a->userns && geteuid() != 0 ? 0 : take_from_host(a, &zp, &plan, &err);
+  wipe_stack_below();
   if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
     return 125;
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
