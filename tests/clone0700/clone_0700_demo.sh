@@ -30,7 +30,7 @@ cleanup() {
 trap cleanup EXIT
 [ "$(stat -c %a "$d")" = 700 ] || fail "mktemp -d made $d with mode $(stat -c %a "$d"), not 700"
 
-git clone -q "$src" "$d/src"
+git -c advice.detachedHead=false clone -q "$src" "$d/src"
 git -C "$src" diff HEAD --binary | (cd "$d/src" && git apply --allow-empty)
 (cd "$src" && git ls-files --others --exclude-standard -z) |
   (cd "$src" && xargs -0 -r cp --parents -t "$d/src")
