@@ -49,7 +49,7 @@ if [ "${KC_CLONE_0700_BUILD:-0}" = 1 ]; then
   echo "== building the clone"
   cmake -S "$d/src" -B "$d/src/build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKC_BUILD_TESTS=OFF \
     >/dev/null
-  cmake --build "$d/src/build" -j 2 --target kcage kcage-worker >/dev/null
+  cmake --build "$d/src/build" -j 2 --target kcage kcage-worker kcage_shared >/dev/null
   bin=$d/src/build
   lib=$d/src/build/libkcage.so.0
 else
