@@ -488,16 +488,51 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
   return 0;
 }
 
+struct kc_fs_plan {
+  kc_mnt *mnts;
+  size_t n;
+};
+
+int kc_sandbox_fs_prepare(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
+                          kc_fs_plan **out, kc_error *err) {
+  const kc_policy_spec *spec = policy ? kc_policy_get_spec(policy) : NULL;
+  kc_fs_plan *p = calloc(1, sizeof *p);
+  if (!p)
+    return kc_error_set(err, ENOMEM, "mount plan");
+  if (kc__fs_plan(spec, extra, n_extra, &p->mnts, &p->n, err) < 0) {
+    free(p);
+    return -1;
+  }
+  kc__fs_open_trees(p->mnts, p->n);
+  *out = p;
+  return 0;
+}
+
+int kc_sandbox_fs_enter(const kc_fs_plan *plan, const char *cwd, kc_error *err) {
+  return kc__fs_enter(plan->mnts, plan->n, cwd, err);
+}
+
+void kc_sandbox_fs_release(kc_fs_plan *plan) {
+  if (!plan)
+    return;
+  /* a zygote's workers are its forks: the binds' host paths must not stay readable */
+  for (size_t i = 0; i < plan->n; i++)
+    if (plan->mnts[i].strs)
+      explicit_bzero(plan->mnts[i].strs,
+                     strlen(plan->mnts[i].src) + 1 + strlen(plan->mnts[i].dst) + 1);
+  kc__fs_free(plan->mnts, plan->n);
+  free(plan);
+}
+
 int kc_sandbox_setup_fs(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
                         const char *cwd, kc_error *err) {
-  kc_mnt *mnts = NULL;
-  size_t n = 0;
-  const kc_policy_spec *spec = policy ? kc_policy_get_spec(policy) : NULL;
-  if (kc__fs_plan(spec, extra, n_extra, &mnts, &n, err) < 0)
+  kc_fs_plan *plan = NULL;
+  if (kc_sandbox_fs_prepare(policy, extra, n_extra, &plan, err) < 0)
     return -1;
+  const kc_policy_spec *spec = policy ? kc_policy_get_spec(policy) : NULL;
   if (!cwd && spec && spec->cwd)
     cwd = spec->cwd;
-  int rc = kc__fs_enter(mnts, n, cwd, err);
-  free(mnts);
+  int rc = kc_sandbox_fs_enter(plan, cwd, err);
+  kc_sandbox_fs_release(plan);
   return rc;
 }

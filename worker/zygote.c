@@ -151,8 +151,8 @@ static pid_t spawn_one(int parent_pidfd, const kc_zygote_req *q, const zpolicy *
  * namespace: mounting a fresh /proc needs a pid namespace owned by our user namespace,
  * and the zygote itself must stay in the parent's (workers are cloned with
  * CLONE_PARENT, which pid 1 of a namespace may not use).  The helper shares our mount
- * namespace, so its pivot_root moves our root too. */
-static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
+ * namespace, so its pivot_root moves our root too.  plan: take_from_host's. */
+static int enter_fs(const kc_zygote_args *a, zpolicy *zp, const kc_fs_plan *plan, kc_error *err) {
   const kc_policy *pol = zp ? zp->pol : NULL;
   struct clone_args ca;
   memset(&ca, 0, sizeof ca);
@@ -163,7 +163,7 @@ static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
     return kc_error_set(err, errno, "zygote: clone the file-system helper");
   if (pid == 0) {
     kc_error e = {0};
-    if (kc_sandbox_setup_fs(pol, a->mounts, a->n_mounts, "/", &e) < 0) {
+    if (kc_sandbox_fs_enter(plan, "/", &e) < 0) {
       fprintf(stderr, "kcage-worker: %s\n", e.msg);
       _exit(125);
     }
@@ -189,6 +189,20 @@ static int enter_fs(const kc_zygote_args *a, zpolicy *zp, kc_error *err) {
     return kc_error_set(err, errno, "zygote: chdir");
   if (a->lo_up && kc_sandbox_lo_up(err) < 0)
     return -1;
+  return 0;
+}
+
+/* What the pool's sandbox needs from the host, taken with the ids we were started with
+ * (the caller's), before enter_pool_namespaces gives them up: the namespace's root is
+ * an unprivileged host id, which cannot pass a directory only the caller may enter
+ * (a checkout in /root, a mktemp -d).  The policy is parsed here, its includes too, and
+ * every bind source is opened as a detached mount that the helper moves into place. */
+static int take_from_host(const kc_zygote_args *a, zpolicy **zp, kc_fs_plan **plan, kc_error *err) {
+  if (a->policy && policy_for(a->policy, false, zp, err) < 0)
+    return kc_error_prefix(err, "zygote: policy");
+  if (a->setup_fs &&
+      kc_sandbox_fs_prepare(*zp ? (*zp)->pol : NULL, a->mounts, a->n_mounts, plan, err) < 0)
+    return kc_error_prefix(err, "zygote: file system");
   return 0;
 }
 
@@ -237,42 +251,43 @@ static int enter_pool_namespaces(bool join_netns, char **argv) {
   return -1;
 }
 
-int kc_zygote_main(const kc_zygote_args *a) {
-  int ctl = a->ctl;
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
-  if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
-    return 125;
-  int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
-  if (parent_pidfd < 0 || getppid() == 1)
-    return 1;
-  struct pollfd p = {.fd = parent_pidfd, .events = POLLIN};
-  if (poll(&p, 1, 0) != 0)
-    return 1;
-  signal(SIGPIPE, SIG_IGN);
-  /* Start-up: preload the pool's policy while its files are still visible, enter the
-   * sandbox's file system, then say hello (generation 0) with the outcome. */
-  kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
-  kc_error err = {0};
-  zpolicy *zp = NULL;
+/* take_from_host's frames held the binds' host paths (realpath's buffers, the plan's
+ * scratch): every worker is a fork of us, so they go before the first one. */
+__attribute__((noinline)) static void wipe_stack_below(void) {
+  char buf[64 << 10];
+  explicit_bzero(buf, sizeof buf);
+  __asm__ volatile("" : : "r"(buf) : "memory");
+}
+
+/* Start-up, in the pool's namespaces: hide our argv, enter the sandbox's file system,
+ * boot the interpreter; the first failure is said in the hello.  pre: take_from_host's
+ * outcome (its error in err). */
+static void start_up(const kc_zygote_args *a, int pre, zpolicy *zp, kc_fs_plan *plan,
+                     kc_zygote_rep *hello, kc_error *err) {
   /* Every worker is a fork of us and PID 1 of its own namespace: /proc/1/cmdline would
    * read our argv, the host paths of every bind.  Done while the host's /proc is still
    * ours to read (the sandbox's shows another pid namespace). */
   char *old_args = NULL;
   size_t old_len = 0;
-  if (kc_sandbox_hide_args("kcage-worker", &old_args, &old_len, &err) < 0) {
-    hello.pid = -(err.code ? err.code : EINVAL);
-    snprintf(hello.msg, sizeof hello.msg, "zygote: %.240s", err.msg);
-  } else if (a->policy && (policy_for(a->policy, false, &zp, &err) < 0 ||
-                           (!a->setup_fs && zp && policy_compile(zp, false, &err) < 0))) {
-    hello.pid = -(err.code ? err.code : EINVAL);
-    snprintf(hello.msg, sizeof hello.msg, "zygote: policy: %.200s", err.msg);
-  } else if (a->setup_fs && enter_fs(a, zp, &err) < 0) {
-    hello.pid = -(err.code ? err.code : EINVAL);
-    snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
-  } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, &err) < 0) {
-    hello.pid = -(err.code ? err.code : EINVAL);
-    snprintf(hello.msg, sizeof hello.msg, "%.250s", err.msg);
+  kc_error e = {0};
+  if (kc_sandbox_hide_args("kcage-worker", &old_args, &old_len, &e) < 0) {
+    *err = e;
+    kc_error_prefix(err, "zygote");
+  } else if (pre < 0) {
+    /* err holds take_from_host's reason */
+  } else if (!a->setup_fs && zp && policy_compile(zp, false, err) < 0) {
+    kc_error_prefix(err, "zygote: policy");
+  } else if (a->setup_fs && enter_fs(a, zp, plan, err) < 0) {
+    /* err says it */
+  } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, err) < 0) {
+    /* err says it */
+  } else {
+    err->code = 0;
+    err->msg[0] = 0;
+  }
+  if (err->msg[0]) {
+    hello->pid = -(err->code ? err->code : EINVAL);
+    snprintf(hello->msg, sizeof hello->msg, "%.250s", err->msg);
   }
   /* Nothing points into argv after start-up (the mounts are copies, the policy is
    * parsed, the Python boot code has run): what our workers, and the kernels in them,
@@ -282,6 +297,31 @@ int kc_zygote_main(const kc_zygote_args *a) {
   for (size_t i = 0; i < a->n_mounts; i++)
     if (a->mounts[i].src) /* program.c's copies */
       explicit_bzero((char *)a->mounts[i].src, strlen(a->mounts[i].src));
+}
+
+int kc_zygote_main(const kc_zygote_args *a) {
+  int ctl = a->ctl;
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  kc_sched_slice(0); /* workers must not inherit the supervisor's short slice */
+  kc_error err = {0};
+  zpolicy *zp = NULL;
+  kc_fs_plan *plan = NULL;
+  /* A caller that is not root has us exec again inside the namespaces (as itself, so
+   * its own files stay in reach): that exec takes from the host. */
+  int pre = a->userns && geteuid() != 0 ? 0 : take_from_host(a, &zp, &plan, &err);
+  wipe_stack_below();
+  if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
+    return 125;
+  int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
+  if (parent_pidfd < 0 || getppid() == 1)
+    return 1;
+  struct pollfd p = {.fd = parent_pidfd, .events = POLLIN};
+  if (poll(&p, 1, 0) != 0)
+    return 1;
+  signal(SIGPIPE, SIG_IGN);
+  kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
+  start_up(a, pre, zp, plan, &hello, &err);
+  kc_sandbox_fs_release(plan);
   if (kc_send_fds(ctl, &hello, sizeof hello, NULL, 0) < 0 || hello.pid < 0)
     return 1;
   return serve(ctl, parent_pidfd);

@@ -394,8 +394,12 @@ int kc_zygote_request(kc_zygote *z, uint32_t flags, const char *policy, uint32_t
 static int answer(const kc_zygote_early *a, pid_t *pid, kc_error *err) {
   if (a->pid == 0 && a->generation == 0) /* the zygote's hello: started */
     return 0;
-  if (a->pid <= 0)
-    return kc_error_set(err, -a->pid, "%s", a->msg);
+  if (a->pid <= 0) { /* the message already names its errno */
+    kc_error_set(err, 0, "%s", a->msg);
+    if (err)
+      err->code = -a->pid;
+    return -1;
+  }
   *pid = a->pid;
   return 0;
 }
@@ -419,6 +423,10 @@ int kc_zygote_collect(kc_zygote *z, uint32_t generation, pid_t *pid, kc_error *e
       return kc_error_set(err, n == 0 ? ETIMEDOUT : EPIPE, "zygote: no answer");
     kc_zygote_rep rep;
     ssize_t r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
+    /* A zygote that ended with requests of ours unread resets the connection, and the
+     * reset is reported before what it said last, which is still queued: its reason. */
+    if (r < 0 && errno == ECONNRESET)
+      r = kc_recv_fds(z->ctl, &rep, sizeof rep, NULL, NULL);
     if (r == 0)
       return kc_error_set(err, EPIPE, "zygote: closed its socket without an answer");
     if (r != (ssize_t)sizeof rep || rep.magic != KC_ZYGOTE_MAGIC)

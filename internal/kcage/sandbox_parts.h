@@ -31,6 +31,20 @@ extern "C" {
 int kc_sandbox_setup_fs(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
                         const char *cwd, kc_error *err);
 
+/* The same in two steps, for a process that gives up its host ids in between (a pool's
+ * zygote).  kc_sandbox_fs_prepare runs with the caller's ids, before any namespace:
+ * it resolves every bind source and, where the kernel and our privileges allow, opens
+ * each as a detached mount, so that the sandbox's own ids never walk the host path (a
+ * source below a directory only the caller may enter: /root, a mktemp -d).
+ * kc_sandbox_fs_enter builds the file system from that plan, as kc_sandbox_setup_fs
+ * does; kc_sandbox_fs_release closes what is left, wipes the host paths from memory
+ * and frees the plan (NULL: nothing). */
+typedef struct kc_fs_plan kc_fs_plan;
+int kc_sandbox_fs_prepare(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
+                          kc_fs_plan **out, kc_error *err);
+int kc_sandbox_fs_enter(const kc_fs_plan *plan, const char *cwd, kc_error *err);
+void kc_sandbox_fs_release(kc_fs_plan *plan);
+
 /* Bring up "lo" in the caller's (new) network namespace (SIOCSIFFLAGS; no allocation). */
 int kc_sandbox_lo_up(kc_error *err);
 

@@ -66,20 +66,16 @@ def libpython_path():
 
 def _others_can_read(path):
     """When kcage runs as root each sandbox runs as host ids of its own (a slot of a
-    reserved range that no account uses), "others" to every file of the host: every
-    directory on the way must be searchable by others."""
+    reserved range that no account uses), "others" to every file of the host.  kcage
+    opens every bind itself before giving up its ids, so the directories on the way
+    (a home that only its owner may enter) do not matter: the bound directory itself
+    must be searchable by others, as everything the interpreter reads below it."""
     if os.geteuid() != 0:
         return True
-    p = os.path.realpath(path)
-    while True:
-        try:
-            if not os.stat(p).st_mode & stat.S_IXOTH:
-                return False
-        except OSError:
-            return False
-        if p == "/":
-            return True
-        p = os.path.dirname(p)
+    try:
+        return bool(os.stat(os.path.realpath(path)).st_mode & stat.S_IXOTH)
+    except OSError:
+        return False
 
 
 def _under(path, root):

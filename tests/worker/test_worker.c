@@ -1171,6 +1171,30 @@ static void test_pool_map(void **state) {
   kc_future_free(h);
 }
 
+/* A zygote that cannot build its sandbox says why in its hello, then ends with our
+ * spawn and slot requests unread (they were queued while it started): the reason must
+ * reach the caller, not "not a kcage worker". */
+static void test_zygote_reason_said(void **state) {
+  (void)state;
+  kc_worker_opts o;
+  opts_init(&o);
+  kc_mount m[2] = {g_handlers_dir,
+                   {.kind = KC_MOUNT_RO_BIND, .src = "/nonexistent-kcage-bind", .dst = "/m"}};
+  o.mounts = m;
+  o.n_mounts = 2;
+  for (int i = 0; i < 5; i++) {
+    kc_worker *w = NULL;
+    kc_error err = {0};
+    if (kc_worker_new(&o, &w, &err) == 0) {
+      assert_int_equal(kc_worker_send(w, "echo", "x", 1, 10, &err), -1);
+      kc_worker_free(w);
+    }
+    print_message("zygote failure: %s\n", err.msg);
+    assert_non_null(strstr(err.msg, "/nonexistent-kcage-bind"));
+    assert_null(strstr(err.msg, "not a kcage worker"));
+  }
+}
+
 /* A kernel in a worker cannot read the host's command line: not through /proc/1 (the
  * worker is PID 1 of its namespace, a fork of the zygote whose argv names the host path
  * of every bind), and not in its own memory. */
@@ -1213,6 +1237,7 @@ static void test_proc_view(void **state) {
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_roundtrip),
+      cmocka_unit_test(test_zygote_reason_said),
       cmocka_unit_test(test_lockdown),
       cmocka_unit_test(test_exec_handler),
       cmocka_unit_test(test_pipelined_fifo),
