@@ -137,7 +137,7 @@ int kc_chan_send(kc_chan *c, const json_t *msg, double deadline, kc_error *err) 
 
 int kc_chan_recv(kc_chan *c, double deadline, json_t **msg, kc_error *err) {
   kc_cleanup_free char *t = NULL;
-  size_t n;
+  size_t n = 0;
   if (kc_chan_recv_text(c, deadline, &t, &n, err) < 0)
     return -1;
   json_t *v = kc_session_parse(t, n);
