@@ -251,8 +251,8 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
                      .op = KC_MOP_RUN,
                      .number = cnt,
-                     .first_set = (uint32_t)(c0 % v->n_sets),
-                     .n_sets = v->n_sets,
+                     .first_set = (uint32_t)(c0 % v->in.n_slots),
+                     .n_sets = v->in.n_slots,
                      .flags = KC_MRUN_AREA,
                      .first_call = c0};
   const char *limit;
@@ -356,11 +356,14 @@ void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t
   (void)sink;
 }
 
-/* The round's calls, in pieces when they do not fit the cache (piece_calls), then its
- * checks.  Each call writes its own region of the area, so the checks read every output
- * after the round, as from a round run at once: nothing is copied out between pieces,
- * which would push the next calls' inputs out of the cache.  *wall: the sum of the
- * pieces' clocks.  1 passed, 0 status set, -1 parent error. */
+/* The round's calls, in pieces when they do not fit the cache (piece_calls) or when
+ * they outnumber the slots of the inputs file, then its checks.  Before each piece the
+ * parent writes its calls' inputs into their slots (data no earlier call of the round
+ * met: a slot that comes back holds other data), on the worker's CPU, so they sit in its
+ * caches as a harness's inputs would.  Each call writes its own region of the area, so
+ * the checks read every output after the round, as from a round run at once: nothing is
+ * copied out between pieces, which would push the next calls' inputs out of the cache.
+ * *wall: the sum of the pieces' clocks.  1 passed, 0 status set, -1 parent error. */
 static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, uint64_t *st,
                      double expect_s, double *wall, kc_error *err) {
   *wall = 0;
@@ -368,15 +371,23 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
   for (uint64_t c0 = 0; r > 0 && c0 < v->number; c0 += piece) {
     uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
     double w = 0;
-    if (piece < v->number) {
-      kc_round_touch_inputs(x->in_map, kc_args_region_bytes(x->spec, false), v->n_sets, c0, cnt);
-      if ((r = poison_piece(m, v, c0, cnt, err)) <= 0)
-        return r;
-    }
+    kc_round_write(&v->in, x->in_map, c0, cnt < v->in.n_slots ? cnt : v->in.n_slots,
+                   x->flush_cache);
+    if (piece < v->number && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
+      return r;
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
   }
   return r > 0 ? kc_verify_round(x, m, v, st, err) : r;
+}
+
+/* Which call of a round reads a near-copy of call 0's inputs: the last set of the
+ * untimed round; in a timed round, a call drawn now, so that a kernel that reads the
+ * request cannot know which.  UINT32_MAX: none (a round of one call, or of one set). */
+static uint64_t near_copy_of_first(bool timed, uint64_t number, uint32_t n_sets, uint64_t *st) {
+  if (!timed)
+    return n_sets >= 2 ? n_sets - 1 : UINT32_MAX;
+  return number >= 2 ? 1 + rng_next(st) % (number - 1) : UINT32_MAX;
 }
 
 /* One round (see the top of this file).  *dt: the parent's clock, request published
@@ -390,13 +401,17 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                       uint64_t *st, double *dt, kc_error *err) {
   uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
   expect_s *= (double)number / (double)want;
-  uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
-                          : (uint32_t)(number < x->n_sets ? number : x->n_sets);
+  /* Untimed: --sets sets, each called twice.  Timed: data of its own for every call, in
+   * as many slots as the inputs file holds; more calls than that run in pieces, the
+   * slots rewritten with fresh data before each. */
+  uint32_t n_sets = (uint32_t)(number < x->n_sets ? number : x->n_sets);
+  uint32_t n_slots = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots) : n_sets;
   const char *what = timed ? "timed run" : "verify";
   uint64_t region = kc_args_region_bytes(x->spec, true);
   uint64_t piece = timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false),
                                        expect_s / (double)number)
                          : number;
+  piece = piece < n_slots || !timed ? piece : n_slots;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
@@ -419,7 +434,13 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                      .base = rep.base,
                      .region = rep.region,
                      .number = number,
-                     .n_sets = n_sets,
+                     .in = {.spec = x->spec,
+                            .in_region = kc_args_region_bytes(x->spec, false),
+                            .seed = x->data_seed,
+                            .round = x->round++,
+                            .n_data = timed ? number : n_sets,
+                            .n_slots = n_slots,
+                            .dup = near_copy_of_first(timed, number, n_sets, st)},
                      .poison_seed = pr.poison_seed,
                      .timed = timed};
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
@@ -432,8 +453,6 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
     kc_observe_cont(v.pid);
     return -1;
   }
-  v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
-                          x->data_seed, x->round++, x->flush_cache);
   double wall = 0;
   r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
   if (v.home)

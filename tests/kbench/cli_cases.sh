@@ -127,11 +127,11 @@ not_a_worker)
   [[ $(grep -vc 'in use instead of' "$tmp/err") == 1 ]] || { echo "FAIL: want one error line"; exit 1; }
   grep -q '^kcage: bench: .*/bin/true is not a kcage worker.*exited with status 0' "$tmp/err" ;;
 address_space_limit)
-  # --no-isolation holds --memory as an RLIMIT_AS, which also counts the worker's 16
-  # views of its inputs: a --memory too small for them is refused up front naming the
+  # --no-isolation holds --memory as an RLIMIT_AS, which also counts the worker's
+  # mapping of its inputs: a --memory too small for them is refused up front naming the
   # tensor and the limit (not "map inputs: Cannot allocate memory"); enough runs.
   big='f32[256,256] f32[256,256] f32[256,256]:out'
-  "$kcage" bench --no-isolation --memory 128M --args "$big" "$ex/naive.c" >"$tmp/out" 2>"$tmp/err"
+  "$kcage" bench --no-isolation --memory 48M --args "$big" "$ex/naive.c" >"$tmp/out" 2>"$tmp/err"
   rc=$?
   cat "$tmp/err"
   [[ $rc == 2 ]] || { echo "FAIL: want exit 2, got $rc"; exit 1; }
