@@ -130,12 +130,14 @@ static void test_honest_speeds(void **state) {
   assert_int_equal(bad, 0);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
   snprintf(cache, sizeof cache, "%s/probes", KC_TEST_CACHE_DIR);
+  if (argc > 1) /* one test by name (a pattern), as test_hostile takes it */
+    cmocka_set_test_filter(argv[1]);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_args_address), cmocka_unit_test(test_address_stride),
-      cmocka_unit_test(test_content),      cmocka_unit_test(test_call_count),
-      cmocka_unit_test(test_cache_timing), cmocka_unit_test(test_cpu),
+      cmocka_unit_test(test_args_address),   cmocka_unit_test(test_address_stride),
+      cmocka_unit_test(test_content),        cmocka_unit_test(test_call_count),
+      cmocka_unit_test(test_cache_timing),   cmocka_unit_test(test_cpu),
       cmocka_unit_test(test_page_residency), cmocka_unit_test(test_honest_speeds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

@@ -12,9 +12,7 @@
 
 #define MAXN 64
 #define KEEP 128
-static struct {
-  float a[MAXN * MAXN], b[MAXN * MAXN], out[MAXN * MAXN];
-} memo[KEEP];
+static struct { float a[MAXN * MAXN], b[MAXN * MAXN], out[MAXN * MAXN]; } memo[KEEP];
 static unsigned used, next;
 static int cpu0 = -1, pinned;
 static double last_end;
