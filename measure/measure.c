@@ -7,19 +7,22 @@
  *   1. PREPARE (untimed): the worker sizes its output area, one region per call, and
  *      poisons every region;
  *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped)
- *      and writes the round's inputs: fresh data, never seen before, from the run's
- *      seed (secret unless --seed), with one set a near-copy of another;
- *   3. the request (number and sets only: nothing says which calls are checked) is
+ *      and writes the inputs of the round's first piece: in a timed round every call
+ *      reads data of its own, never met before in the round (the slots of the inputs
+ *      file are rewritten before each piece when calls outnumber them), from the run's
+ *      seed (secret unless --seed), one call's a near-copy of call 0's;
+ *   3. the request (number and slots only: nothing says which calls are checked) is
  *      published, the worker continued, and stopped again the moment its completion
  *      is seen;
  *   4. with the worker stopped, the parent reads every call's output from its memory
- *      (process_vm_readv): every one must be written, calls of the same input must
- *      agree bit for bit, and calls chosen now, after the round, are compared with the
- *      reference, computed for this round's inputs in the reference's own worker.
+ *      (process_vm_readv): every one must be written (in the untimed round, calls of
+ *      the same input must agree bit for bit), and calls chosen now, after the round,
+ *      are compared in full with the reference, run in its own worker on their inputs
+ *      written again.
  * A kernel that ends the round early (forging a completion) is stopped with outputs
- * unwritten; one that skips calls cannot know which are compared; a cache keyed on
- * the content of inputs meets data it never saw, and a near-copy that a sampled key
- * takes for the original. */
+ * unwritten; one that skips calls cannot know which are compared; a cache of any key
+ * (content, address, slot, call count) never meets a repeat to replay, only the
+ * near-copy that a sampled key takes for call 0 (docs/measurement-integrity.md). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -333,27 +336,6 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool 
             (v->home && v->cpu >= 0 && v->cpu < CPU_SETSIZE && CPU_ISSET(v->cpu, v->home) &&
              CPU_COUNT(v->home) == 1);
   return 0;
-}
-
-/* Before a piece: the input sets its calls read, read once by the parent on the
- * worker's CPU, so that they are in its L2 when the piece starts, as its outputs are
- * once poisoned, and as a kernel's inputs are when a time evaluator calls it again and
- * again on the same tensors.  Inputs larger than L2 cannot be kept there and are left
- * alone.  A 256x256 matmul (512 KiB of inputs, one-call pieces) read 1.004-1.015x a
- * harness rotating four sets this way, and 1.008-1.050x without (four of the five
- * over 1.02x), five runs each, alternated within two hours (bench_accuracy). */
-void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t n_sets,
-                           uint64_t c0, uint64_t cnt) {
-  uint64_t sets = cnt < n_sets ? cnt : n_sets;
-  if (!in || !n_sets || sets * in_region > kc_cache_bytes(2))
-    return;
-  volatile unsigned char sink = 0;
-  for (uint64_t k = 0; k < sets; k++) {
-    const unsigned char *p = in + (c0 + k) % n_sets * in_region;
-    for (uint64_t i = 0; i < in_region; i += 64)
-      sink ^= p[i];
-  }
-  (void)sink;
 }
 
 /* The round's calls, in pieces when they do not fit the cache (piece_calls) or when

@@ -92,11 +92,6 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
  * number when it runs whole.  piece_bytes: kc_bench_config's, 0 = the caches decide. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes);
-/* Before a piece: the input sets of calls [c0, c0 + cnt) read once from in (n_sets
- * regions of in_region bytes), when they fit L2 (measure.c says why). */
-void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t n_sets,
-                           uint64_t c0, uint64_t cnt);
-
 /* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */
 uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets);
 /* The input sets the inputs file holds (that budget over one set, 4096 at most, never
