@@ -76,9 +76,9 @@ void kc_round_write(const kc_round_layout *l, unsigned char *map, uint64_t c0, u
     kc_round_data(l, map + c % l->n_slots * l->in_region, c);
 #if defined(__x86_64__) || defined(__i386__)
   if (flush) { /* --flush-cache: the inputs leave the caches the parent just filled */
-    uint64_t n = cnt < l->n_slots ? cnt : l->n_slots;
-    for (uint64_t i = 0; i < n * l->in_region; i += 64)
-      __builtin_ia32_clflush(map + (c0 % l->n_slots) * l->in_region + i);
+    for (uint64_t c = c0; c < c0 + cnt; c++)
+      for (uint64_t i = 0; i < l->in_region; i += 64)
+        __builtin_ia32_clflush(map + c % l->n_slots * l->in_region + i);
     __builtin_ia32_mfence();
   }
 #else
