@@ -240,10 +240,11 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
 }
 
 /* The floor: kcage's timed round in this process, with nothing of the sandbox, the
- * ring or the stops: the inputs file's sets in their 16 read-only views, fresh data
- * each round (kc_round_inputs), one output region per call poisoned before the round
- * or, where the round runs in pieces (kc_round_piece_calls), before each piece, its
- * input sets read first (kc_round_touch_inputs), and the clock read around each piece only,
+ * ring or the stops: the inputs file's slots in one read-only mapping, data of its own
+ * for every call, written into the slots before each piece (kc_round_write; a round
+ * with more calls than slots runs in pieces of at most that many), one output region
+ * per call poisoned before the round or, where the round runs in pieces
+ * (kc_round_piece_calls), before each piece, and the clock read around each piece only,
  * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
  * and its supervision cost; the floor over the harness is what the round's layout (the
  * integrity defences' outputs and inputs) costs by itself. */
@@ -252,9 +253,8 @@ typedef struct floor_round {
   kernel_fn fn;
   uint64_t in_region, out_region, number, piece;
   uint64_t n_out; /* output regions: number, or fewer that calls overwrite in turn */
-  uint32_t n_slots, n_sets, n_views;
-  size_t in_stride;
-  unsigned char *in_w, *in, *area; /* the file writable; its views; the output area */
+  uint32_t n_slots;
+  unsigned char *in_w, *in, *area; /* the file writable; read-only; the output area */
   DLTensor t[KC_ARGS_MAX_TENSORS];
 } floor_round;
 
@@ -267,27 +267,23 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, uint64_t n_
   f->in_region = kc_args_region_bytes(f->spec, false);
   f->out_region = kc_args_region_bytes(f->spec, true);
   f->n_slots = kc_round_input_slots(f->in_region, SETS);
-  f->n_sets = (uint32_t)(number < f->n_slots ? number : f->n_slots);
+  f->n_slots = (uint32_t)(number < f->n_slots ? number : f->n_slots);
   const char *pb = getenv("KC_BENCH_PIECE_BYTES"); /* as kcage_trial below */
   f->piece = f->n_out < number ? number            /* outputs reused: warm without pieces */
                                : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
                                                       pb ? strtoull(pb, NULL, 0) : 0);
+  f->piece = f->piece < f->n_slots ? f->piece : f->n_slots;
   size_t in_len = (size_t)(f->in_region * f->n_slots);
-  f->n_views = in_len && in_len <= (8u << 20) ? 16 : 1;
-  f->in_stride = (in_len + 4095) / 4096 * 4096;
   int fd = memfd_create("floor", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)in_len) < 0) {
     fprintf(stderr, "bench_accuracy: floor inputs: out of memory\n");
     exit(1);
   }
   f->in_w = mmap(NULL, in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  f->in = mmap(NULL, f->in_stride * f->n_views, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  f->in = mmap(NULL, in_len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
   f->area = mmap(NULL, f->n_out * f->out_region, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
-  for (uint32_t v = 0; ok && v < f->n_views; v++)
-    ok = mmap(f->in + v * f->in_stride, in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
-              fd, 0) != MAP_FAILED;
   close(fd);
   if (!ok) {
     fprintf(stderr, "bench_accuracy: floor: out of memory\n");
@@ -305,7 +301,7 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, uint64_t n_
 
 static void floor_free(floor_round *f) {
   munmap(f->in_w, (size_t)(f->in_region * f->n_slots));
-  munmap(f->in, f->in_stride * f->n_views);
+  munmap(f->in, (size_t)(f->in_region * f->n_slots));
   munmap(f->area, f->n_out * f->out_region);
 }
 
@@ -316,37 +312,37 @@ static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t see
 
 /* Calls [c0, c0 + cnt) as the worker makes them (measure_handler.c); their seconds. */
 static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
-  uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_sets);
-  size_t view = (size_t)((c0 / f->n_sets) % f->n_views) * f->in_stride;
+  uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_slots);
+  static DLTensor args[KC_ARGS_MAX_TENSORS]; /* one array at one place, as there */
   double t0 = kc_bench_now();
   for (uint64_t c = c0; c < c0 + cnt; c++) {
-    DLTensor args[KC_ARGS_MAX_TENSORS];
     memcpy(args, f->t, n * sizeof *args);
     unsigned char *o = f->area + c % f->n_out * f->out_region;
     for (uint32_t t = 0; t < n; t++)
       args[t].data = f->spec->t[t].out ? o + kc_args_offset(f->spec, t)
-                                       : (unsigned char *)args[t].data + set * f->in_region + view;
+                                       : (unsigned char *)args[t].data + set * f->in_region;
     f->fn(args, (int32_t)n);
-    if (++set == f->n_sets) {
+    if (++set == f->n_slots)
       set = 0;
-      view += f->in_stride;
-      if (view == f->in_stride * f->n_views)
-        view = 0;
-    }
   }
   return kc_bench_now() - t0;
 }
 
 static double floor_round_once(floor_round *f, uint64_t round) {
   floor_poison(f, 0, f->number, round);
-  kc_round_inputs(f->spec, f->in_w, f->in_region, f->n_sets, 7, round, false);
+  kc_round_layout l = {.spec = f->spec,
+                       .in_region = f->in_region,
+                       .seed = 7,
+                       .round = round,
+                       .n_data = f->number,
+                       .n_slots = f->n_slots,
+                       .dup = f->number >= 2 ? f->number - 1 : UINT32_MAX};
   double total = 0;
   for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
     uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
-    if (f->piece < f->number) {
-      kc_round_touch_inputs(f->in_w, f->in_region, f->n_sets, c0, cnt);
+    kc_round_write(&l, f->in_w, c0, cnt, false);
+    if (f->piece < f->number)
       floor_poison(f, c0, cnt, round + 1000);
-    }
     total += floor_piece(f, c0, cnt);
   }
   return total / (double)f->number;

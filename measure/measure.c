@@ -7,19 +7,22 @@
  *   1. PREPARE (untimed): the worker sizes its output area, one region per call, and
  *      poisons every region;
  *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped)
- *      and writes the round's inputs: fresh data, never seen before, from the run's
- *      seed (secret unless --seed), with one set a near-copy of another;
- *   3. the request (number and sets only: nothing says which calls are checked) is
+ *      and writes the inputs of the round's first piece: in a timed round every call
+ *      reads data of its own, never met before in the round (the slots of the inputs
+ *      file are rewritten before each piece when calls outnumber them), from the run's
+ *      seed (secret unless --seed), one call's a near-copy of call 0's;
+ *   3. the request (number and slots only: nothing says which calls are checked) is
  *      published, the worker continued, and stopped again the moment its completion
  *      is seen;
  *   4. with the worker stopped, the parent reads every call's output from its memory
- *      (process_vm_readv): every one must be written, calls of the same input must
- *      agree bit for bit, and calls chosen now, after the round, are compared with the
- *      reference, computed for this round's inputs in the reference's own worker.
+ *      (process_vm_readv): every one must be written (in the untimed round, calls of
+ *      the same input must agree bit for bit), and calls chosen now, after the round,
+ *      are compared in full with the reference, run in its own worker on their inputs
+ *      written again.
  * A kernel that ends the round early (forging a completion) is stopped with outputs
- * unwritten; one that skips calls cannot know which are compared; a cache keyed on
- * the content of inputs meets data it never saw, and a near-copy that a sampled key
- * takes for the original. */
+ * unwritten; one that skips calls cannot know which are compared; a cache of any key
+ * (content, address, slot, call count) never meets a repeat to replay, only the
+ * near-copy that a sampled key takes for call 0 (docs/measurement-integrity.md). */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -251,8 +254,8 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
                      .op = KC_MOP_RUN,
                      .number = cnt,
-                     .first_set = (uint32_t)(c0 % v->n_sets),
-                     .n_sets = v->n_sets,
+                     .first_set = (uint32_t)(c0 % v->in.n_slots),
+                     .n_sets = v->in.n_slots,
                      .flags = KC_MRUN_AREA,
                      .first_call = c0};
   const char *limit;
@@ -335,32 +338,14 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool 
   return 0;
 }
 
-/* Before a piece: the input sets its calls read, read once by the parent on the
- * worker's CPU, so that they are in its L2 when the piece starts, as its outputs are
- * once poisoned, and as a kernel's inputs are when a time evaluator calls it again and
- * again on the same tensors.  Inputs larger than L2 cannot be kept there and are left
- * alone.  A 256x256 matmul (512 KiB of inputs, one-call pieces) read 1.004-1.015x a
- * harness rotating four sets this way, and 1.008-1.050x without (four of the five
- * over 1.02x), five runs each, alternated within two hours (bench_accuracy). */
-void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t n_sets,
-                           uint64_t c0, uint64_t cnt) {
-  uint64_t sets = cnt < n_sets ? cnt : n_sets;
-  if (!in || !n_sets || sets * in_region > kc_cache_bytes(2))
-    return;
-  volatile unsigned char sink = 0;
-  for (uint64_t k = 0; k < sets; k++) {
-    const unsigned char *p = in + (c0 + k) % n_sets * in_region;
-    for (uint64_t i = 0; i < in_region; i += 64)
-      sink ^= p[i];
-  }
-  (void)sink;
-}
-
-/* The round's calls, in pieces when they do not fit the cache (piece_calls), then its
- * checks.  Each call writes its own region of the area, so the checks read every output
- * after the round, as from a round run at once: nothing is copied out between pieces,
- * which would push the next calls' inputs out of the cache.  *wall: the sum of the
- * pieces' clocks.  1 passed, 0 status set, -1 parent error. */
+/* The round's calls, in pieces when they do not fit the cache (piece_calls) or when
+ * they outnumber the slots of the inputs file, then its checks.  Before each piece the
+ * parent writes its calls' inputs into their slots (data no earlier call of the round
+ * met: a slot that comes back holds other data), on the worker's CPU, so they sit in its
+ * caches as a harness's inputs would.  Each call writes its own region of the area, so
+ * the checks read every output after the round, as from a round run at once: nothing is
+ * copied out between pieces, which would push the next calls' inputs out of the cache.
+ * *wall: the sum of the pieces' clocks.  1 passed, 0 status set, -1 parent error. */
 static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, uint64_t *st,
                      double expect_s, double *wall, kc_error *err) {
   *wall = 0;
@@ -368,15 +353,23 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
   for (uint64_t c0 = 0; r > 0 && c0 < v->number; c0 += piece) {
     uint64_t cnt = v->number - c0 < piece ? v->number - c0 : piece;
     double w = 0;
-    if (piece < v->number) {
-      kc_round_touch_inputs(x->in_map, kc_args_region_bytes(x->spec, false), v->n_sets, c0, cnt);
-      if ((r = poison_piece(m, v, c0, cnt, err)) <= 0)
-        return r;
-    }
+    kc_round_write(&v->in, x->in_map, c0, cnt < v->in.n_slots ? cnt : v->in.n_slots,
+                   x->flush_cache);
+    if (piece < v->number && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
+      return r;
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
   }
   return r > 0 ? kc_verify_round(x, m, v, st, err) : r;
+}
+
+/* Which call of a round reads a near-copy of call 0's inputs: the last set of the
+ * untimed round; in a timed round, a call drawn now, so that a kernel that reads the
+ * request cannot know which.  UINT32_MAX: none (a round of one call, or of one set). */
+static uint64_t near_copy_of_first(bool timed, uint64_t number, uint32_t n_sets, uint64_t *st) {
+  if (!timed)
+    return n_sets >= 2 ? n_sets - 1 : UINT32_MAX;
+  return number >= 2 ? 1 + rng_next(st) % (number - 1) : UINT32_MAX;
 }
 
 /* One round (see the top of this file).  *dt: the parent's clock, request published
@@ -390,13 +383,17 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                       uint64_t *st, double *dt, kc_error *err) {
   uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
   expect_s *= (double)number / (double)want;
-  uint32_t n_sets = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots)
-                          : (uint32_t)(number < x->n_sets ? number : x->n_sets);
+  /* Untimed: --sets sets, each called twice.  Timed: data of its own for every call, in
+   * as many slots as the inputs file holds; more calls than that run in pieces, the
+   * slots rewritten with fresh data before each. */
+  uint32_t n_sets = (uint32_t)(number < x->n_sets ? number : x->n_sets);
+  uint32_t n_slots = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots) : n_sets;
   const char *what = timed ? "timed run" : "verify";
   uint64_t region = kc_args_region_bytes(x->spec, true);
   uint64_t piece = timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false),
                                        expect_s / (double)number)
                          : number;
+  piece = piece < n_slots || !timed ? piece : n_slots;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
@@ -419,7 +416,13 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                      .base = rep.base,
                      .region = rep.region,
                      .number = number,
-                     .n_sets = n_sets,
+                     .in = {.spec = x->spec,
+                            .in_region = kc_args_region_bytes(x->spec, false),
+                            .seed = x->data_seed,
+                            .round = x->round++,
+                            .n_data = timed ? number : n_sets,
+                            .n_slots = n_slots,
+                            .dup = near_copy_of_first(timed, number, n_sets, st)},
                      .poison_seed = pr.poison_seed,
                      .timed = timed};
   /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
@@ -432,8 +435,6 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
     kc_observe_cont(v.pid);
     return -1;
   }
-  v.dup = kc_round_inputs(x->spec, x->in_map, kc_args_region_bytes(x->spec, false), n_sets,
-                          x->data_seed, x->round++, x->flush_cache);
   double wall = 0;
   r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
   if (v.home)

@@ -440,25 +440,21 @@ static const char *address_space_limit(const kc_bench_config *cfg) {
   return how && !strcmp(how, "rlimit") ? "--limits-fallback rlimit" : NULL;
 }
 
-/* The address space the inputs file takes in the worker: the worker maps a file of at
- * most 8 MiB 16 times back to back (measure_handler.c, map_views), which costs its
- * pages once in memory but 16 times in address space. */
-static uint64_t input_views_bytes(const session *s, uint32_t *views) {
+/* The address space the inputs file takes in the worker (one mapping of it). */
+static uint64_t input_views_bytes(const session *s) {
   uint64_t len = kc_args_region_bytes(&s->spec, false) * input_slots(s);
-  *views = len && len <= (8u << 20) ? 16 : 1;
-  return (len + 4095) / 4096 * 4096 * *views;
+  return (len + 4095) / 4096 * 4096;
 }
 
 /* The output area of the largest round: at most a quarter of the worker's memory (the
  * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
- * calls.  Under an RLIMIT_AS also no more than the address space the inputs' views and
- * the worker itself leave. */
+ * calls.  Under an RLIMIT_AS also no more than the address space the inputs and the
+ * worker itself leave. */
 static uint64_t area_calls(const kc_bench_config *cfg, const session *s) {
   uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
   if (address_space_limit(cfg)) {
-    uint32_t views;
-    uint64_t used = input_views_bytes(s, &views) + KC_WORKER_OVERHEAD;
+    uint64_t used = input_views_bytes(s) + KC_WORKER_OVERHEAD;
     uint64_t left = mem > used ? mem - used : 0;
     budget = left < budget ? left : budget;
   }
@@ -478,15 +474,14 @@ static uint32_t largest_tensor(const session *s, char *name, size_t len) {
   return big;
 }
 
-/* An RLIMIT_AS must also hold the inputs' views: refused up front, naming the limit,
+/* An RLIMIT_AS must also hold the inputs: refused up front, naming the limit,
  * rather than the worker failing to map its inputs ("Cannot allocate memory"). */
 static int check_fits_address_space(const kc_bench_config *cfg, const session *s, kc_error *err) {
   const char *why = address_space_limit(cfg);
   if (!why)
     return 0;
   uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
-  uint32_t views;
-  uint64_t vb = input_views_bytes(s, &views);
+  uint64_t vb = input_views_bytes(s);
   uint64_t need = vb + 2 * s->out_region + KC_WORKER_OVERHEAD;
   if (need <= limit)
     return 0;
@@ -495,10 +490,10 @@ static int check_fits_address_space(const kc_bench_config *cfg, const session *s
   return kc_error_set(err, 0,
                       "--args: tensor %u (%s, %.1f MiB) does not fit: --memory %.1f MiB is held "
                       "as an RLIMIT_AS (%s), which counts address space, and the measuring "
-                      "worker's %u views of its %.1f MiB of inputs, the outputs of two calls "
+                      "worker's %.1f MiB of inputs, the outputs of two calls "
                       "and its own mappings need %.1f MiB (raise --memory to at least %lluM)",
                       big, name, (double)s->spec.t[big].nbytes / (1 << 20),
-                      (double)limit / (1 << 20), why, views, (double)(vb / views) / (1 << 20),
+                      (double)limit / (1 << 20), why, (double)vb / (1 << 20),
                       (double)need / (1 << 20), (unsigned long long)((need + (1 << 20) - 1) >> 20));
 }
 

@@ -30,16 +30,15 @@ struct kc_mstate {
   uint64_t in_region, out_region;
   unsigned char *in; /* n_sets * in_region, PROT_READ, shared file mapping */
   size_t in_len;
-  /* The same file mapped n_views times back to back: a call that repeats an input set
-   * within a round reads it at another address (a cache keyed by address misses). */
-  uint32_t n_views;
-  size_t in_stride;   /* in_len rounded up to pages: where view v starts */
   unsigned char *out; /* n_sets * out_region, private: runs without the area only,
                          mapped by the first of them */
   size_t out_len;
-  DLTensor *pristine;  /* n_sets * n */
-  DLTensor *live;      /* what the kernel gets; restored before each call */
-  int64_t *shapes;     /* n_sets * n * KC_ARGS_MAX_NDIM */
+  /* Every call gets the same `args` array and the same shapes, at the same place,
+   * rewritten before the call: where its arguments lie names no set and no call (only
+   * the data pointers differ, and the slot they name holds other data in every piece). */
+  DLTensor *pristine;  /* n_sets * n: each set's tensors */
+  DLTensor *live;      /* n: what the kernel gets */
+  int64_t *shapes;     /* n * KC_ARGS_MAX_NDIM */
   unsigned char *area; /* PREPARE: one output region per call of a round */
   size_t area_len;
   uint64_t area_calls;
@@ -201,23 +200,14 @@ static int seal_plain(bool after_load) {
   return rc ? -1 : 0;
 }
 
-/* Views only while they are small (the budget that makes sets repeat within a round);
- * pages populated now, in every view, so that no input faults inside a round.  Shared + read-only
- * descriptor: mprotect can never make any of them writable. */
-static int map_views(kc_mstate *s, int fd) {
-  s->n_views = s->in_len && s->in_len <= (8u << 20) ? 16 : 1;
-  s->in_stride = (s->in_len + 4095) / 4096 * 4096;
-  size_t all = s->in_stride * s->n_views;
-  unsigned char *base = mmap(NULL, all ? all : 1, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+/* Pages populated now, so that no input faults inside a round.  Shared + read-only
+ * descriptor: mprotect can never make it writable. */
+static int map_file(kc_mstate *s, int fd) {
+  unsigned char *base = mmap(NULL, s->in_len ? s->in_len : 1, PROT_READ,
+                             s->in_len ? MAP_SHARED | MAP_POPULATE : MAP_PRIVATE | MAP_ANONYMOUS,
+                             s->in_len ? fd : -1, 0);
   if (base == MAP_FAILED)
     return -1;
-  for (uint32_t v = 0; v < s->n_views && s->in_len; v++) {
-    if (mmap(base + v * s->in_stride, s->in_len, PROT_READ, MAP_SHARED | MAP_FIXED | MAP_POPULATE,
-             fd, 0) == MAP_FAILED) {
-      munmap(base, all);
-      return -1;
-    }
-  }
   s->in = base;
   return 0;
 }
@@ -228,7 +218,7 @@ void kc_mstate_free(kc_mstate *s) {
   fault_armed = 0;
   /* The kernel's library stays loaded: its destructors are untrusted code too. */
   if (s->in)
-    munmap(s->in, s->in_stride * s->n_views);
+    munmap(s->in, s->in_len ? s->in_len : 1);
   if (s->out)
     munmap(s->out, s->out_len);
   if (s->area)
@@ -264,7 +254,7 @@ static int map_inputs(kc_mstate *s, const char *inputs, char *errbuf, size_t err
     return -1;
   }
   /* Shared + read-only descriptor: mprotect can never make it writable. */
-  if (map_views(s, fd) < 0) {
+  if (map_file(s, fd) < 0) {
     close(fd);
     errf(errbuf, errcap, "error: map inputs: %s", strerror(errno));
     return -1;
@@ -277,8 +267,8 @@ static int map_inputs(kc_mstate *s, const char *inputs, char *errbuf, size_t err
 static int make_tensors(kc_mstate *s, char *errbuf, size_t errcap) {
   uint32_t n = s->spec.n, n_sets = s->n_sets;
   s->pristine = calloc((size_t)n_sets * n, sizeof(DLTensor));
-  s->live = calloc((size_t)n_sets * n, sizeof(DLTensor));
-  s->shapes = calloc((size_t)n_sets * n * KC_ARGS_MAX_NDIM, sizeof(int64_t));
+  s->live = calloc(n ? n : 1, sizeof(DLTensor));
+  s->shapes = calloc((size_t)(n ? n : 1) * KC_ARGS_MAX_NDIM, sizeof(int64_t));
   if (!s->pristine || !s->live || !s->shapes) {
     errf(errbuf, errcap, "error: out of memory");
     return -1;
@@ -287,8 +277,7 @@ static int make_tensors(kc_mstate *s, char *errbuf, size_t errcap) {
     for (uint32_t i = 0; i < n; i++) {
       const kc_tensor_spec *t = &s->spec.t[i];
       DLTensor *d = &s->pristine[k * n + i];
-      int64_t *shape = &s->shapes[((size_t)k * n + i) * KC_ARGS_MAX_NDIM];
-      memcpy(shape, t->shape, sizeof t->shape);
+      int64_t *shape = &s->shapes[(size_t)i * KC_ARGS_MAX_NDIM];
       /* an output's data is set per call: its region in the area, or in out */
       d->data = t->out ? NULL : s->in + k * s->in_region + kc_args_offset(&s->spec, i);
       d->device = (DLDevice){kDLCPU, 0};
@@ -395,7 +384,7 @@ fail:
 
 /* The read-only-input fault, as the kernel's status.  Called after siglongjmp. */
 static void input_fault_message(kc_mstate *s, char *errbuf, size_t errcap) {
-  uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_stride % s->in_region;
+  uint64_t off = (uint64_t)(fault_addr - (uintptr_t)s->in) % s->in_region;
   int which = -1;
   for (uint32_t i = 0; i < s->spec.n; i++)
     if (!s->spec.t[i].out && off >= kc_args_offset(&s->spec, i) &&
@@ -470,24 +459,22 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
   unsigned char *dst = (unsigned char *)out + sizeof(kc_mreply_run);
   uint32_t ci = 0;
   fault_lo = s->in;
-  fault_hi = s->in + s->in_stride * s->n_views;
+  fault_hi = s->in + s->in_len;
   if (sigsetjmp(fault_env, 1)) {
     input_fault_message(s, errbuf, errcap);
     return -1;
   }
   fault_armed = 1;
   uint32_t set = req->first_set;
-  /* byte offset of this pass's view of the inputs */
-  size_t view = (size_t)((req->first_call / n_sets) % s->n_views) * s->in_stride;
+  DLTensor *args = s->live;
   for (uint64_t i = 0; i < req->number; i++) {
     unsigned char *o;
-    DLTensor *args = &s->live[set * n];
     memcpy(args, &s->pristine[set * n], n * sizeof(DLTensor));
+    for (uint32_t t = 0; t < n; t++) /* the kernel may have written them */
+      memcpy(&s->shapes[(size_t)t * KC_ARGS_MAX_NDIM], s->spec.t[t].shape,
+             sizeof s->spec.t[t].shape);
     if (area) { /* already poisoned, outside the clock */
       o = s->area + (req->first_call + i) * s->out_region;
-      for (uint32_t t = 0; t < n; t++)
-        if (!s->spec.t[t].out)
-          args[t].data = (unsigned char *)args[t].data + view;
     } else {
       o = s->out + set * s->out_region;
       kc_poison_fill(o, s->out_region, kc_poison_word(req->poison_seed, i));
@@ -503,12 +490,8 @@ int kc_mstate_run(kc_mstate *s, const kc_mreq_run *req, void *out, size_t out_ca
       memcpy(dst + (size_t)ci * s->out_region, o, s->out_region);
       ci++;
     }
-    if (++set == n_sets) {
+    if (++set == n_sets)
       set = 0;
-      view += s->in_stride;
-      if (view == s->in_stride * s->n_views)
-        view = 0;
-    }
   }
   fault_armed = 0;
   kc_mreply_run rep = {KC_MPROTO_MAGIC, req->n_checks};

@@ -98,18 +98,31 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
  * number when it runs whole.  piece_bytes: kc_bench_config's, 0 = the caches decide. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes);
-/* Before a piece: the input sets of calls [c0, c0 + cnt) read once from in (n_sets
- * regions of in_region bytes), when they fit L2 (measure.c says why). */
-void kc_round_touch_inputs(const unsigned char *in, uint64_t in_region, uint32_t n_sets,
-                           uint64_t c0, uint64_t cnt);
-
 /* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */
 uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets);
 /* The input sets the inputs file holds (that budget over one set, 4096 at most, never
  * fewer than n_sets): a round uses up to this many. */
 uint32_t kc_round_input_slots(uint64_t in_region, uint32_t n_sets);
 
-/* Write round `round`'s inputs for sets [0, n_sets) into map (measure_inputs.c).
+/* What a round's inputs are.  Call c reads data c % n_data (a timed round: n_data is
+ * its number of calls, so no two calls meet the same data), placed in slot c % n_slots
+ * of the inputs file right before the piece of the round that holds call c; data `dup`
+ * (UINT32_MAX: none) is a near-copy of data 0. */
+typedef struct kc_round_layout {
+  const kc_args_spec *spec;
+  uint64_t in_region;
+  uint64_t seed, round;
+  uint64_t n_data;
+  uint32_t n_slots;
+  uint64_t dup;
+} kc_round_layout;
+
+/* Call `call`'s inputs, written into dst (one region) (measure_inputs.c). */
+void kc_round_data(const kc_round_layout *l, unsigned char *dst, uint64_t call);
+/* The inputs of calls [c0, c0 + cnt) (cnt <= n_slots) into their slots of map. */
+void kc_round_write(const kc_round_layout *l, unsigned char *map, uint64_t c0, uint64_t cnt,
+                    bool flush);
+/* Write round `round`'s inputs for sets [0, n_sets) into map (one call per set).
  * Returns the set that is a near-copy of set 0, or UINT32_MAX when there is none. */
 uint32_t kc_round_inputs(const kc_args_spec *a, unsigned char *map, uint64_t in_region,
                          uint32_t n_sets, uint64_t seed, uint64_t round, bool flush);
@@ -119,8 +132,7 @@ typedef struct kc_round_view {
   pid_t pid;
   uint64_t base, region; /* call i's outputs: region bytes at base + i * region */
   uint64_t number;
-  uint32_t n_sets; /* call i used set i % n_sets */
-  uint32_t dup;    /* the near-copy of set 0, or UINT32_MAX */
+  kc_round_layout in; /* call i read data i % in.n_data; in.dup a near-copy of data 0 */
   uint64_t poison_seed;
   bool timed;
   const cpu_set_t *home; /* the parent's own CPUs, or NULL: it writes from where it is */

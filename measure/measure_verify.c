@@ -1,5 +1,7 @@
 /* After a round, with the worker stopped: every call's output read from the worker's
- * memory by the parent, and the calls compared with the reference chosen only now. */
+ * memory by the parent, and calls chosen only now compared in full with the reference,
+ * which runs on the same inputs written again (a timed round's calls each had data of
+ * their own, long overwritten by later pieces). */
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -91,7 +93,7 @@ static int read_call(const kc_round_view *v, kc_kmeasure *m, uint64_t i, unsigne
 }
 
 /* Every output written; calls of the same input equal bit for bit. */
-static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint32_t *must,
+static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *must,
                           uint32_t *n_must, kc_error *err) {
   const kc_args_spec *a = x->spec;
   kc_cleanup_free unsigned char *cur = malloc(v->region ? v->region : 1);
@@ -120,14 +122,14 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
         /* All ones is also an honest answer (-1 everywhere, NaN): the reference decides,
          * for the first few such sets; a kernel that skips the calls poisoned with all
          * ones cannot tell which of them those are. */
-        uint32_t set = (uint32_t)(i % v->n_sets);
+        uint64_t call = i % v->in.n_data;
         if (*n_must == KC_MPROTO_MAX_CHECKS / 2)
           continue;
         bool have = false;
         for (uint32_t q = 0; q < *n_must; q++)
-          have |= must[q] == set;
+          have |= must[q] == call;
         if (!have)
-          must[(*n_must)++] = set;
+          must[(*n_must)++] = call;
         continue;
       }
       if (v->timed)
@@ -144,9 +146,9 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
             t);
       return 0;
     }
-    if (i < v->n_sets)
+    if (i < v->in.n_data) /* a timed round: every call has data of its own */
       continue;
-    r = read_call(v, m, i % v->n_sets, first, err);
+    r = read_call(v, m, i % v->in.n_data, first, err);
     if (r <= 0)
       return r;
     for (uint32_t t = 0; t < a->n; t++) {
@@ -156,7 +158,7 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
             m, KC_BENCH_SUSPICIOUS,
             "%s: output %u for input set %u changed between two calls (it depends on the "
             "poison or is not deterministic)",
-            v->timed ? "timed run" : "verify", t, (unsigned)(i % v->n_sets));
+            v->timed ? "timed run" : "verify", t, (unsigned)(i % v->in.n_data));
         return 0;
       }
     }
@@ -164,42 +166,40 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
   return 1;
 }
 
-/* Which sets to compare: all of them in the untimed round; after a timed one, the sets
- * of calls drawn now (the kernel could not know them) plus the near-copy and its
- * original. */
-static uint32_t pick_sets(kc_mctx *x, const kc_round_view *v, uint64_t *st, const uint32_t *must,
-                          uint32_t n_must, uint32_t *sets) {
+/* Add call c to the picks unless it is there already. */
+static void pick(uint64_t *calls, uint32_t *n, uint64_t c) {
+  for (uint32_t q = 0; q < *n; q++)
+    if (calls[q] == c)
+      return;
+  calls[(*n)++] = c;
+}
+
+/* Which calls to compare in full with the reference: one call of every set in the
+ * untimed round (the others were compared with it bit for bit); after a timed one,
+ * calls drawn now, after the round (the kernel could not know them), plus call 0 and
+ * the near-copy of its inputs. */
+static uint32_t pick_calls(kc_mctx *x, const kc_round_view *v, uint64_t *st, const uint64_t *must,
+                           uint32_t n_must, uint64_t *calls) {
   uint32_t n = 0;
   if (!v->timed) {
-    for (uint32_t j = 0; j < v->n_sets && n < KC_MPROTO_MAX_CHECKS; j++)
-      sets[n++] = j;
+    for (uint64_t j = 0; j < v->in.n_data && n < KC_MPROTO_MAX_CHECKS; j++)
+      calls[n++] = j;
     return n;
   }
   uint32_t want = x->checks ? x->checks : 1;
   for (uint32_t q = 0; q < n_must; q++)
-    sets[n++] = must[q];
-  if (v->dup != UINT32_MAX) {
-    for (uint32_t j = 0, add = 0; j < 2; j++, add = 0) {
-      uint32_t set = j ? v->dup : 0;
-      for (uint32_t q = 0; q < n; q++)
-        add |= sets[q] == set;
-      if (!add)
-        sets[n++] = set;
-    }
+    pick(calls, &n, must[q]);
+  if (v->in.dup != UINT32_MAX) {
+    pick(calls, &n, 0);
+    pick(calls, &n, v->in.dup);
   }
-  for (uint32_t k = 0; k < want && n < KC_MPROTO_MAX_CHECKS; k++) {
-    uint32_t j = (uint32_t)((kc_splitmix64(st) % v->number) % v->n_sets);
-    bool dup = false;
-    for (uint32_t q = 0; q < n; q++)
-      dup |= sets[q] == j;
-    if (!dup)
-      sets[n++] = j;
-  }
+  for (uint32_t k = 0; k < want && n < KC_MPROTO_MAX_CHECKS; k++)
+    pick(calls, &n, kc_splitmix64(st) % v->number);
   return n;
 }
 
-/* Output t of set sets[k] is not the reference's: name the likeliest reason. */
-static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const uint32_t *sets,
+/* Output t of call sets[k] is not the reference's: name the likeliest reason. */
+static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const uint64_t *sets,
                     uint32_t n, uint32_t k, uint32_t t, const unsigned char *got,
                     const unsigned char *got0, const unsigned char *ref, double e) {
   const kc_tensor_spec *ts = &x->spec->t[t];
@@ -212,12 +212,12 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
         v->timed ? "timed run" : "verify", t);
     return;
   }
-  if (sets[k] == v->dup && got0 && !memcmp(got + off, got0 + off, ts->nbytes)) {
+  if (sets[k] == v->in.dup && got0 && !memcmp(got + off, got0 + off, ts->nbytes)) {
     kc_kmeasure_status(
         m, KC_BENCH_SUSPICIOUS,
-        "%s: output %u for input set %u, a near-copy of set 0, is set 0's answer (a cache "
-        "keyed on part of the input)",
-        v->timed ? "timed run" : "verify", t, sets[k]);
+        "%s: output %u of call %llu, whose inputs are a near-copy of call 0's, is call 0's "
+        "answer (a cache keyed on part of the input)",
+        v->timed ? "timed run" : "verify", t, (unsigned long long)sets[k]);
     return;
   }
   for (uint32_t q = 0; q < n; q++) {
@@ -226,8 +226,9 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
         kc_tensor_close(ts, got + off, ref + q * v->region + off, x->rtol, x->atol, &e2)) {
       kc_kmeasure_status(
           m, KC_BENCH_SUSPICIOUS,
-          "%s: output %u for input set %u is the answer for set %u (a memoised or stale result)",
-          v->timed ? "timed run" : "verify", t, sets[k], sets[q]);
+          "%s: output %u of call %llu is the answer for call %llu (a memoised or stale result)",
+          v->timed ? "timed run" : "verify", t, (unsigned long long)sets[k],
+          (unsigned long long)sets[q]);
       return;
     }
   }
@@ -243,10 +244,23 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
                        "verify: output %u differs from the reference (max abs err %.3g)", t, e);
 }
 
+/* The reference's outputs for the picked calls: each call's inputs written again into
+ * slot 0 (the worker is stopped and done with them), the reference run on it. */
+static int reference_outputs(kc_mctx *x, const kc_round_view *v, const uint64_t *calls, uint32_t n,
+                             double limit, unsigned char *ref, kc_error *err) {
+  uint32_t slot0 = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    kc_round_data(&v->in, x->in_map, calls[k]);
+    if (kc_reference_eval(x->ref, &slot0, 1, v->region, limit, ref + k * v->region, err) < 0)
+      return -1;
+  }
+  return 0;
+}
+
 static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
-                           const uint32_t *must, uint32_t n_must, kc_error *err) {
-  uint32_t sets[KC_MPROTO_MAX_CHECKS];
-  uint32_t n = pick_sets(x, v, st, must, n_must, sets);
+                           const uint64_t *must, uint32_t n_must, kc_error *err) {
+  uint64_t sets[KC_MPROTO_MAX_CHECKS];
+  uint32_t n = pick_calls(x, v, st, must, n_must, sets);
   kc_cleanup_free unsigned char *ref = malloc(n * v->region + 1);
   kc_cleanup_free unsigned char *got = malloc(v->region + 1);
   kc_cleanup_free unsigned char *got0 = malloc(v->region + 1);
@@ -258,7 +272,7 @@ static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, u
   double t0 = kc_now_s(), left = x->deadline > 0 ? x->deadline - t0 : 0;
   double limit = x->call_s > 10 ? x->call_s : 10;
   limit = (left > limit ? left : limit) + (double)v->region / 100e6;
-  if (kc_reference_eval(x->ref, sets, n, v->region, limit, ref, err) < 0)
+  if (reference_outputs(x, v, sets, n, limit, ref, err) < 0)
     return -1;
   if (x->deadline > 0)
     x->deadline += kc_now_s() - t0;
@@ -283,16 +297,16 @@ static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, u
       explain(x, m, v, sets, n, k, t, got, got0, ref, e);
       return 0;
     }
-    /* every call of this set is equal to the one just compared */
-    if (v->timed)
-      m->checked_calls += v->number / v->n_sets + (sets[k] < v->number % v->n_sets);
   }
+  if (v->timed)
+    m->checked_calls += n;
   return 1;
 }
 
 int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
                     kc_error *err) {
-  uint32_t must[KC_MPROTO_MAX_CHECKS / 2], n_must = 0;
+  uint64_t must[KC_MPROTO_MAX_CHECKS / 2];
+  uint32_t n_must = 0;
   int r = check_complete(x, m, v, must, &n_must, err);
   if (r <= 0 || !x->ref)
     return r;

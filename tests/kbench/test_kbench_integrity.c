@@ -389,6 +389,49 @@ static void test_round_inputs(void **state) {
   free(b);
 }
 
+/* A timed round's layout: 40 calls over 8 slots, written a piece of 8 at a time (as
+ * run_calls writes them), meet 40 different inputs, none the same as an earlier call's,
+ * though every slot comes back five times; the near-copy differs from call 0 in a few
+ * elements only; and a call's inputs written again (for the reference) are the same
+ * bytes. */
+static void test_round_no_repeats(void **state) {
+  (void)state;
+  kc_args_spec spec;
+  kc_error err = {0};
+  assert_int_equal(kc_args_parse("f32[64,64] f32[64,64] f32[64,64]:out", &spec, &err), 0);
+  uint64_t in = kc_args_region_bytes(&spec, false), number = 40;
+  kc_round_layout l = {.spec = &spec,
+                       .in_region = in,
+                       .seed = 9,
+                       .round = 3,
+                       .n_data = number,
+                       .n_slots = 8,
+                       .dup = 17};
+  unsigned char *map = calloc(8, in), *seen = calloc(number, in), *again = malloc(in);
+  assert_non_null(map);
+  assert_non_null(seen);
+  assert_non_null(again);
+  for (uint64_t c0 = 0; c0 < number; c0 += 8) {
+    kc_round_write(&l, map, c0, 8, false);
+    for (uint64_t c = c0; c < c0 + 8; c++)
+      memcpy(seen + c * in, map + c % 8 * in, in);
+  }
+  for (uint64_t c = 1; c < number; c++)
+    for (uint64_t e = 0; e < c; e++)
+      assert_memory_not_equal(seen + c * in, seen + e * in, in);
+  uint64_t differ = 0;
+  for (uint64_t i = 0; i < in / 4; i++)
+    differ += memcmp(seen + 17 * in + 4 * i, seen + 4 * i, 4) != 0;
+  assert_true(differ >= 1 && differ <= 2); /* one element in 4096 of each input */
+  for (uint64_t c = 0; c < number; c += 7) {
+    kc_round_data(&l, again, c);
+    assert_memory_equal(again, seen + c * in, in);
+  }
+  free(map);
+  free(seen);
+  free(again);
+}
+
 /* A worker sees its own kernel and the inputs, nothing else: the probe returns
  * non-zero (status `error`) when it sees more, next to two other candidates. */
 static void test_view(void **state) {
@@ -503,13 +546,21 @@ static void test_honest(void **state) {
 int main(void) {
   snprintf(cache, sizeof cache, "%s/integrity", KC_TEST_CACHE_DIR);
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_maps_lines),   cmocka_unit_test(test_elf_segments),
-      cmocka_unit_test(test_elf_real),     cmocka_unit_test(test_observe),
-      cmocka_unit_test(test_view),         cmocka_unit_test(test_record_fields),
-      cmocka_unit_test(test_honest),       cmocka_unit_test(test_memo_one_call_rounds),
-      cmocka_unit_test(test_round_inputs), cmocka_unit_test(test_plain_inherits_caller_code),
-      cmocka_unit_test(test_input_budget), cmocka_unit_test(test_input_slots),
-      cmocka_unit_test(test_piece_calls),  cmocka_unit_test(test_observe_placement),
+      cmocka_unit_test(test_maps_lines),
+      cmocka_unit_test(test_elf_segments),
+      cmocka_unit_test(test_elf_real),
+      cmocka_unit_test(test_observe),
+      cmocka_unit_test(test_view),
+      cmocka_unit_test(test_record_fields),
+      cmocka_unit_test(test_honest),
+      cmocka_unit_test(test_memo_one_call_rounds),
+      cmocka_unit_test(test_round_inputs),
+      cmocka_unit_test(test_plain_inherits_caller_code),
+      cmocka_unit_test(test_round_no_repeats),
+      cmocka_unit_test(test_input_budget),
+      cmocka_unit_test(test_input_slots),
+      cmocka_unit_test(test_piece_calls),
+      cmocka_unit_test(test_observe_placement),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

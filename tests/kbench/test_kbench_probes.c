@@ -1,0 +1,144 @@
+/* A kernel cannot tell that a call repeats earlier work: one probe kernel per channel it
+ * can observe (the `args` array's address, its inputs' addresses and the stride between
+ * them, samples of their content, clocks and call counts, page residency, the cache
+ * timing of its own loads, the CPU it runs on), each memoising whatever it takes for a
+ * repeat.  Measured beside the honest kernel it imitates, each must come out either not
+ * `ok`, or `ok` at a time not far below the honest one's: a fake speed-up never passes.
+ * And honest kernels of about a microsecond and about ten milliseconds per call stay
+ * `ok`, run after run (docs/measurement-integrity.md). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "kcage/measure.h"
+
+static char cache[512];
+
+static void init_cfg(kc_bench_config *cfg, const char *args, const char *reference) {
+  kc_bench_config_init(cfg);
+  cfg->args = args;
+  cfg->reference = reference;
+  cfg->timeout_s = 60; /* generous: 2 loaded vCPUs */
+  cfg->memory_bytes = 512u << 20;
+  cfg->repeat = 5;
+  cfg->min_repeat_ms = 20; /* rounds of ~200 calls: many passes over any rotation */
+  cfg->build.cache_dir = cache;
+}
+
+static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
+  json_t *recs = NULL;
+  kc_error err = {0};
+  if (kc_bench_run_batch(cfg, k, n, &recs, &err) < 0)
+    fail_msg("batch: %s", err.msg);
+  return recs;
+}
+
+static const char *status_of(json_t *r) {
+  return json_string_value(json_object_get(r, "status"));
+}
+
+/* The probe beside the honest 64x64 matmul it imitates (--sets 16, --checks 8, as in the
+ * attack that once got through): not `ok`, or no faster than half the honest time. */
+static void probe_vs_honest(const char *probe, const char *want_status) {
+  kc_bench_config cfg;
+  init_cfg(&cfg, "f32[64,64] f32[64,64] f32[64,64]:out", KC_HONEST_DIR "/mm_f32.c");
+  cfg.sets = 16;
+  cfg.checks = 8;
+  const char *k[] = {KC_HONEST_DIR "/mm_f32.c", probe};
+  json_t *recs = run(&cfg, k, 2);
+  json_t *h = json_array_get(recs, 0), *p = json_array_get(recs, 1);
+  double th = json_number_value(json_object_get(h, "median_s"));
+  double tp = json_number_value(json_object_get(p, "median_s"));
+  const char *msg = json_string_value(json_object_get(p, "message"));
+  printf("honest %-10s %.3g s | %s %-10s %.3g s  %s\n", status_of(h), th, strrchr(probe, '/') + 1,
+         status_of(p), tp, msg ? msg : "");
+  assert_string_equal(status_of(h), "ok");
+  if (want_status)
+    assert_string_equal(status_of(p), want_status);
+  if (!strcmp(status_of(p), "ok"))
+    assert_true(tp >= 0.5 * th);
+  json_decref(recs);
+}
+
+static void test_args_address(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/args_memo.c", NULL);
+}
+
+static void test_address_stride(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/stride_memo.c", NULL);
+}
+
+static void test_content(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/exact_memo.c", NULL);
+}
+
+static void test_call_count(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/counter_memo.c", NULL);
+}
+
+static void test_cache_timing(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/cache_memo.c", NULL);
+}
+
+static void test_cpu(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/cpu_memo.c", NULL);
+}
+
+/* mincore is outside the measure policy: the worker dies of it before it can matter. */
+static void test_page_residency(void **state) {
+  (void)state;
+  probe_vs_honest(KC_PROBES_DIR "/mincore_memo.c", "syscall");
+}
+
+/* No false alarms at either end of the speeds: a ~1 us and a ~10 ms kernel (matmuls of
+ * 16x16 and 256x256), each against itself as the reference, `ok` in every one of
+ * several batches. */
+static void test_honest_speeds(void **state) {
+  (void)state;
+  static const char *const args[] = {"f32[16,16] f32[16,16] f32[16,16]:out",
+                                     "f32[256,256] f32[256,256] f32[256,256]:out"};
+  const char *mm = KC_HONEST_DIR "/mm_f32.c";
+  int bad = 0;
+  for (int a = 0; a < 2; a++)
+    for (int rep = 0; rep < 4; rep++) {
+      kc_bench_config cfg;
+      init_cfg(&cfg, args[a], mm);
+      const char *k[] = {mm, mm};
+      json_t *recs = run(&cfg, k, 2);
+      for (size_t i = 0; i < 2; i++) {
+        json_t *r = json_array_get(recs, i);
+        const char *msg = json_string_value(json_object_get(r, "message"));
+        printf("%-44s %-10s median %.3g s  %s\n", args[a], status_of(r),
+               json_number_value(json_object_get(r, "median_s")), msg ? msg : "");
+        bad += strcmp(status_of(r), "ok") != 0;
+      }
+      json_decref(recs);
+    }
+  assert_int_equal(bad, 0);
+}
+
+int main(int argc, char **argv) {
+  snprintf(cache, sizeof cache, "%s/probes", KC_TEST_CACHE_DIR);
+  if (argc > 1) /* one test by name (a pattern), as test_hostile takes it */
+    cmocka_set_test_filter(argv[1]);
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_args_address),   cmocka_unit_test(test_address_stride),
+      cmocka_unit_test(test_content),        cmocka_unit_test(test_call_count),
+      cmocka_unit_test(test_cache_timing),   cmocka_unit_test(test_cpu),
+      cmocka_unit_test(test_page_residency), cmocka_unit_test(test_honest_speeds),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
