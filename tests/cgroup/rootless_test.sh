@@ -224,10 +224,11 @@ rep=$(as_user "$kcage" run --limits-fallback rlimit --memory 64M --ro-bind "$hos
 set -e
 [ $rc = 3 ] || fail "memory bomb under RLIMIT_AS: its allocation must fail (exit 3), got $rc: $rep"
 # An RLIMIT_AS counts address space: a --memory too small for the measuring worker's
-# views of its inputs is refused up front, naming the tensor and the limit (not the
-# worker's "map inputs: Cannot allocate memory").
+# mapping of its inputs is refused up front, naming the tensor and the limit (not the
+# worker's "map inputs: Cannot allocate memory").  52M: above what the inputs alone
+# need, below what the worker's address space needs with them.
 set +e
-out=$(as_user "$kcage" bench --limits-fallback rlimit --memory 128M --args "$(cat "$tmp/k/ARGS")" \
+out=$(as_user "$kcage" bench --limits-fallback rlimit --memory 52M --args "$(cat "$tmp/k/ARGS")" \
   "$tmp/k/naive.c" 2>&1); rc=$?
 set -e
 [ $rc = 2 ] && [[ $out == *"tensor 0 ("*"RLIMIT_AS (--limits-fallback rlimit)"*"raise --memory"* ]] ||
