@@ -18,6 +18,7 @@
 #include "kcage/tracker.h"
 #include "metrics.h"
 #include "netio.h"
+#include "session_ctor.h"
 
 #define SESSION_MAX_FRAME (1u << 20)
 
@@ -78,6 +79,7 @@ static int denied(kc_error *err, const char *msg) {
 
 struct kc_session {
   int fd;
+  json_t *hello; /* the agent's */
 };
 
 static int lost(kc_error *err) {
@@ -129,8 +131,11 @@ static int client_auth(kc_session *s, const kc_auth_key *auth, const char *nonce
   return rc;
 }
 
-static json_t *hello_msg(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc_error *err) {
+static json_t *hello_msg(const kc_auth_key *auth, json_t *ctor, char nonce[KC_AUTH_HEX + 1],
+                         kc_error *err) {
   json_t *m = json_pack("{s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION);
+  if (ctor)
+    json_object_set(m, "session_constructor_args", ctor);
   if (auth && auth->len) {
     if (kc_auth_nonce(nonce, err) < 0) {
       json_decref(m);
@@ -143,33 +148,60 @@ static json_t *hello_msg(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], k
 
 int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
                     json_t **hello, kc_error *err) {
+  kc_session_open_opts o = {.timeout_s = timeout_s, .auth = auth};
+  return kc_session_open_with(fd, &o, out, hello, err);
+}
+
+/* The hello exchange, the agent's proof of the key and the acknowledgement of the
+ * constructor, on s; *r gets the agent's hello. */
+static int say_hello(kc_session *s, const kc_session_open_opts *o, json_t **r, kc_error *err) {
+  double timeout_s = o->timeout_s ? o->timeout_s : 10;
+  const kc_auth_key *auth = o->auth && o->auth->len ? o->auth : NULL;
+  json_t *ctor = NULL;
+  if (o->n_session_constructor_args) {
+    if (kc_session_ctor_check(o->session_constructor_args, o->n_session_constructor_args, err) < 0)
+      return -1;
+    if (!(ctor = kc_session_ctor_json(o->session_constructor_args, o->n_session_constructor_args)))
+      return kc_error_set(err, ENOMEM, "session");
+  }
+  char nonce[KC_AUTH_HEX + 1];
+  json_t *m = hello_msg(auth, ctor, nonce, err);
+  int rc = m ? kc_session_call(s, m, timeout_s, r, err) : -1;
+  json_decref(m);
+  if (rc == 0 && strcmp(json_string_value(json_object_get(*r, "op")), "hello"))
+    rc = kc_error_set(err, EPROTO, "device is not a kcage agent");
+  if (rc == 0 && auth)
+    rc = client_auth(s, auth, nonce, *r, timeout_s, err);
+  if (rc == 0 && ctor)
+    rc = kc_session_ctor_acked(*r, ctor, err);
+  json_decref(ctor);
+  return rc;
+}
+
+int kc_session_open_with(int fd, const kc_session_open_opts *o, kc_session **out, json_t **hello,
+                         kc_error *err) {
   kc_session *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
     return kc_error_set(err, ENOMEM, "session");
   }
   s->fd = fd;
-  timeout_s = timeout_s ? timeout_s : 10;
-  char nonce[KC_AUTH_HEX + 1];
-  json_t *m = hello_msg(auth, nonce, err), *r = NULL;
-  int rc = m ? kc_session_call(s, m, timeout_s, &r, err) : -1;
-  json_decref(m);
-  if (rc == 0 && strcmp(json_string_value(json_object_get(r, "op")), "hello"))
-    rc = kc_error_set(err, EPROTO, "device is not a kcage agent");
-  if (rc == 0 && auth && auth->len)
-    rc = client_auth(s, auth, nonce, r, timeout_s, err);
-  if (rc < 0) {
+  json_t *r = NULL;
+  if (say_hello(s, o, &r, err) < 0) {
     json_decref(r);
     close(fd);
     free(s);
     return -1;
   }
+  s->hello = r;
   if (hello)
-    *hello = r;
-  else
-    json_decref(r);
+    *hello = json_incref(r);
   *out = s;
   return 0;
+}
+
+const json_t *kc_session_hello(const kc_session *s) {
+  return s ? s->hello : NULL;
 }
 
 int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len,
@@ -226,6 +258,7 @@ void kc_session_close(kc_session *s) {
   kc_session_send(s->fd, m, kc_deadline(1), NULL);
   json_decref(m);
   close(s->fd);
+  json_decref(s->hello);
   free(s);
 }
 
