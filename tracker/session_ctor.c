@@ -17,8 +17,9 @@ int kc_session_ctor_check(const char *const *args, size_t n, kc_error *err) {
   if (n == 0)
     return 0;
   if (!args || !args[0] || !args[0][0])
-    return kc_error_set(err, EINVAL, "session_constructor_args: the first element names the "
-                                     "constructor and must not be empty");
+    return kc_error_set(err, EINVAL,
+                        "session_constructor_args: the first element names the "
+                        "constructor and must not be empty");
   if (n > KC_SESSION_CTOR_MAX_ARGS)
     return kc_error_set(err, E2BIG, "session_constructor_args: %zu elements (at most %d)", n,
                         KC_SESSION_CTOR_MAX_ARGS);

@@ -69,6 +69,12 @@ def _decode(data):
 
 def boot(paths, modules):
     """In the zygote: the parent's import path, then what the pool will need."""
+    # Workers are forks of this process, and a fork copies only the forking thread: a
+    # library that starts threads at import (OpenBLAS, under numpy, which TVM imports)
+    # would leave each worker believing in threads it does not have, and its fork
+    # handler waits for them (os.fork(), thus tvm.rpc.Server's sessions, hung) as does
+    # any BLAS call it splits among them.  Its own variable keeps it single-threaded.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.path[:] = list(paths)
     for name in modules:
         try:
