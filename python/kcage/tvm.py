@@ -23,6 +23,7 @@ import shutil
 import sys
 import tempfile
 
+from . import _child
 from . import popen_pool as _kc
 
 # The pools whose work is networking (TVM's RPC client in RPCRunner; the RPC server,
@@ -76,17 +77,6 @@ def _check_artifact(path, scratch):
             % (scratch, path))
 
 
-def share_artifact(path):
-    """In the builder's sandbox: let the other pools search the artifact's directory.
-    TVM's builder makes it with tempfile.mkdtemp() (mode 0700); under root each
-    configuration of sandbox runs as host ids of its own, and RPCRunner's pool (the
-    python-net policy) is another configuration than the builder's."""
-    d = os.path.dirname(path)
-    if d and os.path.isdir(d) and not os.path.islink(d):
-        os.chmod(d, os.stat(d).st_mode | 0o011)
-    return path
-
-
 def _classes(opts, scratch):
     """kcage's PopenWorker and PopenPoolExecutor with these sandbox options, counting
     the calls and checking a builder's answer."""
@@ -114,7 +104,9 @@ def _classes(opts, scratch):
             result = super()._worker_run(fn, args, kwargs)
             if cat == "build" and isinstance(result, str):
                 _check_artifact(result, scratch)
-                super()._worker_run(share_artifact, (result,), {})
+                # under root each configuration of sandbox runs as host ids of its
+                # own, and RPCRunner's pool (python-net) is another than the builder's
+                super()._worker_run(_child.share_dir, (result,), {})
             return result
 
     return {"PopenWorker": PopenWorker, "PopenPoolExecutor": PopenPoolExecutor}

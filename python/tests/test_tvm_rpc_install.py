@@ -166,7 +166,9 @@ def test_rpc_runner_through_tracker(tmp_path, installed):
         import tempfile  # pylint: disable=import-outside-toplevel
 
         path = _add_module(pathlib.Path(tempfile.mkdtemp()), "tar")
-        installed.share_artifact(path)  # as the builder's pool does for its own
+        from kcage import _child  # pylint: disable=import-outside-toplevel
+
+        _child.share_dir(path)  # as the builder's pool does for its own
         runner = ms.runner.RPCRunner(
             rpc_config=ms.runner.RPCConfig(tracker_host="127.0.0.1", tracker_port=port,
                                            tracker_key="kcpy", session_timeout_sec=120),
