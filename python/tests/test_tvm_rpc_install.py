@@ -186,3 +186,39 @@ def test_rpc_runner_through_tracker(tmp_path, installed):
             srv.wait()
         trk.kill()
         trk.wait()
+
+
+def test_rpc_server_on_a_tracker(tmp_path, installed):
+    """tvm.rpc.Server registered on a tracker from its sandbox; a TVM client leases it
+    through the tracker and runs a module there."""
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    path = _add_module(tmp_path, "so")
+    port = _free_port()
+    trk = subprocess.Popen([_kcage(), "tracker", "--host", "127.0.0.1", "--port", str(port),
+                            "--port-end", str(port + 1)], stderr=subprocess.DEVNULL,
+                           stdout=subprocess.DEVNULL)
+    server = None
+    try:
+        _wait_port(port)
+        server = rpc.Server(host="127.0.0.1", port=_free_port(), port_end=65535,
+                            tracker_addr=("127.0.0.1", port), key="sbx", silent=True)
+        client = rpc.connect_tracker("127.0.0.1", port)
+        deadline = time.time() + 30
+        while "sbx" not in client.text_summary():
+            assert time.time() < deadline, "the sandboxed server never registered"
+            time.sleep(0.2)
+        remote = client.request("sbx", session_timeout=60)
+        remote.upload(path)
+        mod = remote.load_module(os.path.basename(path))
+        dev = remote.cpu()
+        a = tvm.runtime.tensor(np.full(64, 2, "float32"), dev)
+        b = tvm.runtime.tensor(np.zeros(64, "float32"), dev)
+        mod["main"](a, b)
+        np.testing.assert_allclose(b.numpy(), np.full(64, 3, "float32"))
+    finally:
+        if server:
+            server.terminate()
+        trk.kill()
+        trk.wait()
