@@ -315,7 +315,9 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  z->made_netns = sandboxed && netns < 0;
+  /* Only an empty namespace of its own becomes the one later pools join: a pool in
+   * the caller's network (host_net) must never hand that to them. */
+  z->made_netns = sandboxed && !host_net && netns < 0;
   *out = z;
   return 0;
 }

@@ -151,3 +151,18 @@ def numpy_matmul(n):
 
     a = np.ones((n, n))
     return float((a @ a)[0, 0])
+
+
+def abstract_unix_reaches(name):
+    """Connect to the abstract AF_UNIX name (per network namespace): True when
+    something listens there in this process's network namespace."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect("\0" + name)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
