@@ -85,6 +85,11 @@ static void usage(FILE *out) {
           "  --version            print kcage's version\n"
           "remote devices:\n"
           "  --tracker HOST:PORT --key KEY [--priority N] [--session-timeout SEC]\n"
+          "  --session-constructor NAME[,ARG...]\n"
+          "                       TVM's session_constructor_args: NAME is the constructor\n"
+          "                       the agent makes the session with (e.g. kcage.sandbox),\n"
+          "                       the ARGs its arguments (strings, no commas); an agent\n"
+          "                       that does not acknowledge them is refused\n"
           "  --auth-key FILE      run only on agents that prove this shared key (and\n"
           "                       prove it to them); see `kcage agent --auth-key`\n"
           "\n"
@@ -132,6 +137,7 @@ enum {
   O_AUTHKEY,
   O_BUDGET,
   O_MAXCV,
+  O_SCTOR,
   O_HELP,
   O_LFALLBACK,
   O_NO_ISOLATION,
@@ -166,6 +172,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"key", 1, 0, O_KEY},
                                      {"priority", 1, 0, O_PRIO},
                                      {"session-timeout", 1, 0, O_STIMEOUT},
+                                     {"session-constructor", 1, 0, O_SCTOR},
                                      {"sets", 1, 0, O_SETS},
                                      {"checks", 1, 0, O_CHECKS},
                                      {"quiet", 0, 0, O_QUIET},
@@ -286,11 +293,44 @@ typedef struct bench_args {
   kc_bench_config cfg;
   const char *json_path, *auth_path;
   bool quiet;
+  /* --session-constructor, split at its commas */
+  char ctor_text[4096];
+  const char *ctor[KC_SESSION_CTOR_MAX_ARGS];
 } bench_args;
 
 static int bad_value(int c, const char *a) {
   kc_cli_error("bench", "--%s: bad value '%s'", opt_name(c), a ? a : "");
   return KC_EXIT_USAGE;
+}
+
+/* --session-constructor NAME[,ARG...]: TVM's session_constructor_args, the first
+ * element naming the constructor. */
+static int session_constructor(bench_args *b, const char *a) {
+  if (strlen(a) >= sizeof b->ctor_text) {
+    kc_cli_error("bench", "--session-constructor: longer than %zu bytes", sizeof b->ctor_text - 1);
+    return KC_EXIT_USAGE;
+  }
+  memcpy(b->ctor_text, a, strlen(a) + 1);
+  size_t n = 0;
+  for (char *p = b->ctor_text, *next; p; p = next) {
+    next = strchr(p, ',');
+    if (next)
+      *next++ = '\0';
+    if (n == KC_SESSION_CTOR_MAX_ARGS) {
+      kc_cli_error("bench", "--session-constructor: more than %d elements",
+                   KC_SESSION_CTOR_MAX_ARGS);
+      return KC_EXIT_USAGE;
+    }
+    b->ctor[n++] = p;
+  }
+  kc_error err = {0};
+  if (kc_session_ctor_check(b->ctor, n, &err) < 0) {
+    kc_cli_error("bench", "--session-constructor: %s", err.msg);
+    return KC_EXIT_USAGE;
+  }
+  b->cfg.session_constructor_args = b->ctor;
+  b->cfg.n_session_constructor_args = n;
+  return 0;
 }
 
 /* Each group of options below takes one option into b and returns 0, -1 for --help
@@ -345,6 +385,8 @@ static int build_or_remote_option(bench_args *b, int c, const char *a) {
   case O_AUTHKEY:
     b->auth_path = a;
     return 0;
+  case O_SCTOR:
+    return session_constructor(b, a);
   }
   return NOT_MINE;
 }
@@ -511,6 +553,10 @@ static int check_usage(const bench_args *b, kc_auth_key *auth, int argc, char **
   }
   if (cfg->tracker && !cfg->key) {
     kc_cli_error("bench", "--tracker needs --key");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg->n_session_constructor_args && !cfg->tracker) {
+    kc_cli_error("bench", "--session-constructor is for remote devices (--tracker)");
     return KC_EXIT_USAGE;
   }
   if (b->auth_path && !cfg->tracker) {

@@ -543,6 +543,10 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
     kc_request_opts_init(&def);
     o = &def;
   }
+  /* Refused before the tracker is asked: a lease the session could not use is one that
+   * another tenant waited for. */
+  if (kc_session_ctor_check(o->session_constructor_args, o->n_session_constructor_args, err) < 0)
+    return -1;
   unsigned tries = o->max_retry ? o->max_retry : 5;
   double wait = o->wait_s == 0 ? 60 : o->wait_s;
   double deadline = kc_deadline(wait);
@@ -587,6 +591,8 @@ int kc_tracker_request(const char *th, uint16_t tp, const char *key, const kc_re
                            lease->server_key, sizeof lease->server_key, &last);
     if (f >= 0) {
       kc_tracker_close(c);
+      lease->session_constructor_args = o->session_constructor_args;
+      lease->n_session_constructor_args = o->n_session_constructor_args;
       *fd = f;
       return 0;
     }

@@ -113,7 +113,11 @@ static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *e
   if (dup_fd < 0)
     return kc_error_set(err, errno, "dup");
   kc_session *s;
-  if (kc_session_open(dup_fd, 30, x->auth, &s, NULL, err) < 0)
+  kc_session_open_opts so = {.timeout_s = 30,
+                             .auth = x->auth,
+                             .session_constructor_args = lease->session_constructor_args,
+                             .n_session_constructor_args = lease->n_session_constructor_args};
+  if (kc_session_open_with(dup_fd, &so, &s, NULL, err) < 0)
     return kc_error_prefix(err, "device agent %s", peer);
   int rc = run_on(s, x, peer, err);
   kc_session_close(s);
@@ -133,6 +137,8 @@ int kc_bench_remote_run(const kc_bench_config *cfg, const kc_auth_key *auth,
   kc_request_opts_init(&o);
   o.priority = cfg->priority;
   o.session_timeout_s = cfg->session_timeout_s;
+  o.session_constructor_args = cfg->session_constructor_args;
+  o.n_session_constructor_args = cfg->n_session_constructor_args;
   /* How long this client waits for a free device: its own patience, nothing about the
    * device's isolation (which only the agent's operator sets). */
   const char *w = secure_getenv("KCAGE_REQUEST_TIMEOUT");

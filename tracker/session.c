@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "netio.h"
 #include "seal.h"
+#include "session_ctor.h"
 
 int kc_session_send(int fd, const json_t *msg, double deadline, kc_error *err) {
   kc_chan c;
@@ -47,6 +48,7 @@ static int denied(kc_error *err, const char *msg) {
 
 struct kc_session {
   kc_chan ch;
+  json_t *hello; /* the agent's */
 };
 
 static int lost(kc_error *err) {
@@ -119,8 +121,11 @@ static int client_auth(kc_session *s, const kc_auth_key *auth, const struct hell
   return rc;
 }
 
-static char *hello_text(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc_error *err) {
+static char *hello_text(const kc_auth_key *auth, json_t *ctor, char nonce[KC_AUTH_HEX + 1],
+                        kc_error *err) {
   json_t *m = json_pack("{s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION);
+  if (ctor)
+    json_object_set(m, "session_constructor_args", ctor);
   if (auth && auth->len) {
     if (kc_auth_nonce(nonce, err) < 0) {
       json_decref(m);
@@ -136,10 +141,10 @@ static char *hello_text(const kc_auth_key *auth, char nonce[KC_AUTH_HEX + 1], kc
 }
 
 /* hello out, hello back (its bytes kept in h), *r its object. */
-static int exchange_hellos(kc_session *s, const kc_auth_key *auth, struct hellos *h,
+static int exchange_hellos(kc_session *s, const kc_auth_key *auth, json_t *ctor, struct hellos *h,
                            double timeout_s, json_t **r, kc_error *err) {
   double deadline = kc_deadline(timeout_s);
-  h->mine = hello_text(auth, h->nonce, err);
+  h->mine = hello_text(auth, ctor, h->nonce, err);
   if (!h->mine)
     return -1;
   h->mine_len = strlen(h->mine);
@@ -158,33 +163,59 @@ static int exchange_hellos(kc_session *s, const kc_auth_key *auth, struct hellos
 
 int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
                     json_t **hello, kc_error *err) {
+  kc_session_open_opts o = {.timeout_s = timeout_s, .auth = auth};
+  return kc_session_open_with(fd, &o, out, hello, err);
+}
+
+/* The hello exchange (the constructor's arguments in ours), the agent's proof of the
+ * key, and its acknowledgement of the constructor; *r gets the agent's hello. */
+static int say_hello(kc_session *s, const kc_session_open_opts *o, json_t **r, kc_error *err) {
+  double timeout_s = o->timeout_s ? o->timeout_s : 10;
+  const kc_auth_key *auth = o->auth && o->auth->len ? o->auth : NULL;
+  json_t *ctor = NULL;
+  if (o->n_session_constructor_args) {
+    if (kc_session_ctor_check(o->session_constructor_args, o->n_session_constructor_args, err) < 0)
+      return -1;
+    if (!(ctor = kc_session_ctor_json(o->session_constructor_args, o->n_session_constructor_args)))
+      return kc_error_set(err, ENOMEM, "session");
+  }
+  struct hellos h = {0};
+  int rc = exchange_hellos(s, auth, ctor, &h, timeout_s, r, err);
+  if (rc == 0 && auth)
+    rc = client_auth(s, auth, &h, *r, timeout_s, err);
+  if (rc == 0 && ctor)
+    rc = kc_session_ctor_acked(*r, ctor, err);
+  free(h.mine);
+  free(h.theirs);
+  json_decref(ctor);
+  return rc;
+}
+
+int kc_session_open_with(int fd, const kc_session_open_opts *o, kc_session **out, json_t **hello,
+                         kc_error *err) {
   kc_session *s = calloc(1, sizeof *s);
   if (!s) {
     close(fd);
     return kc_error_set(err, ENOMEM, "session");
   }
   kc_chan_init(&s->ch, fd);
-  timeout_s = timeout_s ? timeout_s : 10;
-  struct hellos h = {0};
   json_t *r = NULL;
-  int rc = exchange_hellos(s, auth, &h, timeout_s, &r, err);
-  if (rc == 0 && auth && auth->len)
-    rc = client_auth(s, auth, &h, r, timeout_s, err);
-  free(h.mine);
-  free(h.theirs);
-  if (rc < 0) {
+  if (say_hello(s, o, &r, err) < 0) {
     json_decref(r);
     kc_chan_free(&s->ch);
     close(fd);
     free(s);
     return -1;
   }
+  s->hello = r;
   if (hello)
-    *hello = r;
-  else
-    json_decref(r);
+    *hello = json_incref(r);
   *out = s;
   return 0;
+}
+
+const json_t *kc_session_hello(const kc_session *s) {
+  return s ? s->hello : NULL;
 }
 
 int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len,
@@ -257,6 +288,7 @@ void kc_session_close(kc_session *s) {
   json_decref(m);
   kc_chan_free(&s->ch);
   close(s->ch.fd);
+  json_decref(s->hello);
   free(s);
 }
 

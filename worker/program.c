@@ -39,6 +39,10 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins) {
       a.join_netns = true;
       continue;
     }
+    if (!strcmp(o, "--hostnet")) {
+      a.host_net = true;
+      continue;
+    }
     if (i + 1 >= argc)
       return 2;
     char *v = argv[++i];

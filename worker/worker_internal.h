@@ -71,7 +71,8 @@ typedef struct kc_zygote_args {
   const char *python_lib, *python_boot; /* kc_worker_opts: an embedded interpreter */
   bool userns;                          /* make the pool's namespaces first (handshake on fd 4) */
   bool join_netns;                      /* the process's netns is on fd 5 */
-  char **argv; /* our own, to exec again inside the namespaces (a non-root caller) */
+  bool host_net; /* the policy has no net namespace: the pool stays in the caller's */
+  char **argv;   /* our own, to exec again inside the namespaces (a non-root caller) */
 } kc_zygote_args;
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */

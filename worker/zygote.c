@@ -216,10 +216,13 @@ enum { ZYG_REEXEC_MAXARG = 160 }; /* zygote_client.c's argv: 13 + 2 * 64 mounts 
  * process's one empty network namespace (fd 5; a new one when there is none or it
  * cannot be joined), private mounts, ipc and uts.  Each worker adds its own pid
  * namespace. */
-static int enter_pool_namespaces(bool join_netns, char **argv) {
+static int enter_pool_namespaces(bool join_netns, bool host_net, char **argv) {
   bool as_root = geteuid() == 0;
   int nsflags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
-  if (!join_netns || setns(5, CLONE_NEWNET) < 0)
+  /* host_net: a policy without a net namespace (python-net).  The user namespace made
+   * here does not own the host's network namespace, so the pool holds no capability
+   * over it: no privileged ports, no interface or route changes, no raw sockets. */
+  if (!host_net && (!join_netns || setns(5, CLONE_NEWNET) < 0))
     nsflags |= CLONE_NEWNET;
   char c = 'u';
   if (unshare(nsflags) < 0 || write(4, &c, 1) != 1 || read(4, &c, 1) != 1 || c != 'm')
@@ -310,7 +313,7 @@ int kc_zygote_main(const kc_zygote_args *a) {
    * its own files stay in reach): that exec takes from the host. */
   int pre = a->userns && geteuid() != 0 ? 0 : take_from_host(a, &zp, &plan, &err);
   wipe_stack_below();
-  if (a->userns && enter_pool_namespaces(a->join_netns, a->argv) < 0)
+  if (a->userns && enter_pool_namespaces(a->join_netns, a->host_net, a->argv) < 0)
     return 125;
   int parent_pidfd = (int)syscall(SYS_pidfd_open, getppid(), 0);
   if (parent_pidfd < 0 || getppid() == 1)

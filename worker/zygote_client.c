@@ -76,7 +76,23 @@ static void keep_netns(pid_t zygote) {
   pthread_mutex_unlock(&g_netns_mu);
 }
 
-/* kcage-worker zygote 3 [--ns [--netns]] [--policy P] [--fs] [--lo] [mounts]
+/* Does the pool's policy leave out the net namespace (the pool then shares the
+ * caller's network, python-net)?  The namespaces are made before the zygote reads its
+ * policy, so the parent reads that one line of it here.  policy: a resolved path or
+ * a name (kc_worker_policy_path). */
+static int policy_host_net(const char *policy, bool *host_net, kc_error *err) {
+  *host_net = false;
+  if (!policy || !*policy)
+    return 0;
+  kc_policy *p = NULL;
+  if (kc_policy_load(policy, &p, err) < 0)
+    return -1;
+  *host_net = !kc_policy_get_spec(p)->ns.net;
+  kc_policy_free(p);
+  return 0;
+}
+
+/* kcage-worker zygote 3 [--ns [--netns|--hostnet]] [--policy P] [--fs] [--lo] [mounts]
  * [--python LIB BOOT], built before the spawn into argv (MAXARG + 1 slots) and margs
  * (one string per mount). */
 enum { ZYG_MAX_MOUNTS = 64, ZYG_MAXARG = 13 + 2 * ZYG_MAX_MOUNTS };
@@ -92,8 +108,8 @@ int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, 
   return 0;
 }
 
-static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, char **argv,
-                       char (*margs)[1024], kc_error *err) {
+static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, bool host_net,
+                       char **argv, char (*margs)[1024], kc_error *err) {
   if (o->n_mounts > ZYG_MAX_MOUNTS)
     return kc_error_set(err, E2BIG, "zygote: more than %d mounts", ZYG_MAX_MOUNTS);
   int ac = 0;
@@ -102,7 +118,9 @@ static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, 
   argv[ac++] = "3";
   if (sandboxed)
     argv[ac++] = "--ns"; /* its namespaces: handshake on fd 4 (zygote.c) */
-  if (sandboxed && !own_netns)
+  if (sandboxed && host_net)
+    argv[ac++] = "--hostnet"; /* the policy has no net namespace */
+  else if (sandboxed && !own_netns)
     argv[ac++] = "--netns"; /* the process's netns to join, on fd 5 */
   if (o->policy) {
     argv[ac++] = "--policy";
@@ -110,7 +128,7 @@ static int zygote_argv(const kc_worker_opts *o, bool sandboxed, bool own_netns, 
   }
   if (sandboxed)
     argv[ac++] = "--fs";
-  if (sandboxed && own_netns)
+  if (sandboxed && own_netns && !host_net)
     argv[ac++] = "--lo"; /* its own new netns: bring loopback up there */
   for (size_t i = 0; sandboxed && i < o->n_mounts; i++) {
     const kc_mount *m = &o->mounts[i];
@@ -269,7 +287,6 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   if (kc_worker_binary(o, &bin, err) < 0)
     return kc_error_prefix(err, "zygote");
   bool sandboxed = o->isolation == KC_ISOLATION_SANDBOX;
-  int netns = sandboxed ? shared_netns() : -1;
   char *argv[ZYG_MAXARG + 1];
   char margs[ZYG_MAX_MOUNTS][1024];
   /* The tenant's policy directory is searched here, in the caller: the zygote gets
@@ -278,7 +295,11 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   kc_worker_opts ro = *o;
   if (kc_worker_policy_path(o, o->policy, polbuf, sizeof polbuf, &ro.policy, err) < 0)
     return kc_error_prefix(err, "zygote");
-  if (zygote_argv(&ro, sandboxed, netns < 0, argv, margs, err) < 0)
+  bool host_net = false;
+  if (sandboxed && policy_host_net(ro.policy, &host_net, err) < 0)
+    return kc_error_prefix(err, "zygote");
+  int netns = sandboxed && !host_net ? shared_netns() : -1;
+  if (zygote_argv(&ro, sandboxed, netns < 0, host_net, argv, margs, err) < 0)
     return -1;
   __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
   /* sv: the zygote's socket; hs: its namespaces' handshake ("made" / "maps written") */
@@ -312,7 +333,9 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  z->made_netns = sandboxed && netns < 0;
+  /* Only an empty namespace of its own becomes the one later pools join: a pool in
+   * the caller's network (host_net) must never hand that to them. */
+  z->made_netns = sandboxed && !host_net && netns < 0;
   *out = z;
   return 0;
 }

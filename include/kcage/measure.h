@@ -163,6 +163,9 @@ typedef struct kc_bench_config {
   const char *key;
   int priority;
   double session_timeout_s;
+  /* TVM's session_constructor_args for the session (tracker.h), NULL/0 = none. */
+  const char *const *session_constructor_args;
+  size_t n_session_constructor_args;
   /* Progress after each step, from the calling thread. */
   void (*progress)(void *ctx, const char *phase, size_t done, size_t total);
   void *progress_ctx;

@@ -85,7 +85,23 @@ typedef struct kc_lease {
   uint16_t port;
   char matchkey[KC_TRACKER_MAX_MATCHKEY];
   char server_key[KC_TRACKER_MAX_KEY + 16]; /* "server:<key>" from the handshake */
+  /* The request's session_constructor_args (not copied: they live as long as the
+   * kc_request_opts they came from), for whatever opens the session on this lease. */
+  const char *const *session_constructor_args;
+  size_t n_session_constructor_args;
 } kc_lease;
+
+/* TVM's session_constructor_args: args[0] names the constructor the device server
+ * calls to make the session (TVM: any registered global, default "rpc.LocalSession";
+ * a kcage agent: see the session protocol below), args[1..] are its arguments.  Like
+ * TVM's, they travel after the tracker match, on the session's own connection: the
+ * tracker protocol does not change.  n = 0: none (the server's default session). */
+#define KC_SESSION_CTOR_MAX_ARGS 32
+#define KC_SESSION_CTOR_MAX_NAME 128
+#define KC_SESSION_CTOR_MAX_ARG 1024
+/* 0, or -1 naming what is wrong: a name outside [A-Za-z0-9._-] or empty, too many or
+ * too long arguments, control characters (they reach logs and terminals). */
+int kc_session_ctor_check(const char *const *args, size_t n, kc_error *err);
 
 typedef struct kc_request_opts {
   double priority;          /* TVM default 1 */
@@ -93,6 +109,10 @@ typedef struct kc_request_opts {
   unsigned max_retry;       /* attempts; 0 = 5 (TVM) */
   double wait_s;            /* client-side deadline for the whole request: 0 = 60 s,
                                < 0 = wait forever (TVM's behaviour) */
+  /* TVM's session_constructor_args (see above); checked before the tracker is asked,
+   * handed to the session through kc_lease. */
+  const char *const *session_constructor_args;
+  size_t n_session_constructor_args;
 } kc_request_opts;
 void kc_request_opts_init(kc_request_opts *o);
 
@@ -129,6 +149,13 @@ int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, 
  *   {"op":"run","kernels":[names],"reference":name|null,"config":{...}}
  *                                        ->   {"op":"records","records":[...]}
  *   {"op":"bye"}                         ->   (close)
+ * session_constructor_args: the client's hello carries them as
+ * "session_constructor_args": [name, arg...] (strings).  An agent that honours them
+ * answers with "session_constructor": {"name": name, "args": [...], "clamped": {...}}
+ * (clamped: what the operator's caps lowered, as kc_run_config_clamp says it), or
+ * refuses the session with an error naming the constructor.  A client that sent them
+ * and gets a hello without that acknowledgement refuses the session: a limit the
+ * tenant asked for is never silently dropped (an older agent ignores the field).
  * Any failure: {"op":"error","message":M[,"code":"session_timeout"]} and the agent
  * closes.  The config object carries kc_bench_config's fields by name (args, seed,
  * rtol, atol, entry, number, repeat, min_repeat_ms, cooldown_ms, flush_cache,
@@ -159,6 +186,18 @@ typedef struct kc_session kc_session;
  * hello object. */
 int kc_session_open(int fd, double timeout_s, const kc_auth_key *auth, kc_session **out,
                     json_t **hello, kc_error *err);
+typedef struct kc_session_open_opts {
+  double timeout_s;        /* for the hello (and the auth exchange); 0 = 10 s */
+  const kc_auth_key *auth; /* NULL = none */
+  const char *const *session_constructor_args;
+  size_t n_session_constructor_args;
+} kc_session_open_opts;
+/* kc_session_open with session_constructor_args: sent in the hello, and the session
+ * refused unless the agent acknowledges them (see the protocol above). */
+int kc_session_open_with(int fd, const kc_session_open_opts *o, kc_session **out, json_t **hello,
+                         kc_error *err);
+/* The agent's hello, kept by the session (borrowed; NULL after a failed open). */
+const json_t *kc_session_hello(const kc_session *s);
 int kc_session_upload(kc_session *s, const char *name, const void *data, size_t len, kc_error *err);
 int kc_session_upload_file(kc_session *s, const char *name, const char *path, kc_error *err);
 /* Send one {"op": ...} request and wait for its reply (new reference).  An "error"

@@ -72,6 +72,12 @@ def _decode(data):
 def boot(paths, modules, cwd=None):
     """In the zygote: the parent's import path and working directory, then what the
     pool will need."""
+    # Workers are forks of this process, and a fork copies only the forking thread: a
+    # library that starts threads at import (OpenBLAS, under numpy, which TVM imports)
+    # would leave each worker believing in threads it does not have, and its fork
+    # handler waits for them (os.fork(), thus tvm.rpc.Server's sessions, hung) as does
+    # any BLAS call it splits among them.  Its own variable keeps it single-threaded.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     sys.path[:] = list(paths)
     if cwd:
         try:
@@ -85,6 +91,16 @@ def boot(paths, modules, cwd=None):
             # a module that cannot be imported here fails at the call, with its
             # traceback, as it would in TVM's worker
             pass
+
+
+def share_dir(path):
+    """In a sandbox: let other sandboxes (other host ids) search the directory of a file
+    this one made, such as TVM's builder's artifact in a tempfile.mkdtemp() (mode
+    0700).  Returns path."""
+    d = os.path.dirname(path)
+    if d and os.path.isdir(d) and not os.path.islink(d):
+        os.chmod(d, os.stat(d).st_mode | 0o011)
+    return path
 
 
 def _flush():

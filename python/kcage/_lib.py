@@ -120,20 +120,10 @@ class KcCallResult(ctypes.Structure):
     ]
 
 
-class KcPolicyNamespaces(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_bool) for n in ("user", "pid", "mount", "ipc", "uts", "cgroup", "net")]
-
-
-class KcPolicySpec(ctypes.Structure):
-    """The head of kc_policy_spec: what the Python side reads (the policy's limits)."""
+class KcPolicyLimits(ctypes.Structure):
+    """kc_policy_limits (kcage/policy.h): a policy's default limits."""
 
     _fields_ = [
-        ("name", ctypes.c_char_p),
-        ("ns", KcPolicyNamespaces),
-        ("mounts", ctypes.c_void_p),
-        ("n_mounts", c_size),
-        ("rlimits", ctypes.c_void_p),
-        ("n_rlimits", c_size),
         ("memory_bytes", ctypes.c_uint64),
         ("cpu_s", ctypes.c_double),
         ("wall_s", ctypes.c_double),
@@ -209,7 +199,7 @@ _sigs = {
     "kc_zygote_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
     "kc_zygote_free": (None, [ctypes.c_void_p]),
     "kc_policy_load": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_void_p), P(KcError)]),
-    "kc_policy_get_spec": (P(KcPolicySpec), [ctypes.c_void_p]),
+    "kc_policy_get_limits": (None, [ctypes.c_void_p, P(KcPolicyLimits)]),
     "kc_policy_free": (None, [ctypes.c_void_p]),
     "kc_cgroup_enforcement": (ctypes.c_char_p, [P(KcSettings), ctypes.c_char_p]),
     "kc_cgroup_refusal": (ctypes.c_int, [P(KcSettings), ctypes.c_char_p, P(KcError)]),

@@ -187,7 +187,8 @@ def policy_limits(policy):
     if lib.kc_policy_load(policy.encode(), ctypes.byref(handle), ctypes.byref(err)) < 0:
         raise ValueError("kcage: policy %r: %s" % (policy, err.text()))
     try:
-        spec = lib.kc_policy_get_spec(handle).contents
+        spec = _lib.KcPolicyLimits()
+        lib.kc_policy_get_limits(handle, ctypes.byref(spec))
         return {"memory": spec.memory_bytes or None, "pids": spec.pids or None,
                 "cpus": spec.cpus or None}
     finally:

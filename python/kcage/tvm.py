@@ -1,6 +1,12 @@
 """kcage.tvm.install(): TVM's popen_pool classes replaced by kcage's wherever TVM uses
-them (MetaSchedule's LocalBuilder and LocalRunner, RPC's server, tracker and proxy
-helpers), so every build and every run happens in a kcage sandbox.
+them (MetaSchedule's LocalBuilder, LocalRunner and RPCRunner, RPC's server, tracker and
+proxy helpers), so every build and every run happens in a kcage sandbox.
+
+The sandboxes have no network, except those whose work is networking: RPCRunner's pool
+(TVM's RPC client connects to a tracker and to the devices it hands out) and the pools
+of tvm.rpc.Server, Tracker and Proxy (they listen) run under the python-net policy, the
+python one plus the host's network for TCP/UDP only (policies/python-net.policy says
+why not a socket handed over by the parent: TVM's own code picks the addresses).
 
     import kcage.tvm
     kcage.tvm.install(memory="2G")     # then tune as usual
@@ -17,7 +23,18 @@ import shutil
 import sys
 import tempfile
 
+from . import _child
 from . import popen_pool as _kc
+
+# The pools whose work is networking (TVM's RPC client in RPCRunner; the RPC server,
+# tracker and proxy, which listen): these, and only these, get the python-net policy.
+_NET_MODULES = {
+    "tvm.s_tir.meta_schedule.runner.rpc_runner",
+    "tvm.meta_schedule.runner.rpc_runner",
+    "tvm.rpc.server",
+    "tvm.rpc.tracker",
+    "tvm.rpc.proxy",
+}
 
 _MODULES = [
     "tvm.support.popen_pool",
@@ -60,20 +77,9 @@ def _check_artifact(path, scratch):
             % (scratch, path))
 
 
-def install(**sandbox):
-    """Swap TVM's PopenWorker/PopenPoolExecutor for kcage's.  Keyword arguments are
-    kcage's sandbox options (policy, memory, cpus, pids, mounts, preload); returns the
-    scratch directory shared by the tuner and its sandboxes."""
-    if _state:
-        return _state["scratch"]
-    scratch = tempfile.mkdtemp(prefix="kcage-tvm-")
-    # under root every sandbox runs as host ids of its own (a reserved range), not ours
-    os.chmod(scratch, 0o1777)
-    os.environ["TMPDIR"] = scratch  # inherited by the zygote, read by the workers
-    tempfile.tempdir = scratch
-    opts = dict(sandbox)
-    opts["mounts"] = [(scratch, scratch, "rw")] + list(opts.get("mounts", ()))
-    opts["preload"] = ["tvm", "tvm.s_tir.meta_schedule"] + list(opts.get("preload", ()))
+def _classes(opts, scratch):
+    """kcage's PopenWorker and PopenPoolExecutor with these sandbox options, counting
+    the calls and checking a builder's answer."""
 
     # One candidate per process: TVM keeps a builder's or runner's worker for many
     # candidates, so one candidate's code could leave something behind (a patched
@@ -104,7 +110,33 @@ def install(**sandbox):
             result = super()._worker_run(fn, args, kwargs)
             if cat == "build" and isinstance(result, str):
                 _check_artifact(result, scratch)
+                # under root each configuration of sandbox runs as host ids of its
+                # own, and RPCRunner's pool (python-net) is another than the builder's
+                super()._worker_run(_child.share_dir, (result,), {})
             return result
+
+    return {"PopenWorker": PopenWorker, "PopenPoolExecutor": PopenPoolExecutor}
+
+
+def install(net_policy="python-net", **sandbox):
+    """Swap TVM's PopenWorker/PopenPoolExecutor for kcage's.  Keyword arguments are
+    kcage's sandbox options (policy, memory, cpus, pids, mounts, preload); the pools of
+    TVM's RPC client and servers (RPCRunner, tvm.rpc.Server, Tracker, Proxy) run under
+    net_policy instead, which adds the host's network and nothing else (see
+    policies/python-net.policy).  Returns the scratch directory shared by the tuner and
+    its sandboxes."""
+    if _state:
+        return _state["scratch"]
+    scratch = tempfile.mkdtemp(prefix="kcage-tvm-")
+    # under root every sandbox runs as host ids of its own (a reserved range), not ours
+    os.chmod(scratch, 0o1777)
+    os.environ["TMPDIR"] = scratch  # inherited by the zygote, read by the workers
+    tempfile.tempdir = scratch
+    opts = dict(sandbox)
+    opts["mounts"] = [(scratch, scratch, "rw")] + list(opts.get("mounts", ()))
+    opts["preload"] = ["tvm", "tvm.s_tir.meta_schedule"] + list(opts.get("preload", ()))
+    plain = _classes(opts, scratch)
+    net = _classes(dict(opts, policy=net_policy), scratch)
 
     originals = {}
     for name in _MODULES:
@@ -116,12 +148,13 @@ def install(**sandbox):
             for attr in ("PopenWorker", "PopenPoolExecutor"):
                 if hasattr(mod, attr):
                     originals[id(getattr(mod, attr))] = attr
-    new = {"PopenWorker": PopenWorker, "PopenPoolExecutor": PopenPoolExecutor}
     # every tvm module that holds TVM's classes under any name (imported with `from
-    # ... import`); modules imported later find ours in popen_pool itself
+    # ... import`); modules imported later find the plain ones in popen_pool itself
+    # (the networking modules are all imported above)
     for name, mod in list(sys.modules.items()):
         if not name.startswith("tvm") or mod is None:
             continue
+        new = net if name in _NET_MODULES else plain
         for attr, value in list(vars(mod).items()):
             if id(value) in originals:
                 _saved.append((mod, attr, value))

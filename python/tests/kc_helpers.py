@@ -117,3 +117,57 @@ builder_escape.__module__ = "kc_helpers.builder.escape"
 def pid_in_namespace():
     """The worker's pid in its own pid namespace (os.getpid() gives the parent's view)."""
     return ctypes.CDLL(None).getpid()
+
+
+def socket_families():
+    """Which address families this process may open sockets of: {name: errno or 0}."""
+    import errno as _errno  # pylint: disable=import-outside-toplevel
+    import socket  # pylint: disable=import-outside-toplevel
+
+    out = {}
+    for name in ("AF_INET", "AF_INET6", "AF_UNIX", "AF_NETLINK", "AF_PACKET"):
+        try:
+            socket.socket(getattr(socket, name), socket.SOCK_DGRAM).close()
+            out[name] = 0
+        except OSError as e:
+            out[name] = _errno.errorcode.get(e.errno, e.errno)
+    return out
+
+
+def connect_to(port):
+    """Connect to 127.0.0.1:port (the host's loopback when the pool shares its network)
+    and read what the listener there sends."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        return s.recv(64)
+
+
+def fork_child():
+    """os.fork() and the child's exit status (TVM's RPC server forks per session)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(7)
+    return os.waitpid(pid, 0)[1] >> 8
+
+
+def numpy_matmul(n):
+    import numpy as np  # pylint: disable=import-outside-toplevel
+
+    a = np.ones((n, n))
+    return float((a @ a)[0, 0])
+
+
+def abstract_unix_reaches(name):
+    """Connect to the abstract AF_UNIX name (per network namespace): True when
+    something listens there in this process's network namespace."""
+    import socket  # pylint: disable=import-outside-toplevel
+
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.connect("\0" + name)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()

@@ -3,6 +3,9 @@
  *   'C' the rest is a run config as the agent reads it (kc_run_config_decode), then
  *       clamped to operator caps;
  *   'H' the rest is the key of TVM's RPC handshake as the agent parses it;
+ *   'A' the rest is an agent's hello, held to the session_constructor_args the client
+ *       sent (kc_session_ctor_acked); also the rest split at NULs as arguments to the
+ *       client's own check (kc_session_ctor_check);
  *   'S' the rest is a byte stream from the peer, read through a socket as session
  *       frames (kc_session_recv, both sides' frame decoder) until it fails;
  *   else byte 0 is the number of kernels (mod 8: "1" is one) and the rest an agent's reply to
@@ -17,6 +20,7 @@
 
 #include "kcage/measure.h"
 #include "kcage/tracker.h"
+#include "session_ctor.h"
 
 static void config(const uint8_t *data, size_t size) {
   json_t *c = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
@@ -32,6 +36,26 @@ static void config(const uint8_t *data, size_t size) {
     json_decref(again);
   }
   json_decref(c);
+}
+
+static void ctor_ack(const uint8_t *data, size_t size) {
+  json_t *hello = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
+  json_t *asked = json_pack("[s, s, s]", "kcage.sandbox", "memory=256M", "pids=8");
+  kc_error err;
+  kc_session_ctor_acked(hello, asked, &err);
+  json_decref(asked);
+  json_decref(hello);
+  char *copy = malloc(size + 1);
+  const char *args[KC_SESSION_CTOR_MAX_ARGS + 2];
+  size_t n = 0;
+  if (!copy)
+    return;
+  memcpy(copy, data, size);
+  copy[size] = 0;
+  for (size_t at = 0; at <= size && n < sizeof args / sizeof *args; at += strlen(copy + at) + 1)
+    args[n++] = copy + at;
+  kc_session_ctor_check(args, n, &err);
+  free(copy);
 }
 
 static void frames(const uint8_t *data, size_t size) {
@@ -65,6 +89,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (key && kc_rpc_client_key(key, "cpu:0.1234", &t) && (!(t >= 0) || t > 1e308))
       abort();
     free(key);
+    return 0;
+  }
+  if (data[0] == 'A') {
+    ctor_ack(data + 1, size - 1);
     return 0;
   }
   if (data[0] == 'S') {

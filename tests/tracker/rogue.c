@@ -66,6 +66,8 @@ static void serve(rogue_agent *r, int fd) {
   while ((m = recv_msg(fd))) {
     const char *op = json_string_value(json_object_get(m, "op"));
     if (op && !strcmp(op, "hello")) {
+      json_decref(r->last_hello);
+      r->last_hello = json_incref(m);
       send_text(fd, r->hello ? r->hello : "{\"op\": \"hello\", \"version\": 1}");
     } else if (op && !strcmp(op, "file")) {
       size_t left = (size_t)json_integer_value(json_object_get(m, "size"));
@@ -140,4 +142,6 @@ void rogue_stop(rogue_agent *r) {
   close(r->lfd);
   json_decref(r->last_run);
   r->last_run = NULL;
+  json_decref(r->last_hello);
+  r->last_hello = NULL;
 }

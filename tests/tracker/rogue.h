@@ -14,7 +14,8 @@ typedef struct rogue_agent {
   const char *hello; /* the JSON text sent for "hello"; NULL = a plain hello */
   volatile int stop;
   unsigned long thread;
-  json_t *last_run; /* the last "run" message received */
+  json_t *last_run;   /* the last "run" message received */
+  json_t *last_hello; /* the last "hello" message received */
 } rogue_agent;
 
 void rogue_start(rogue_agent *r, uint16_t tracker_port, const char *reply);

@@ -362,6 +362,124 @@ static void test_lease_with_control_characters(void **state) {
   trk_stop(&t);
 }
 
+/* --session-constructor: TVM's session_constructor_args reach the agent in the hello;
+ * an agent that does not acknowledge them (an older one ignores the field) never sees
+ * a kernel; one that does runs the batch. */
+static void test_session_constructor_args(void **state) {
+  (void)state;
+  trk_srv t;
+  trk_start(&t);
+  char tracker[64], args[256], errbuf[8192];
+  snprintf(tracker, sizeof tracker, "127.0.0.1:%u", t.port);
+  read_args(args, sizeof args);
+  setenv("KCAGE_REQUEST_TIMEOUT", "5", 1);
+  const char *argv[] = {"bench",
+                        "--tracker",
+                        tracker,
+                        "--key",
+                        "rogue",
+                        "--session-constructor",
+                        "kcage.sandbox,memory=256M,pids=8",
+                        "--args",
+                        args,
+                        KC_EXAMPLES "/naive.c",
+                        NULL};
+  rogue_agent r = {0};
+  rogue_start(&r, t.port, "{\"op\": \"records\", \"records\": [" GOOD_REC "]}");
+  assert_int_equal(wait_count(t.port, "rogue", "free", 1, 5), 1);
+  int rc = proc_run_err(argv, 60, errbuf, sizeof errbuf);
+  if (rc <= 0 || rc >= 126 || !strstr(errbuf, "did not acknowledge session_constructor_args"))
+    fail_msg("exit %d: %s", rc, errbuf);
+  assert_null(r.last_run);
+  json_t *sent = json_object_get(r.last_hello, "session_constructor_args");
+  json_t *want = json_pack("[s, s, s]", "kcage.sandbox", "memory=256M", "pids=8");
+  assert_true(json_equal(sent, want));
+  rogue_stop(&r);
+  assert_int_equal(wait_count(t.port, "rogue", "free", 0, 5), 0);
+  /* An agent that acknowledges another constructor is refused too. */
+  r = (rogue_agent){0};
+  r.hello = "{\"op\": \"hello\", \"version\": 1, \"session_constructor\": {\"name\": "
+            "\"rpc.LocalSession\", \"args\": []}}";
+  rogue_start(&r, t.port, "{\"op\": \"records\", \"records\": [" GOOD_REC "]}");
+  assert_int_equal(wait_count(t.port, "rogue", "free", 1, 5), 1);
+  rc = proc_run_err(argv, 60, errbuf, sizeof errbuf);
+  if (rc <= 0 || rc >= 126 || !strstr(errbuf, "another session constructor"))
+    fail_msg("exit %d: %s", rc, errbuf);
+  assert_null(r.last_run);
+  rogue_stop(&r);
+  assert_int_equal(wait_count(t.port, "rogue", "free", 0, 5), 0);
+  /* The acknowledged constructor: the batch runs. */
+  r = (rogue_agent){0};
+  r.hello = "{\"op\": \"hello\", \"version\": 1, \"session_constructor\": {\"name\": "
+            "\"kcage.sandbox\", \"args\": [\"memory=256M\", \"pids=8\"], \"clamped\": {}}}";
+  rogue_start(&r, t.port, "{\"op\": \"records\", \"records\": [" GOOD_REC "]}");
+  assert_int_equal(wait_count(t.port, "rogue", "free", 1, 5), 1);
+  rc = proc_run_err(argv, 60, errbuf, sizeof errbuf);
+  if (rc != 0)
+    fail_msg("exit %d: %s", rc, errbuf);
+  assert_non_null(r.last_run);
+  rogue_stop(&r);
+  /* Without the option, no field: an older agent sees the hello it always saw. */
+  r = (rogue_agent){0};
+  rogue_start(&r, t.port, "{\"op\": \"records\", \"records\": [" GOOD_REC "]}");
+  assert_int_equal(wait_count(t.port, "rogue", "free", 1, 5), 1);
+  const char *plain[] = {"bench", "--tracker", tracker, "--key",
+                         "rogue", "--args",    args,    KC_EXAMPLES "/naive.c",
+                         NULL};
+  rc = proc_run_err(plain, 60, errbuf, sizeof errbuf);
+  if (rc != 0)
+    fail_msg("exit %d: %s", rc, errbuf);
+  assert_null(json_object_get(r.last_hello, "session_constructor_args"));
+  rogue_stop(&r);
+  json_decref(want);
+  unsetenv("KCAGE_REQUEST_TIMEOUT");
+  trk_stop(&t);
+}
+
+/* Malformed session_constructor_args are refused before the tracker is asked (no
+ * lease is taken from another tenant), and as bad usage by the command line. */
+static void test_session_constructor_refused(void **state) {
+  (void)state;
+  trk_srv t;
+  trk_start(&t);
+  int srv = raw_connect(t.port, true);
+  raw_register(srv, "ctor", 9, "ctor:0.1");
+  assert_int_equal(wait_count(t.port, "ctor", "free", 1, 5), 1);
+  static const char *const bad[][2] = {{"", NULL}, {"a b", NULL}, {"kcage.sandbox", "x\ny"}};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    kc_request_opts o;
+    kc_request_opts_init(&o);
+    o.wait_s = 2;
+    o.session_constructor_args = bad[i];
+    o.n_session_constructor_args = bad[i][1] ? 2 : 1;
+    kc_lease lease;
+    int fd = -1;
+    kc_error err = {0};
+    assert_int_equal(kc_tracker_request("127.0.0.1", t.port, "ctor", &o, &lease, &fd, &err), -1);
+    assert_non_null(strstr(err.msg, "session_constructor_args"));
+  }
+  assert_int_equal(summary_count(t.port, "ctor", "free"), 1);
+  char tracker[64], args[256], errbuf[4096];
+  snprintf(tracker, sizeof tracker, "127.0.0.1:%u", t.port);
+  read_args(args, sizeof args);
+  const char *no_tracker[] = {
+      "bench", "--session-constructor", "kcage.sandbox", "--args", args, KC_EXAMPLES "/naive.c",
+      NULL};
+  assert_int_equal(proc_run_err(no_tracker, 30, errbuf, sizeof errbuf), 2);
+  assert_non_null(strstr(errbuf, "--session-constructor"));
+  const char *empty[] = {"bench",      "--tracker",
+                         tracker,      "--key",
+                         "ctor",       "--session-constructor",
+                         ",memory=1G", "--args",
+                         args,         KC_EXAMPLES "/naive.c",
+                         NULL};
+  assert_int_equal(proc_run_err(empty, 30, errbuf, sizeof errbuf), 2);
+  assert_non_null(strstr(errbuf, "names the constructor"));
+  assert_int_equal(summary_count(t.port, "ctor", "free"), 1);
+  close(srv);
+  trk_stop(&t);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   const struct CMUnitTest tests[] = {
@@ -373,6 +491,8 @@ int main(void) {
       cmocka_unit_test(test_build_options_on_the_wire),
       cmocka_unit_test(test_auth_no_kernel_to_unproven_agent),
       cmocka_unit_test(test_lease_with_control_characters),
+      cmocka_unit_test(test_session_constructor_args),
+      cmocka_unit_test(test_session_constructor_refused),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
