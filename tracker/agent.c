@@ -34,6 +34,8 @@
 #include "metrics.h"
 #include "netio.h"
 #include "safe_fs.h"
+#include "tvm_session.h"
+#include "tvm_wire.h"
 
 void kc_inputs_sweep(void); /* measure/inputs_file.c */
 
@@ -68,6 +70,8 @@ struct kc_agent {
   char device[KC_TRACKER_MAX_KEY + 300];
   struct handshake hs[MAX_HANDSHAKES]; /* connections still in TVM's handshake */
   size_t nhs;
+  kc_tvm_python *python; /* NULL: TVM RPC sessions are refused, for python_why */
+  char python_why[KC_ERROR_MSG_MAX];
 };
 
 void kc_agent_opts_init(kc_agent_opts *o) {
@@ -125,6 +129,25 @@ static bool own_dir(const char *path) {
          !(st.st_mode & 022) && chmod(path, 0711) == 0;
 }
 
+static const char *const default_policies[] = {"tvm"};
+
+/* The interpreter for TVM RPC sessions, found once: without one the agent still serves
+ * kcage sessions, and tells TVM clients why it serves them none. */
+static void probe_python(kc_agent *a) {
+  if (!a->o.tvm_policies || !a->o.n_tvm_policies) {
+    a->o.tvm_policies = default_policies;
+    a->o.n_tvm_policies = 1;
+  }
+  kc_error e = {0};
+  a->python = calloc(1, sizeof *a->python);
+  if (!a->python || kc_tvm_python_probe(a->o.tvm_python, a->python, &e) < 0) {
+    free(a->python);
+    a->python = NULL;
+    snprintf(a->python_why, sizeof a->python_why, "%s", e.msg[0] ? e.msg : "out of memory");
+    kc_log(KC_LOG_WARN, "kcage agent", "no TVM RPC sessions: %s", a->python_why);
+  }
+}
+
 int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   if (!o->key || !*o->key || strlen(o->key) > KC_TRACKER_MAX_KEY || strchr(o->key, ':') ||
       strchr(o->key, ' ')) {
@@ -180,6 +203,7 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
     kc_agent_free(a);
     return -1;
   }
+  probe_python(a);
   new_matchkey(a);
   *out = a;
   return 0;
@@ -352,6 +376,43 @@ static double session_timeout(const kc_agent *a, double asked) {
   return cap > 0 && (asked <= 0 || asked > cap) ? cap : asked;
 }
 
+/* What the client sent first after the handshake: a TVM RPC packet or a kcage frame
+ * (whose decoder then refuses anything else). */
+static bool is_tvm_client(int fd, double deadline) {
+  unsigned char head[8];
+  double by = kc_now_s() + 10;
+  if (deadline >= 0 && deadline < by)
+    by = deadline;
+  return kc_tvm_peek(fd, head, sizeof head, by, NULL) == 0 && kc_tvm_is_rpc(head, sizeof head);
+}
+
+static int serve_tvm(kc_agent *a, int fd, double timeout_s, double asked_s, double deadline) {
+  if (a->o.auth && a->o.auth->len) {
+    /* TVM's clients cannot prove the key: serving them would drop the agent's guard */
+    kc_tvm_refuse(fd, "kcage agent: this device agent requires authentication (--auth-key), "
+                      "which TVM's RPC clients cannot give: use kcage's client");
+    return 1;
+  }
+  kc_tvm_serve_opts to = {.python = a->python,
+                          .unavailable = a->python_why,
+                          .dir = a->child_dir,
+                          .timeout_s = timeout_s,
+                          .asked_timeout_s = asked_s,
+                          .deadline = kc_now_s() + 10,
+                          .caps = a->o.caps,
+                          .policies = a->o.tvm_policies,
+                          .npolicies = a->o.n_tvm_policies,
+                          .verbose = a->o.verbose};
+  (void)deadline;
+  kc_error err = {0};
+  if (kc_tvm_session_serve(fd, &to, &err) < 0) {
+    char shown[KC_ERROR_MSG_MAX * 4];
+    logf_(a, "TVM RPC session failed: %s", kc_escape(err.msg, shown, sizeof shown));
+    return 1;
+  }
+  return 0;
+}
+
 static void start_session(kc_agent *a, int fd, double asked_s) {
   double timeout_s = session_timeout(a, asked_s);
   snprintf(a->child_dir, sizeof a->child_dir, "%s/session-XXXXXX", a->base_dir);
@@ -387,6 +448,8 @@ static void start_session(kc_agent *a, int fd, double asked_s) {
      * scratch) lands under the session dir, which the agent removes however the
      * session ends - also when it is killed at its timeout. */
     setenv("TMPDIR", a->child_dir, 1);
+    if (is_tvm_client(fd, deadline))
+      _exit(serve_tvm(a, fd, timeout_s, asked_s, deadline));
     kc_session_serve_opts so = {.device = a->device,
                                 .dir = a->child_dir,
                                 .workers = a->o.workers,
@@ -624,6 +687,7 @@ void kc_agent_free(kc_agent *a) {
     hs_drop(a, 0);
   if (a->base_dir[0])
     rmdir(a->base_dir);
+  free(a->python);
   kc_tracker_close(a->trk);
   if (a->lfd >= 0)
     close(a->lfd);

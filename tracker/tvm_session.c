@@ -1,0 +1,363 @@
+/* One TVM RPC session (tvm_session.h): the agent reads the client's kInitServer without
+ * consuming it, applies what a kcage.sandbox constructor asks for under the operator's
+ * caps, and starts TVM's own server loop in a fresh sandbox with the socket as its fd 0;
+ * the sandbox's verdict is what the client hears when the session ends any other way
+ * than by its own shutdown. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "clock.h"
+#include "kcage/cleanup.h"
+#include "kcage/escape.h"
+#include "kcage/log.h"
+#include "kcage/policy.h"
+#include "kcage/sandbox.h"
+#include "kcage/units.h"
+#include "tvm_server_py.h"
+#include "tvm_session.h"
+#include "tvm_wire.h"
+
+#define SANDBOX_DIR "/session"
+#define LOG_CAP (16u << 20) /* the server loop's own output: TVM logs each load */
+#define TAIL 600
+
+int kc_tvm_peek(int fd, void *buf, size_t n, double deadline, kc_error *err) {
+  for (;;) {
+    ssize_t got = recv(fd, buf, n, MSG_PEEK | MSG_DONTWAIT);
+    if (got == (ssize_t)n)
+      return 0;
+    if (got == 0)
+      return kc_error_set(err, ECONNRESET, "the client left");
+    if (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+      return kc_error_set(err, errno, "recv");
+    double left = deadline - kc_now_s();
+    if (left <= 0)
+      return kc_error_set(err, ETIMEDOUT, "the client sent no first request in time");
+    /* Some bytes but not all: wait a little rather than spin on the same readable state. */
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    if (got > 0) {
+      struct timespec ts = {0, 2000000};
+      nanosleep(&ts, NULL);
+    } else {
+      poll(&p, 1, (int)fmin(left * 1000 + 1, 1000));
+    }
+  }
+}
+
+void kc_tvm_refuse(int fd, const char *msg) {
+  char buf[4096];
+  size_t n = kc_tvm_exception_encode(msg, buf, sizeof buf);
+  if (n && send(fd, buf, n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+  }
+  /* Our FIN after the exception; what the client still sends is read and dropped for a
+   * moment, so that closing with unread bytes does not reset the connection before the
+   * client has read the exception. */
+  shutdown(fd, SHUT_WR);
+  double deadline = kc_now_s() + 1;
+  char sink[4096];
+  for (;;) {
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    double left = deadline - kc_now_s();
+    if (left <= 0 || poll(&p, 1, (int)(left * 1000) + 1) <= 0)
+      break;
+    if (recv(fd, sink, sizeof sink, MSG_DONTWAIT) <= 0)
+      break;
+  }
+  close(fd);
+}
+
+/* ---- what the session runs under --------------------------------------------------- */
+
+typedef struct session_limits {
+  uint64_t memory_bytes;
+  uint32_t pids;
+  double cpus, session_s;
+  const char *policy;
+} session_limits;
+
+/* kcage.sandbox's arguments: "memory=SIZE", "pids=N", "cpus=X", "timeout=SEC",
+ * "policy=NAME", each at most once in effect (the last wins). */
+static int parse_ask(const kc_tvm_init *in, const kc_tvm_serve_opts *o, session_limits *ask,
+                     kc_error *err) {
+  for (size_t i = 1; i < in->nargs; i++) {
+    const char *a = in->args[i], *eq = strchr(a, '=');
+    const char *v = eq ? eq + 1 : "";
+    size_t kl = eq ? (size_t)(eq - a) : strlen(a);
+    double d;
+    uint64_t u;
+    if (kl == 6 && !strncmp(a, "memory", 6) && kc_parse_size(v, &u) == 0 && u >= (16u << 20))
+      ask->memory_bytes = u;
+    else if (kl == 4 && !strncmp(a, "pids", 4) && kc_parse_size(v, &u) == 0 && u >= 1 &&
+             u <= 1u << 22)
+      ask->pids = (uint32_t)u;
+    else if (kl == 4 && !strncmp(a, "cpus", 4) && kc_parse_decimal(v, &d) == 0 && d > 0 &&
+             d <= 4096)
+      ask->cpus = d;
+    else if (kl == 7 && !strncmp(a, "timeout", 7) && kc_parse_decimal(v, &d) == 0 && d > 0)
+      ask->session_s = d;
+    else if (kl == 6 && !strncmp(a, "policy", 6)) {
+      ask->policy = NULL;
+      for (size_t k = 0; k < o->npolicies; k++)
+        if (!strcmp(v, o->policies[k]))
+          ask->policy = o->policies[k];
+      if (!ask->policy)
+        return kc_error_set(err, 0, "kcage.sandbox: policy %s is not one this agent offers", v);
+    } else {
+      char shown[256];
+      return kc_error_set(err, 0,
+                          "kcage.sandbox: cannot use \"%s\" (want memory=SIZE of 16M or more, "
+                          "pids=N, cpus=X, timeout=SEC or policy=NAME)",
+                          kc_escape(a, shown, sizeof shown));
+    }
+  }
+  return 0;
+}
+
+/* The lower of a tenant's ask and the operator's cap (0 = none); an ask above the cap
+ * is lowered and said so in clamped. */
+static double clamp1(json_t *clamped, const char *name, double ask, double cap) {
+  if (cap > 0 && (ask <= 0 || ask > cap)) {
+    if (ask > cap)
+      json_object_set_new(clamped, name, json_pack("{s:f, s:f}", "asked", ask, "cap", cap));
+    return cap;
+  }
+  return ask;
+}
+
+static void apply_caps(const kc_tvm_serve_opts *o, const session_limits *ask, session_limits *l,
+                       json_t *clamped) {
+  l->memory_bytes = (uint64_t)clamp1(clamped, "memory_bytes", (double)ask->memory_bytes,
+                                     (double)o->caps.max_memory_bytes);
+  l->pids = (uint32_t)clamp1(clamped, "pids", ask->pids, o->caps.max_pids);
+  l->cpus = clamp1(clamped, "cpus", ask->cpus, o->caps.max_cpus);
+  l->session_s = clamp1(clamped, "session_s", ask->session_s, o->timeout_s);
+  if (o->asked_timeout_s > 0 && o->timeout_s < o->asked_timeout_s)
+    json_object_set_new(clamped, "session_timeout_s",
+                        json_pack("{s:f, s:f}", "asked", o->asked_timeout_s, "cap", o->timeout_s));
+  l->policy = ask->policy ? ask->policy : o->policies[0];
+}
+
+/* The limits in effect, with the policy's defaults where nothing was asked or capped. */
+static json_t *limits_json(const session_limits *l, const kc_policy *pol) {
+  const kc_policy_spec *s = kc_policy_get_spec(pol);
+  uint64_t mem = l->memory_bytes ? l->memory_bytes : s->memory_bytes;
+  uint32_t pids = l->pids ? l->pids : s->pids;
+  double cpus = l->cpus ? l->cpus : s->cpus;
+  return json_pack("{s:I, s:I, s:f, s:f}", "memory_bytes", (json_int_t)mem, "pids",
+                   (json_int_t)pids, "cpus", cpus, "session_s", l->session_s);
+}
+
+/* ---- the sandbox ------------------------------------------------------------------ */
+
+typedef struct session_run {
+  const kc_tvm_serve_opts *o;
+  session_limits lim;
+  kc_policy *pol;
+  int log_fd;
+  char *env_json;
+} session_run;
+
+static int build_env(session_run *r, const kc_tvm_init *in, json_t *clamped, char **envp,
+                     size_t cap, char bufs[][64], kc_error *err) {
+  json_t *info = json_pack("{s:s, s:s, s:o, s:O}", "constructor",
+                           in->nargs ? in->args[0] : "rpc.LocalSession", "policy", r->lim.policy,
+                           "limits", limits_json(&r->lim, r->pol), "clamped", clamped);
+  json_t *asked = json_array();
+  for (size_t i = 1; i < in->nargs; i++)
+    json_array_append_new(asked, json_string(in->args[i]));
+  json_object_set_new(info, "asked", asked);
+  json_t *env = json_pack("{s:s, s:o}", "work", SANDBOX_DIR, "session", info);
+  char *text = json_dumps(env, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(env);
+  if (!text || asprintf(&r->env_json, "KCAGE_TVM_SESSION=%s", text) < 0) {
+    free(text);
+    r->env_json = NULL;
+    return kc_error_set(err, ENOMEM, "session environment");
+  }
+  free(text);
+  size_t n = 0;
+  envp[n++] = r->env_json;
+  envp[n++] = "PATH=/usr/local/bin:/usr/bin:/bin";
+  envp[n++] = "HOME=" SANDBOX_DIR;
+  envp[n++] = "TMPDIR=/tmp";
+  envp[n++] = "LANG=C.UTF-8";
+  if (r->lim.cpus > 0) {
+    /* TVM's thread pool: one thread per CPU the sandbox has, not per host core */
+    snprintf(bufs[0], 64, "TVM_NUM_THREADS=%d", (int)ceil(r->lim.cpus));
+    envp[n++] = bufs[0];
+  }
+  envp[n] = NULL;
+  (void)cap;
+  return 0;
+}
+
+static int spawn_and_wait(session_run *r, int fd, char **envp, kc_result *res, kc_error *err) {
+  const kc_tvm_serve_opts *o = r->o;
+  kc_mount mounts[KC_TVM_MAX_BINDS + 1];
+  size_t nm = 0;
+  for (size_t i = 0; i < o->python->nbinds; i++)
+    mounts[nm++] = (kc_mount){
+        .kind = KC_MOUNT_RO_BIND, .src = o->python->binds[i], .dst = o->python->binds[i]};
+  mounts[nm++] = (kc_mount){.kind = KC_MOUNT_BIND, .src = o->dir, .dst = SANDBOX_DIR};
+  char *argv[] = {(char *)o->python->path, "-I", "-c", (char *)kc_tvm_server_py, NULL};
+  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
+  if (kc_sandbox_ids_acquire(&ids, err) < 0)
+    return -1;
+  /* The sandbox's own ids own the work directory: uploads land there, nothing else. */
+  if (chown(o->dir, ids.uid, ids.gid) < 0 && geteuid() == 0)
+    return kc_error_set(err, errno, "chown %s", o->dir);
+  kc_sandbox_config c;
+  kc_sandbox_config_init(&c);
+  c.policy = r->pol;
+  c.limits = (kc_limits){.memory_bytes = r->lim.memory_bytes,
+                         .pids = r->lim.pids,
+                         .cpus = r->lim.cpus,
+                         .wall_s = r->lim.session_s,
+                         .output_bytes = LOG_CAP};
+  c.mounts = mounts;
+  c.n_mounts = nm;
+  c.cwd = SANDBOX_DIR;
+  c.argv = argv;
+  c.envp = envp;
+  c.stdin_fd = fd;
+  c.stdout_fd = r->log_fd;
+  c.stderr_fd = r->log_fd;
+  c.always_cgroup = true;
+  c.ids = &ids;
+  return kc_sandbox_run(&c, res, err);
+}
+
+/* The last lines the server loop wrote (a Python traceback, TVM's check failure). */
+static void log_tail(int fd, char *out, size_t cap) {
+  out[0] = '\0';
+  off_t end = lseek(fd, 0, SEEK_END);
+  if (end <= 0)
+    return;
+  char raw[TAIL + 1];
+  off_t from = end > TAIL ? end - TAIL : 0;
+  ssize_t n = pread(fd, raw, (size_t)(end - from), from);
+  if (n <= 0)
+    return;
+  raw[n] = '\0';
+  kc_escape_n(raw, (size_t)n, out, cap);
+}
+
+/* What the client hears when the sandbox ended by anything but a clean exit. */
+static void report_verdict(int fd, const session_run *r, const kc_result *res) {
+  char tail[TAIL * 4 + 1], msg[TAIL * 4 + 1024];
+  log_tail(r->log_fd, tail, sizeof tail);
+  if (res->status == KC_STATUS_TIMEOUT && res->limit && !strcmp(res->limit, "wall"))
+    snprintf(msg, sizeof msg,
+             "RPCSessionTimeoutError: Your %gs session has expired, try to increase the "
+             "\"session_timeout\" value. (kcage verdict: timeout: %s)",
+             r->lim.session_s, res->message);
+  else
+    snprintf(msg, sizeof msg, "kcage verdict: %s: the session's sandbox ended: %s%s%s",
+             kc_status_name(res->status), res->message, tail[0] ? "; its last output: " : "", tail);
+  kc_tvm_refuse(fd, msg);
+}
+
+/* ---- the session ------------------------------------------------------------------ */
+
+static int read_init(int fd, double deadline, kc_tvm_init *in, kc_error *err) {
+  unsigned char head[8];
+  if (kc_tvm_peek(fd, head, sizeof head, deadline, err) < 0)
+    return -1;
+  size_t size = kc_tvm_init_size(head);
+  if (!size)
+    return kc_error_set(err, EPROTO, "TVM RPC: the first packet is not a kInitServer");
+  kc_cleanup_free unsigned char *pkt = malloc(size);
+  if (!pkt)
+    return kc_error_set(err, ENOMEM, "kInitServer");
+  if (kc_tvm_peek(fd, pkt, size, deadline, err) < 0)
+    return -1;
+  return kc_tvm_init_parse(pkt, size, in, err);
+}
+
+static void run_free(session_run *r) {
+  kc_policy_free(r->pol);
+  if (r->log_fd >= 0)
+    close(r->log_fd);
+  free(r->env_json);
+}
+
+/* The session's verdict to the operator's log. */
+static void log_end(const kc_tvm_serve_opts *o, const kc_tvm_init *in, const kc_result *res) {
+  char ctor[KC_TVM_MAX_ARG * 4];
+  kc_escape(in->nargs ? in->args[0] : "rpc.LocalSession", ctor, sizeof ctor);
+  kc_log(KC_LOG_INFO, "kcage agent", "TVM RPC session (%s) ended: %s%s%s", ctor,
+         kc_status_name(res->status), res->message[0] ? ": " : "", res->message);
+  (void)o;
+}
+
+static int prepare(session_run *r, const kc_tvm_init *in, json_t **clamped, kc_error *err) {
+  const kc_tvm_serve_opts *o = r->o;
+  session_limits ask = {0};
+  bool ours = in->nargs && !strcmp(in->args[0], "kcage.sandbox");
+  if (ours && parse_ask(in, o, &ask, err) < 0)
+    return -1;
+  *clamped = json_object();
+  apply_caps(o, &ask, &r->lim, *clamped);
+  if (kc_policy_load(r->lim.policy, &r->pol, err) < 0)
+    return kc_error_prefix(err, "policy %s", r->lim.policy);
+  /* the server loop's output, kept out of the tenant's directory, for the verdict */
+  char base[PATH_MAX];
+  snprintf(base, sizeof base, "%s", o->dir);
+  char *slash = strrchr(base, '/');
+  if (slash && slash != base)
+    *slash = '\0';
+  r->log_fd = open(base, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+  if (r->log_fd < 0)
+    return kc_error_set(err, errno, "log file in %s", base);
+  return 0;
+}
+
+int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
+  kc_tvm_init in;
+  if (read_init(fd, o->deadline, &in, err) < 0) {
+    kc_tvm_refuse(fd, err->msg);
+    return -1;
+  }
+  if (!o->python) {
+    char msg[512];
+    snprintf(msg, sizeof msg, "kcage agent: this agent serves no TVM RPC sessions: %s",
+             o->unavailable ? o->unavailable : "no TVM");
+    kc_tvm_refuse(fd, msg);
+    return kc_error_set(err, 0, "%s", msg);
+  }
+  session_run r = {.o = o, .log_fd = -1};
+  json_t *clamped = NULL;
+  char *envp[16], bufs[2][64];
+  kc_result res;
+  kc_result_init(&res);
+  int rc = prepare(&r, &in, &clamped, err);
+  if (rc == 0)
+    rc = build_env(&r, &in, clamped, envp, 16, bufs, err);
+  json_decref(clamped);
+  if (rc == 0)
+    rc = spawn_and_wait(&r, fd, envp, &res, err);
+  if (rc < 0) {
+    char msg[KC_ERROR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "kcage agent: %s", err->msg);
+    kc_tvm_refuse(fd, msg);
+  } else {
+    log_end(o, &in, &res);
+    if (res.status != KC_STATUS_OK)
+      report_verdict(fd, &r, &res);
+    else
+      close(fd);
+  }
+  run_free(&r);
+  return rc;
+}
