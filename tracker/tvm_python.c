@@ -23,6 +23,27 @@
 static const char probe_src[] = "import json, sys\n"
                                 "print(json.dumps([sys.prefix, sys.base_prefix] + sys.path))\n";
 
+/* "." and ".." taken out by the letter, links left alone: the sandbox has only some of
+ * the directories a ".." might pass through. */
+static void normalize(char *path) {
+  char out[PATH_MAX] = "";
+  size_t n = 0;
+  for (char *save = NULL, *c = strtok_r(path, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+    if (!strcmp(c, "."))
+      continue;
+    if (!strcmp(c, "..")) {
+      char *slash = strrchr(out, '/');
+      n = slash ? (size_t)(slash - out) : 0;
+      out[n] = '\0';
+      continue;
+    }
+    n += (size_t)snprintf(out + n, sizeof out - n, "/%s", c);
+    if (n >= sizeof out)
+      n = sizeof out - 1;
+  }
+  snprintf(path, PATH_MAX, "%s", n ? out : "/");
+}
+
 static int find_in_path(const char *name, char *out, size_t len, kc_error *err) {
   if (strchr(name, '/')) {
     /* absolute, but not resolved: a venv's bin/python is a link whose own place says
@@ -32,6 +53,7 @@ static int find_in_path(const char *name, char *out, size_t len, kc_error *err) 
       return kc_error_set(err, errno, "getcwd");
     if ((size_t)snprintf(out, len, "%s%s%s", cwd, cwd[0] ? "/" : "", name) >= len)
       return kc_error_set(err, ENAMETOOLONG, "%s", name);
+    normalize(out);
     return access(out, X_OK) == 0 ? 0 : kc_error_set(err, errno, "%s", name);
   }
   const char *path = getenv("PATH");
