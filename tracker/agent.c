@@ -30,6 +30,7 @@
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
 #include "kcage/log.h"
+#include "kcage/policy.h"
 #include "kcage/tracker.h"
 #include "metrics.h"
 #include "netio.h"
@@ -139,6 +140,15 @@ static void probe_python(kc_agent *a) {
     a->o.n_tvm_policies = 1;
   }
   kc_error e = {0};
+  for (size_t i = 0; i < a->o.n_tvm_policies; i++) {
+    kc_policy *p = NULL;
+    if (kc_policy_load(a->o.tvm_policies[i], &p, &e) < 0) {
+      snprintf(a->python_why, sizeof a->python_why, "%s", e.msg);
+      kc_log(KC_LOG_WARN, "kcage agent", "no TVM RPC sessions: %s", a->python_why);
+      return;
+    }
+    kc_policy_free(p);
+  }
   a->python = calloc(1, sizeof *a->python);
   if (!a->python || kc_tvm_python_probe(a->o.tvm_python, a->python, &e) < 0) {
     free(a->python);

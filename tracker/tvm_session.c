@@ -310,7 +310,7 @@ static int prepare(session_run *r, const kc_tvm_init *in, json_t **clamped, kc_e
   *clamped = json_object();
   apply_caps(o, &ask, &r->lim, *clamped);
   if (kc_policy_load(r->lim.policy, &r->pol, err) < 0)
-    return kc_error_prefix(err, "policy %s", r->lim.policy);
+    return -1;
   /* the server loop's output, kept out of the tenant's directory, for the verdict */
   char base[PATH_MAX];
   snprintf(base, sizeof base, "%s", o->dir);
