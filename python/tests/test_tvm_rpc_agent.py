@@ -144,9 +144,14 @@ def client_script(port, key, so, tarf):
         mod["main"](a, b)
         c = tvm.runtime.empty((N,), "float32", dev)
         b.copyto(c)
+        # MetaSchedule's RPCRunner fills its arguments on the device with this global
+        fill = remote.get_function("tvm.contrib.random.random_fill_for_measure")
+        r = tvm.runtime.empty((N,), "float32", dev)
+        fill(r)
         timer = mod.time_evaluator("main", dev, number=3, repeat=2)
         res = timer(a, b)
         out[name] = {"result": c.numpy().tolist(), "repeats": len(res.results),
+                     "filled": bool(np.any(r.numpy() != 0)),
                      "positive": all(t > 0 for t in res.results)}
         remote.remove(name)
         try:
@@ -165,6 +170,7 @@ def test_same_results_as_tvm_rpc_server(servers, tmp_path):
     expect = (np.arange(N, dtype="float32") * 2 + 1).tolist()
     assert ours["addone.so"]["result"] == expect
     assert ours["addone.tar"]["repeats"] == 2 and ours["addone.tar"]["positive"]
+    assert ours["addone.tar"]["filled"] and ours["addone.so"]["removed"]
 
 
 def test_next_tenant_finds_nothing(servers, tmp_path):
