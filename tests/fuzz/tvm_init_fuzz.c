@@ -23,6 +23,7 @@ static void exception_roundtrip(const uint8_t *data, size_t size) {
     abort();
 }
 
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (size >= 8) {
     (void)kc_tvm_is_rpc(data, size);
