@@ -409,11 +409,11 @@ static int serve_tvm(kc_agent *a, int fd, double timeout_s, double asked_s, doub
                           .timeout_s = timeout_s,
                           .asked_timeout_s = asked_s,
                           .deadline = kc_now_s() + 10,
+                          .session_deadline = deadline,
                           .caps = a->o.caps,
                           .policies = a->o.tvm_policies,
                           .npolicies = a->o.n_tvm_policies,
                           .verbose = a->o.verbose};
-  (void)deadline;
   kc_error err = {0};
   if (kc_tvm_session_serve(fd, &to, &err) < 0) {
     char shown[KC_ERROR_MSG_MAX * 4];

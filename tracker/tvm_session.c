@@ -217,13 +217,20 @@ static int spawn_and_wait(session_run *r, int fd, char **envp, kc_result *res, k
   /* The sandbox's own ids own the work directory: uploads land there, nothing else. */
   if (chown(o->dir, ids.uid, ids.gid) < 0 && geteuid() == 0)
     return kc_error_set(err, errno, "chown %s", o->dir);
+  /* The agent's own end of the session comes a little after this wall limit, so the
+   * client hears the verdict rather than a closed connection; sandbox start-up counts. */
+  double wall = r->lim.session_s;
+  if (o->session_deadline >= 0) {
+    double left = fmax(o->session_deadline - kc_now_s(), 0.001);
+    wall = wall > 0 ? fmin(wall, left) : left;
+  }
   kc_sandbox_config c;
   kc_sandbox_config_init(&c);
   c.policy = r->pol;
   c.limits = (kc_limits){.memory_bytes = r->lim.memory_bytes,
                          .pids = r->lim.pids,
                          .cpus = r->lim.cpus,
-                         .wall_s = r->lim.session_s,
+                         .wall_s = wall,
                          .output_bytes = LOG_CAP};
   c.mounts = mounts;
   c.n_mounts = nm;

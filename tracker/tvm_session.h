@@ -28,10 +28,12 @@ int kc_tvm_python_probe(const char *python, kc_tvm_python *out, kc_error *err);
 typedef struct kc_tvm_serve_opts {
   const kc_tvm_python *python; /* NULL: TVM sessions are refused with `unavailable` */
   const char *unavailable;
-  const char *dir;        /* the session's host work directory */
-  double timeout_s;       /* after the operator's --max-session; 0 = none */
-  double asked_timeout_s; /* what the client's handshake asked for (0 = none) */
-  double deadline;        /* for the agent's own steps before the sandbox starts */
+  const char *dir;         /* the session's host work directory */
+  double timeout_s;        /* after the operator's --max-session; 0 = none */
+  double asked_timeout_s;  /* what the client's handshake asked for (0 = none) */
+  double deadline;         /* for the agent's own steps before the sandbox starts */
+  double session_deadline; /* when the agent ends the session (CLOCK_MONOTONIC s; < 0 =
+                              none): the sandbox's wall limit ends no later */
   kc_run_caps caps;
   const char *const *policies; /* names a tenant may choose; [0] is the default */
   size_t npolicies;
