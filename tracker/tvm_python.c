@@ -20,8 +20,12 @@
 #define PROBE_S 20.0
 #define PROBE_MAX (256u << 10)
 
-static const char probe_src[] = "import json, sys\n"
-                                "print(json.dumps([sys.prefix, sys.base_prefix] + sys.path))\n";
+/* Where its files are, and whether it has TVM at all (found, not imported: that takes
+ * seconds). */
+static const char probe_src[] =
+    "import importlib.util, json, sys\n"
+    "print(json.dumps({'paths': [sys.prefix, sys.base_prefix] + sys.path,\n"
+    "                  'tvm': importlib.util.find_spec('tvm') is not None}))\n";
 
 /* "." and ".." taken out by the letter, links left alone: the sandbox has only some of
  * the directories a ".." might pass through. */
@@ -154,15 +158,19 @@ int kc_tvm_python_probe(const char *python, kc_tvm_python *out, kc_error *err) {
   kc_cleanup_free char *text = NULL;
   if (run_probe(out->path, &text, err) < 0)
     return -1;
-  json_t *paths = json_loads(text, 0, NULL);
+  json_t *answer = json_loads(text, 0, NULL), *paths = json_object_get(answer, "paths");
   if (!json_is_array(paths)) {
-    json_decref(paths);
+    json_decref(answer);
     return kc_error_set(err, EPROTO, "%s: unexpected answer to the probe", out->path);
+  }
+  if (!json_is_true(json_object_get(answer, "tvm"))) {
+    json_decref(answer);
+    return kc_error_set(err, ENOENT, "%s has no tvm package", out->path);
   }
   size_t i;
   json_t *v;
   json_array_foreach(paths, i, v) if (json_is_string(v) && json_string_value(v)[0] == '/')
       add_bind(out, json_string_value(v));
-  json_decref(paths);
+  json_decref(answer);
   return 0;
 }

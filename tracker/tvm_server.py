@@ -65,11 +65,25 @@ def main():
 
     # What this session runs under: the limits, what the client asked for and what the
     # operator's caps lowered, as one JSON object.
-    text = json.dumps(info.get("session", {}), sort_keys=True)
+    session = {"text": json.dumps(info.get("session", {}), sort_keys=True)}
 
     @tvm_ffi.register_global_func("kcage.sandbox.info", override=True)
     def sandbox_info():
-        return text
+        return session["text"]
+
+    if info.get("standby"):
+        # Started ahead of its session: fd 0 is the agent's end of a socketpair, which
+        # brings the session's description and its socket.
+        import socket  # pylint: disable=import-outside-toplevel
+
+        ctl = socket.socket(fileno=0)
+        msg, fds, _, _ = socket.recv_fds(ctl, 1 << 16, 1)
+        ctl.detach()
+        if len(fds) != 1:
+            sys.exit(3)
+        session["text"] = json.dumps(json.loads(msg.decode())["session"], sort_keys=True)
+        os.dup2(fds[0], 0)
+        os.close(fds[0])
 
     sys.stdout.flush()
     _ffi_api.ServerLoop(0)

@@ -166,10 +166,11 @@ typedef struct session_run {
   kc_policy *pol;
   int log_fd;
   char *env_json;
+  kc_sandbox_ids ids;
 } session_run;
 
-static int build_env(session_run *r, const kc_tvm_init *in, json_t *clamped, char **envp,
-                     size_t cap, char bufs[][64], kc_error *err) {
+/* What kcage.sandbox.info answers: the limits in effect, what was asked and clamped. */
+static json_t *session_info(const session_run *r, const kc_tvm_init *in, json_t *clamped) {
   json_t *info = json_pack("{s:s, s:s, s:o, s:O}", "constructor",
                            in->nargs ? in->args[0] : "rpc.LocalSession", "policy", r->lim.policy,
                            "limits", limits_json(&r->lim, r->pol), "clamped", clamped);
@@ -177,7 +178,12 @@ static int build_env(session_run *r, const kc_tvm_init *in, json_t *clamped, cha
   for (size_t i = 1; i < in->nargs; i++)
     json_array_append_new(asked, json_string(in->args[i]));
   json_object_set_new(info, "asked", asked);
-  json_t *env = json_pack("{s:s, s:o}", "work", SANDBOX_DIR, "session", info);
+  return json_pack("{s:s, s:o}", "work", SANDBOX_DIR, "session", info);
+}
+
+/* envp[0..6]: the session's description (env, taken) and a clean environment. */
+static int build_env(session_run *r, json_t *env, char **envp, char tvm_threads[64],
+                     kc_error *err) {
   char *text = json_dumps(env, JSON_COMPACT | JSON_ENSURE_ASCII);
   json_decref(env);
   if (!text || asprintf(&r->env_json, "KCAGE_TVM_SESSION=%s", text) < 0) {
@@ -194,15 +200,26 @@ static int build_env(session_run *r, const kc_tvm_init *in, json_t *clamped, cha
   envp[n++] = "LANG=C.UTF-8";
   if (r->lim.cpus > 0) {
     /* TVM's thread pool: one thread per CPU the sandbox has, not per host core */
-    snprintf(bufs[0], 64, "TVM_NUM_THREADS=%d", (int)ceil(r->lim.cpus));
-    envp[n++] = bufs[0];
+    snprintf(tvm_threads, 64, "TVM_NUM_THREADS=%d", (int)ceil(r->lim.cpus));
+    envp[n++] = tvm_threads;
   }
   envp[n] = NULL;
-  (void)cap;
   return 0;
 }
 
-static int spawn_and_wait(session_run *r, int fd, char **envp, kc_result *res, kc_error *err) {
+/* The wall limit: the session's, ending no later than the agent's own end of the
+ * session, so the client hears the verdict rather than a closed connection. */
+static double wall_limit(const session_run *r) {
+  double wall = r->lim.session_s;
+  if (r->o->session_deadline >= 0) {
+    double left = fmax(r->o->session_deadline - kc_now_s(), 0.001);
+    wall = wall > 0 ? fmin(wall, left) : left;
+  }
+  return wall;
+}
+
+static int spawn_session(session_run *r, int in_fd, char **envp, double wall, kc_sandbox **out,
+                         kc_error *err) {
   const kc_tvm_serve_opts *o = r->o;
   kc_mount mounts[KC_TVM_MAX_BINDS + 1];
   size_t nm = 0;
@@ -211,19 +228,11 @@ static int spawn_and_wait(session_run *r, int fd, char **envp, kc_result *res, k
         .kind = KC_MOUNT_RO_BIND, .src = o->python->binds[i], .dst = o->python->binds[i]};
   mounts[nm++] = (kc_mount){.kind = KC_MOUNT_BIND, .src = o->dir, .dst = SANDBOX_DIR};
   char *argv[] = {(char *)o->python->path, "-I", "-c", (char *)kc_tvm_server_py, NULL};
-  __attribute__((cleanup(kc_sandbox_ids_release))) kc_sandbox_ids ids = {0, 0, -1};
-  if (kc_sandbox_ids_acquire(&ids, err) < 0)
+  if (kc_sandbox_ids_acquire(&r->ids, err) < 0)
     return -1;
   /* The sandbox's own ids own the work directory: uploads land there, nothing else. */
-  if (chown(o->dir, ids.uid, ids.gid) < 0 && geteuid() == 0)
+  if (chown(o->dir, r->ids.uid, r->ids.gid) < 0 && geteuid() == 0)
     return kc_error_set(err, errno, "chown %s", o->dir);
-  /* The agent's own end of the session comes a little after this wall limit, so the
-   * client hears the verdict rather than a closed connection; sandbox start-up counts. */
-  double wall = r->lim.session_s;
-  if (o->session_deadline >= 0) {
-    double left = fmax(o->session_deadline - kc_now_s(), 0.001);
-    wall = wall > 0 ? fmin(wall, left) : left;
-  }
   kc_sandbox_config c;
   kc_sandbox_config_init(&c);
   c.policy = r->pol;
@@ -237,12 +246,12 @@ static int spawn_and_wait(session_run *r, int fd, char **envp, kc_result *res, k
   c.cwd = SANDBOX_DIR;
   c.argv = argv;
   c.envp = envp;
-  c.stdin_fd = fd;
+  c.stdin_fd = in_fd;
   c.stdout_fd = r->log_fd;
   c.stderr_fd = r->log_fd;
   c.always_cgroup = true;
-  c.ids = &ids;
-  return kc_sandbox_run(&c, res, err);
+  c.ids = &r->ids;
+  return kc_sandbox_spawn(&c, out, err);
 }
 
 /* The last lines the server loop wrote (a Python traceback, TVM's check failure). */
@@ -294,20 +303,24 @@ static int read_init(int fd, double deadline, kc_tvm_init *in, kc_error *err) {
 
 static void run_free(session_run *r) {
   kc_policy_free(r->pol);
+  r->pol = NULL;
   if (r->log_fd >= 0)
     close(r->log_fd);
+  r->log_fd = -1;
   free(r->env_json);
+  r->env_json = NULL;
+  kc_sandbox_ids_release(&r->ids);
 }
 
 /* The session's verdict to the operator's log. */
-static void log_end(const kc_tvm_serve_opts *o, const kc_tvm_init *in, const kc_result *res) {
+static void log_end(const kc_tvm_init *in, const kc_result *res) {
   char ctor[KC_TVM_MAX_ARG * 4];
   kc_escape(in->nargs ? in->args[0] : "rpc.LocalSession", ctor, sizeof ctor);
   kc_log(KC_LOG_INFO, "kcage agent", "TVM RPC session (%s) ended: %s%s%s", ctor,
          kc_status_name(res->status), res->message[0] ? ": " : "", res->message);
-  (void)o;
 }
 
+/* The limits and policy of the session, and its log file. */
 static int prepare(session_run *r, const kc_tvm_init *in, json_t **clamped, kc_error *err) {
   const kc_tvm_serve_opts *o = r->o;
   session_limits ask = {0};
@@ -330,41 +343,170 @@ static int prepare(session_run *r, const kc_tvm_init *in, json_t **clamped, kc_e
   return 0;
 }
 
+/* Wait for the session's sandbox and tell the client how it ended. */
+static int finish(session_run *r, kc_sandbox *sb, int fd, const kc_tvm_init *in, kc_error *err) {
+  kc_result res;
+  kc_result_init(&res);
+  int rc = kc_sandbox_wait(sb, &res, err);
+  kc_sandbox_free(sb);
+  if (rc < 0) {
+    char msg[KC_ERROR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "kcage agent: %s", err->msg);
+    kc_tvm_refuse(fd, msg);
+    return -1;
+  }
+  log_end(in, &res);
+  if (res.status != KC_STATUS_OK)
+    report_verdict(fd, r, &res);
+  else
+    close(fd);
+  return 0;
+}
+
+static int refuse_unserved(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
+  char msg[512];
+  snprintf(msg, sizeof msg, "kcage agent: this agent serves no TVM RPC sessions: %s",
+           o->unavailable ? o->unavailable : "no TVM");
+  kc_tvm_refuse(fd, msg);
+  return kc_error_set(err, 0, "%s", msg);
+}
+
 int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
   kc_tvm_init in;
   if (read_init(fd, o->deadline, &in, err) < 0) {
     kc_tvm_refuse(fd, err->msg);
     return -1;
   }
-  if (!o->python) {
-    char msg[512];
-    snprintf(msg, sizeof msg, "kcage agent: this agent serves no TVM RPC sessions: %s",
-             o->unavailable ? o->unavailable : "no TVM");
-    kc_tvm_refuse(fd, msg);
-    return kc_error_set(err, 0, "%s", msg);
-  }
-  session_run r = {.o = o, .log_fd = -1};
+  if (!o->python)
+    return refuse_unserved(fd, o, err);
+  session_run r = {.o = o, .log_fd = -1, .ids = {0, 0, -1}};
   json_t *clamped = NULL;
-  char *envp[16], bufs[2][64];
-  kc_result res;
-  kc_result_init(&res);
+  char *envp[8], threads[64];
+  kc_sandbox *sb = NULL;
   int rc = prepare(&r, &in, &clamped, err);
   if (rc == 0)
-    rc = build_env(&r, &in, clamped, envp, 16, bufs, err);
+    rc = build_env(&r, session_info(&r, &in, clamped), envp, threads, err);
   json_decref(clamped);
   if (rc == 0)
-    rc = spawn_and_wait(&r, fd, envp, &res, err);
-  if (rc < 0) {
+    rc = spawn_session(&r, fd, envp, wall_limit(&r), &sb, err);
+  if (rc == 0) {
+    rc = finish(&r, sb, fd, &in, err);
+  } else {
     char msg[KC_ERROR_MSG_MAX + 64];
     snprintf(msg, sizeof msg, "kcage agent: %s", err->msg);
     kc_tvm_refuse(fd, msg);
-  } else {
-    log_end(o, &in, &res);
-    if (res.status != KC_STATUS_OK)
-      report_verdict(fd, &r, &res);
-    else
-      close(fd);
   }
   run_free(&r);
+  return rc;
+}
+
+/* ---- a sandbox started ahead of its session ---------------------------------------- */
+
+struct kc_tvm_standby {
+  session_run r;
+  kc_sandbox *sb;
+  int ctl; /* our end of the socketpair that is the sandbox's fd 0 */
+};
+
+void kc_tvm_standby_drop(kc_tvm_standby *s) {
+  if (!s)
+    return;
+  if (s->sb) {
+    kc_result res;
+    kc_sandbox_kill(s->sb);
+    kc_sandbox_wait(s->sb, &res, NULL);
+    kc_sandbox_free(s->sb);
+  }
+  if (s->ctl >= 0)
+    close(s->ctl);
+  run_free(&s->r);
+  free(s);
+}
+
+int kc_tvm_standby_pid(const kc_tvm_standby *s) {
+  return kc_sandbox_pid(s->sb);
+}
+
+int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_error *err) {
+  kc_tvm_standby *s = calloc(1, sizeof *s);
+  if (!s)
+    return kc_error_set(err, ENOMEM, "standby");
+  *s = (kc_tvm_standby){.r = {.o = o, .log_fd = -1, .ids = {0, 0, -1}}, .ctl = -1};
+  kc_tvm_init none = {0};
+  json_t *clamped = NULL;
+  char *envp[8], threads[64];
+  int sv[2] = {-1, -1};
+  int rc = prepare(&s->r, &none, &clamped, err);
+  json_t *env = rc == 0 ? session_info(&s->r, &none, clamped) : NULL;
+  json_decref(clamped);
+  if (env)
+    json_object_set_new(env, "standby", json_true());
+  if (rc == 0)
+    rc = build_env(&s->r, env, envp, threads, err);
+  if (rc == 0 && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+    rc = kc_error_set(err, errno, "socketpair");
+  if (rc == 0)
+    rc = spawn_session(&s->r, sv[1], envp, 0, &s->sb, err);
+  if (sv[1] >= 0)
+    close(sv[1]);
+  s->ctl = sv[0];
+  s->r.o = NULL; /* the session brings its own options */
+  if (rc < 0) {
+    kc_tvm_standby_drop(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
+/* The session's description and socket to the waiting server loop. */
+static int hand_over(kc_tvm_standby *s, int fd, json_t *env, kc_error *err) {
+  char *text = json_dumps(env, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(env);
+  if (!text)
+    return kc_error_set(err, ENOMEM, "session");
+  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
+  struct iovec iov = {.iov_base = text, .iov_len = strlen(text)};
+  struct msghdr mh = {
+      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+  ssize_t n = sendmsg(s->ctl, &mh, MSG_NOSIGNAL);
+  free(text);
+  return n == (ssize_t)iov.iov_len ? 0 : kc_error_set(err, errno ? errno : EIO, "hand-over");
+}
+
+int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, kc_error *err) {
+  kc_tvm_init in;
+  if (read_init(fd, o->deadline, &in, err) < 0) {
+    kc_tvm_standby_drop(s);
+    kc_tvm_refuse(fd, err->msg);
+    return -1;
+  }
+  /* A tenant that asks for limits or a policy of its own gets a sandbox made for them. */
+  if (in.nargs > 1 && !strcmp(in.args[0], "kcage.sandbox")) {
+    kc_tvm_standby_drop(s);
+    return kc_tvm_session_serve(fd, o, err);
+  }
+  s->r.o = o;
+  session_limits none = {0};
+  json_t *clamped = json_object();
+  apply_caps(o, &none, &s->r.lim, clamped);
+  json_t *env = session_info(&s->r, &in, clamped);
+  json_decref(clamped);
+  int rc = hand_over(s, fd, env, err);
+  if (rc == 0) {
+    kc_sandbox_start_wall(s->sb, wall_limit(&s->r));
+    rc = finish(&s->r, s->sb, fd, &in, err);
+    s->sb = NULL;
+  } else {
+    char msg[KC_ERROR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "kcage agent: %s", err->msg);
+    kc_tvm_refuse(fd, msg);
+  }
+  kc_tvm_standby_drop(s);
   return rc;
 }

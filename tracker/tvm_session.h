@@ -49,6 +49,17 @@ int kc_tvm_peek(int fd, void *buf, size_t n, double deadline, kc_error *err);
  * shutdown.  Closes fd. */
 int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err);
 
+/* A sandbox started ahead of its session: TVM's server loop with TVM imported, under
+ * the first policy and the operator's caps, waiting for its socket (fd 0 is a
+ * socketpair).  o must live until the sandbox is handed its session. */
+typedef struct kc_tvm_standby kc_tvm_standby;
+int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_error *err);
+int kc_tvm_standby_pid(const kc_tvm_standby *s); /* the sandbox's init, to watch */
+/* kc_tvm_session_serve through the standby (a kcage.sandbox request with settings gets a
+ * fresh sandbox made for it instead); consumes s. */
+int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, kc_error *err);
+void kc_tvm_standby_drop(kc_tvm_standby *s);
+
 /* Send msg to a TVM client as an RPC exception and close fd. */
 void kc_tvm_refuse(int fd, const char *msg);
 

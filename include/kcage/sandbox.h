@@ -110,6 +110,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
 int kc_sandbox_wait(kc_sandbox *sb, kc_result *res, kc_error *err);
 int kc_sandbox_kill(kc_sandbox *sb);
 pid_t kc_sandbox_pid(const kc_sandbox *sb); /* host pid of the sandbox's init */
+/* For a sandbox started ahead of its work: the wall clock starts now, with this limit
+ * (0 = none).  Call before kc_sandbox_wait. */
+void kc_sandbox_start_wall(kc_sandbox *sb, double wall_s);
 /* The run's cgroup (NULL when the run needed none); owned by the sandbox. */
 struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
 void kc_sandbox_free(kc_sandbox *sb);

@@ -6,6 +6,7 @@ session's sandbox and reported to the client as an RPC error naming the verdict,
 the agent serving the next tenant afterwards.  Skipped with the reason without TVM or
 the kcage program."""
 
+import gc
 import json
 import os
 import socket
@@ -302,6 +303,10 @@ def test_hostile_upload_is_contained(servers, tmp_path, name):
     # the agent serves the next tenant
     after = _request(servers["port"], "ka", session_timeout=30)
     assert after.listdir(".") == ""
+    # The sessions end with their client objects, which the exception's traceback holds
+    # in a cycle: the next test's request would wait for this one's timeout.
+    del remote, after, info
+    gc.collect()
 
 
 def test_upload_outside_the_work_dir_is_refused(servers, tmp_path):
@@ -315,6 +320,8 @@ def test_upload_outside_the_work_dir_is_refused(servers, tmp_path):
             remote.remove(target)
     remote.upload(str(f), target="inside.txt")
     assert remote.listdir(".") == "inside.txt"
+    del remote
+    gc.collect()
 
 
 if __name__ == "__main__":
