@@ -15,11 +15,14 @@ static void usage(FILE *out) {
           "                   [--custom-addr A] [--workers N] [--auth-key FILE]\n"
           "                   [--auth-timeout SEC]\n"
           "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
+          "                   [--max-pids N] [--max-cpus X] [--tvm-python PATH]\n"
+          "                   [--tvm-policy NAME]...\n"
           "                   [--metrics H:P] [--limits-fallback rlimit]\n"
           "                   [--sandbox-ids BASE:COUNT] [--verbose]\n\n"
           "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
-          "TVM's rpc_server, and serve kcage sessions: kernels uploaded by `kcage bench\n"
-          "--tracker` are built and timed here, each session in its own sandboxed pool.\n\n"
+          "TVM's rpc_server, and serve kcage sessions (kernels uploaded by `kcage bench\n"
+          "--tracker`, built and timed here in a sandboxed pool) and TVM RPC sessions (TVM's\n"
+          "own server loop, each session in a fresh sandbox), under the same key.\n\n"
           "  --tracker HOST:PORT  the tracker (port defaults to 9190)\n"
           "  --key KEY            device key clients request (no ':')\n"
           "  --host H             address to listen on for sessions (default 0.0.0.0)\n"
@@ -36,8 +39,14 @@ static void usage(FILE *out) {
           "  --max-memory SIZE    cap on a session's --memory and --build-memory\n"
           "  --max-timeout SEC    cap on a session's --timeout and --build-timeout\n"
           "  --max-session SEC    cap on a session's length, also when it asks for none\n"
+          "  --max-pids N         cap on a TVM RPC session's processes and threads\n"
+          "  --max-cpus X         cap on a TVM RPC session's CPU bandwidth, in CPUs\n"
           "                       (requests above a cap are lowered; records say so in\n"
           "                       their \"clamped\" field)\n"
+          "  --tvm-python PATH    the Python with TVM that runs TVM RPC sessions (default:\n"
+          "                       python3 in PATH)\n"
+          "  --tvm-policy NAME    a policy a TVM session may name through kcage.sandbox\n"
+          "                       (repeatable; the first is the default; default: tvm)\n"
           "  --metrics H:P        serve Prometheus metrics on http://H:P/metrics (sessions,\n"
           "                       verdicts by status, connections and drops by reason)\n"
           "  --limits-fallback rlimit\n"
@@ -56,6 +65,7 @@ static void usage(FILE *out) {
 static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
   kc_error err = {0};
   double d;
+  uint64_t v;
   switch (ch) {
   case 'A':
     if (kc_auth_key_load(arg, &auth, &err) < 0) {
@@ -77,6 +87,20 @@ static int fleet_option(int ch, const char *arg, kc_agent_opts *o) {
       kc_cli_error("agent", "--max-memory %s: want a size of at least 16M", arg);
       return -1;
     }
+    return 0;
+  case 'P':
+    if (kc_cli_parse_uint(arg, 1, 1u << 22, &v) < 0) {
+      kc_cli_error("agent", "--max-pids %s: need 1..%u", arg, 1u << 22);
+      return -1;
+    }
+    o->caps.max_pids = (uint32_t)v;
+    return 0;
+  case 'C':
+    if (kc_parse_decimal(arg, &d) < 0 || d <= 0 || d > 4096) {
+      kc_cli_error("agent", "--max-cpus %s: want CPUs > 0", arg);
+      return -1;
+    }
+    o->caps.max_cpus = d;
     return 0;
   default:
     if (kc_parse_decimal(arg, &d) < 0 || d <= 0) {
@@ -103,6 +127,10 @@ static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                       {"max-memory", required_argument, 0, 'M'},
                                       {"max-timeout", required_argument, 0, 'T'},
                                       {"max-session", required_argument, 0, 'S'},
+                                      {"max-pids", required_argument, 0, 'P'},
+                                      {"max-cpus", required_argument, 0, 'C'},
+                                      {"tvm-python", required_argument, 0, 'y'},
+                                      {"tvm-policy", required_argument, 0, 'o'},
                                       {"metrics", required_argument, 0, 'm'},
                                       {"limits-fallback", required_argument, 0, 'l'},
                                       {"sandbox-ids", required_argument, 0, 'i'},
@@ -115,6 +143,7 @@ typedef struct agent_args {
   char thost[KC_TRACKER_MAX_ADDR];
   bool have_tracker, port_end_set;
   const char *metrics;
+  const char *policies[8];
 } agent_args;
 
 #define NOT_MINE 1000
@@ -167,11 +196,24 @@ static int agent_option(agent_args *a, int ch, const char *arg) {
   case 'v':
     o->verbose = true;
     return 0;
+  case 'y':
+    o->tvm_python = arg;
+    return 0;
+  case 'o':
+    if (o->n_tvm_policies == sizeof a->policies / sizeof a->policies[0]) {
+      kc_cli_error("agent", "--tvm-policy: at most %zu", o->n_tvm_policies);
+      return KC_EXIT_USAGE;
+    }
+    a->policies[o->n_tvm_policies++] = arg;
+    o->tvm_policies = a->policies;
+    return 0;
   case 'A':
   case 'a':
   case 'M':
   case 'T':
   case 'S':
+  case 'P':
+  case 'C':
     return fleet_option(ch, arg, o) < 0 ? KC_EXIT_USAGE : 0;
   case 'm':
     a->metrics = arg;

@@ -151,6 +151,10 @@ void kc_sandbox_free(kc_sandbox *sb) {
 pid_t kc_sandbox_pid(const kc_sandbox *sb) {
   return sb ? sb->pid : -1;
 }
+void kc_sandbox_start_wall(kc_sandbox *sb, double wall_s) {
+  sb->t0 = kc_now_s();
+  sb->lim.wall_s = wall_s;
+}
 kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb) {
   return sb ? sb->cg : NULL;
 }

@@ -22,6 +22,7 @@
 #include "netio.h"
 #include "seal.h"
 #include "session_ctor.h"
+#include "session_ctor_agent.h"
 
 int kc_session_send(int fd, const json_t *msg, double deadline, kc_error *err) {
   kc_chan c;
@@ -374,6 +375,7 @@ static bool valid_name(const char *n) {
 struct serve_state {
   kc_chan ch;
   const kc_session_serve_opts *o;
+  kc_run_caps caps; /* the operator's, lowered by the client's kcage.sandbox */
   size_t nfiles;
   uint64_t total;
   bool hello_done, authed;
@@ -429,7 +431,7 @@ static int kernel_paths(const struct serve_state *st, json_t *ks, char **paths, 
 
 /* What the operator's caps changed: the config's limits and the session timeout. */
 static json_t *clamp_all(const struct serve_state *st, kc_bench_config *cfg) {
-  json_t *clamped = kc_run_config_clamp(cfg, &st->o->caps);
+  json_t *clamped = kc_run_config_clamp(cfg, &st->caps);
   if (st->o->asked_timeout_s != st->o->timeout_s)
     json_object_set_new(
         clamped, "session_timeout_s",
@@ -525,8 +527,13 @@ static json_t *do_hello(struct serve_state *st, json_t *m, kc_error *err) {
     denied(err, "this device agent requires authentication (--auth-key)");
     return NULL;
   }
+  json_t *ctor = json_object_get(m, "session_constructor_args"), *ack = NULL;
+  if (ctor && kc_session_ctor_accept(ctor, &st->caps, &ack, err) < 0)
+    return NULL;
   json_t *reply = json_pack("{s:s, s:i, s:s, s:i}", "op", "hello", "version", KC_SESSION_VERSION,
                             "device", o->device ? o->device : "", "workers", (int)o->workers);
+  if (ack)
+    json_object_set_new(reply, "session_constructor", ack);
   if (o->deadline >= 0)
     json_object_set_new(reply, "session_timeout", json_real(o->timeout_s));
   if (o->auth) {
@@ -662,7 +669,7 @@ int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err) {
   kc_error local;
   if (!err)
     err = &local;
-  struct serve_state st = {.o = o};
+  struct serve_state st = {.o = o, .caps = o->caps};
   kc_chan_init(&st.ch, fd);
   st.auth_deadline = kc_deadline(o->auth_timeout_s > 0 ? o->auth_timeout_s : KC_AUTH_TIMEOUT_S);
   kc_cleanup_free char *tmsg = o->deadline >= 0 ? timeout_message(o->timeout_s) : NULL;

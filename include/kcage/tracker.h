@@ -210,11 +210,14 @@ void kc_session_close(kc_session *s); /* sends bye; safe with NULL */
  * and serves kcage sessions, one at a time, each in its own process (one tenant: its
  * own pool, workers and cgroup subtree), killed at its session timeout.
  * ------------------------------------------------------------------------------- */
-/* Operator caps (kcage agent --max-memory/--max-timeout/--max-session); 0 = no cap. */
+/* Operator caps (kcage agent --max-memory/--max-timeout/--max-session/--max-pids/
+ * --max-cpus); 0 = no cap. */
 typedef struct kc_run_caps {
   uint64_t max_memory_bytes; /* per measuring worker and per build */
   double max_timeout_s;      /* per kernel measurement and per build */
   double max_session_s;      /* a session's timeout, also when the client sets none */
+  uint32_t max_pids;         /* a TVM RPC session's sandbox: processes and threads */
+  double max_cpus;           /* a TVM RPC session's sandbox: CPU bandwidth in CPUs */
 } kc_run_caps;
 
 typedef struct kc_agent_opts {
@@ -231,6 +234,11 @@ typedef struct kc_agent_opts {
   kc_run_caps caps;        /* operator caps on what a session may ask for */
   const kc_auth_key *auth; /* clients must prove this key; NULL = anyone */
   double auth_timeout_s;   /* ...within this long of the handshake; 0 = KC_AUTH_TIMEOUT_S */
+  /* TVM RPC sessions: the interpreter with TVM (NULL = python3 in PATH) and the policies
+   * a tenant may name through kcage.sandbox (NULL = "tvm"; [0] is the default). */
+  const char *tvm_python;
+  const char *const *tvm_policies;
+  size_t n_tvm_policies;
   bool verbose;
   kc_settings settings; /* every session's sandboxes: the operator's, never a client's */
 } kc_agent_opts;

@@ -12,6 +12,9 @@ extern "C" {
 
 /* The run's cgroup (NULL when the run needed none); owned by the sandbox. */
 struct kc_cgroup *kc_sandbox_cgroup(const kc_sandbox *sb);
+/* For a sandbox started ahead of its work: the wall clock starts now, with this limit
+ * (0 = none).  Call before kc_sandbox_wait. */
+void kc_sandbox_start_wall(kc_sandbox *sb, double wall_s);
 
 typedef struct kc_sandbox_ids {
   uid_t uid;

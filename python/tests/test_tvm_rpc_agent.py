@@ -1,0 +1,328 @@
+"""TVM's own RPC clients against `kcage agent`: one client script (upload a built
+module, load_module, device arrays and copies, time_evaluator, remove) run against
+TVM's `python -m tvm.exec.rpc_server` and against `kcage agent`, both registered on
+`kcage tracker`, with the same results; then hostile uploads, each contained in its
+session's sandbox and reported to the client as an RPC error naming the verdict, with
+the agent serving the next tenant afterwards.  Skipped with the reason without TVM or
+the kcage program."""
+
+import gc
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+N = 1024
+
+
+def _kcage():
+    lib = os.environ.get("KCAGE_LIB")
+    exe = os.environ.get("KCAGE_BIN") or (
+        os.path.join(os.path.dirname(lib), "kcage") if lib else None
+    )
+    if not exe or not os.access(exe, os.X_OK):
+        pytest.skip("no kcage program (set KCAGE_BIN, or KCAGE_LIB next to it)")
+    return exe
+
+
+def _searchable_by_others(path):
+    p = os.path.realpath(path)
+    while p != "/":
+        if not os.stat(p).st_mode & stat.S_IXOTH:
+            return False
+        p = os.path.dirname(p)
+    return True
+
+
+class Daemon:
+    """A server process that prints `<what> listening on HOST:PORT` when ready."""
+
+    def __init__(self, argv, what, log):
+        self.log = open(log, "w+b")  # pylint: disable=consider-using-with
+        self.proc = subprocess.Popen(  # pylint: disable=consider-using-with
+            argv, stdout=subprocess.PIPE, stderr=self.log
+        )
+        line = self.proc.stdout.readline().decode()
+        if "%s listening on" % what not in line:
+            self.stop()
+            raise RuntimeError("%s did not start: %r %s" % (what, line, self.text()))
+        self.port = int(line.rsplit(":", 1)[1])
+
+    def text(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read().decode(errors="replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+@pytest.fixture(scope="module")
+def servers(tmp_path_factory):
+    """kcage's tracker, a kcage agent under key "ka" and TVM's rpc_server under "tvm"."""
+    pytest.importorskip("tvm")
+    exe = _kcage()
+    if not _searchable_by_others(sys.prefix):
+        pytest.skip(
+            "%s cannot be entered by other users: the agent's sandboxes (host ids of their "
+            "own) could not run this Python" % sys.prefix
+        )
+    logs = tmp_path_factory.mktemp("logs")
+    tracker = Daemon([exe, "tracker", "--host", "127.0.0.1", "--port", "0"], "tracker",
+                     logs / "tracker.log")
+    trk = "127.0.0.1:%d" % tracker.port
+    agent = Daemon(
+        [exe, "agent", "--tracker", trk, "--key", "ka", "--host", "127.0.0.1", "--port", "0",
+         "--tvm-python", sys.executable, "--max-memory", "1G", "--max-pids", "128",
+         "--max-session", "120", "--reput", "1"],
+        "agent", logs / "agent.log")
+    tvm_server = subprocess.Popen(  # pylint: disable=consider-using-with
+        [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", trk, "--key", "tvm",
+         "--host", "127.0.0.1", "--port", "9590", "--port-end", "9690"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    yield {"tracker": tracker, "agent": agent, "port": tracker.port}
+    tvm_server.terminate()
+    tvm_server.wait()
+    agent.stop()
+    tracker.stop()
+
+
+def _request(port, key, **kw):
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+    deadline = time.time() + 60
+    while True:  # TVM's rpc_server takes seconds to register
+        try:
+            return rpc.connect_tracker("127.0.0.1", port).request(key, max_retry=1, **kw)
+        except RuntimeError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _modules(workdir):
+    """y = 2x + 1 over N floats, exported as a .so and as MetaSchedule's default .tar."""
+    import tvm  # pylint: disable=import-outside-toplevel
+    from tvm import te  # pylint: disable=import-outside-toplevel
+    from tvm.support import tar  # pylint: disable=import-outside-toplevel
+
+    a = te.placeholder((N,), "float32", name="A")
+    b = te.compute((N,), lambda i: a[i] * 2.0 + 1.0, name="B")
+    lib = tvm.compile(te.create_prim_func([a, b]).with_attr("global_symbol", "main"),
+                      target="llvm")
+    so, tarf = os.path.join(workdir, "addone.so"), os.path.join(workdir, "addone.tar")
+    lib.export_library(so)
+    lib.export_library(tarf, fcompile=tar.tar)
+    return so, tarf
+
+
+def client_script(port, key, so, tarf):
+    """What a TVM user runs against a device server: every answer it got."""
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    remote = _request(port, key, session_timeout=60)
+    out = {}
+    dev = remote.cpu(0)
+    x = np.arange(N, dtype="float32")
+    for path in (so, tarf):
+        name = os.path.basename(path)
+        remote.upload(path)
+        mod = remote.load_module(name)
+        a = tvm.runtime.tensor(x, dev)
+        b = tvm.runtime.empty((N,), "float32", dev)
+        mod["main"](a, b)
+        c = tvm.runtime.empty((N,), "float32", dev)
+        b.copyto(c)
+        # MetaSchedule's RPCRunner fills its arguments on the device with this global
+        fill = remote.get_function("tvm.contrib.random.random_fill_for_measure")
+        r = tvm.runtime.empty((N,), "float32", dev)
+        fill(r)
+        timer = mod.time_evaluator("main", dev, number=3, repeat=2)
+        res = timer(a, b)
+        out[name] = {"result": c.numpy().tolist(), "repeats": len(res.results),
+                     "filled": bool(np.any(r.numpy() != 0)),
+                     "positive": all(t > 0 for t in res.results)}
+        remote.remove(name)
+        try:
+            remote.download(name)
+            out[name]["removed"] = False
+        except Exception:  # pylint: disable=broad-except
+            out[name]["removed"] = True
+    return out
+
+
+def test_same_results_as_tvm_rpc_server(servers, tmp_path):
+    so, tarf = _modules(str(tmp_path))
+    theirs = client_script(servers["port"], "tvm", so, tarf)
+    ours = client_script(servers["port"], "ka", so, tarf)
+    assert ours == theirs
+    expect = (np.arange(N, dtype="float32") * 2 + 1).tolist()
+    assert ours["addone.so"]["result"] == expect
+    assert ours["addone.tar"]["repeats"] == 2 and ours["addone.tar"]["positive"]
+    assert ours["addone.tar"]["filled"] and ours["addone.so"]["removed"]
+
+
+def test_next_tenant_finds_nothing(servers, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("tenant one")
+    first = _request(servers["port"], "ka", session_timeout=30)
+    first.upload(str(secret))
+    assert "secret.txt" in first.listdir(".")
+    del first
+    second = _request(servers["port"], "ka", session_timeout=30)
+    assert second.listdir(".") == ""
+    with pytest.raises(Exception):
+        second.download("secret.txt")
+
+
+def test_kcage_sandbox_constructor_is_clamped(servers):
+    remote = _request(servers["port"], "ka", session_timeout=30,
+                      session_constructor_args=["kcage.sandbox", "memory=4G", "pids=64",
+                                                "timeout=20"])
+    info = json.loads(remote.get_function("kcage.sandbox.info")())
+    assert info["constructor"] == "kcage.sandbox"
+    assert info["limits"]["memory_bytes"] == 1 << 30
+    assert info["clamped"]["memory_bytes"] == {"asked": float(4 << 30), "cap": float(1 << 30)}
+    assert info["limits"]["pids"] == 64 and "pids" not in info["clamped"]
+    assert info["limits"]["session_s"] == 20
+
+
+def test_any_tvm_constructor(servers):
+    remote = _request(servers["port"], "ka", session_timeout=30,
+                      session_constructor_args=["rpc.LocalSession"])
+    info = json.loads(remote.get_function("kcage.sandbox.info")())
+    assert info["constructor"] == "rpc.LocalSession"
+
+
+def test_bad_kcage_sandbox_request_is_refused(servers):
+    from tvm import rpc  # pylint: disable=import-outside-toplevel
+
+    with pytest.raises(RuntimeError, match="kcage.sandbox: cannot use"):
+        rpc.connect_tracker("127.0.0.1", servers["port"]).request(
+            "ka", max_retry=1, session_constructor_args=["kcage.sandbox", "network=on"])
+
+
+# ---- hostile uploads: a module whose constructor runs at load_module -----------------
+
+HOSTILE = {
+    # writes outside the work directory: the host's path is not even there
+    "write_outside": r"""
+        int fd = open(MARKER, O_CREAT | O_WRONLY, 0644);
+        if (fd < 0) _exit(17);
+        write(fd, "escaped", 7);
+    """,
+    "read_shadow": r"""
+        char buf[4096];
+        int fd = open("/etc/shadow", O_RDONLY);
+        if (fd < 0) _exit(13);
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n > 0) write(2, buf, (size_t)n);
+    """,
+    "fork_bomb": r"""
+        for (;;) fork();
+    """,
+    "allocate": r"""
+        for (size_t i = 0; i < 64; i++) {
+            char *p = malloc(64u << 20);
+            if (!p) _exit(12);
+            memset(p, 1, 64u << 20);
+        }
+    """,
+    "never_returns": r"""
+        for (volatile unsigned long i = 0;; i++) {}
+    """,
+    "connect_out": r"""
+        int s = socket(AF_INET, SOCK_STREAM, 0);
+        if (s < 0) _exit(97);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(PORT)};
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (connect(s, (struct sockaddr *)&a, sizeof a) < 0) _exit(111);
+    """,
+}
+
+# (session_constructor_args, session_timeout, the verdict the client must see)
+EXPECT = {
+    "write_outside": ([], 60, "kcage verdict: exited"),
+    "read_shadow": ([], 60, "kcage verdict: exited"),
+    "fork_bomb": (["kcage.sandbox", "pids=32", "timeout=8"], 60, "kcage verdict: pids"),
+    "allocate": (["kcage.sandbox", "memory=768M"], 60, "kcage verdict: memory"),
+    "never_returns": ([], 6, "RPCSessionTimeoutError"),
+    "connect_out": ([], 60, "kcage verdict: exited"),
+}
+
+
+def _hostile_so(tmp_path, name, marker, port):
+    src = tmp_path / (name + ".c")
+    src.write_text(
+        "#include <arpa/inet.h>\n#include <fcntl.h>\n#include <netinet/in.h>\n"
+        "#include <stdlib.h>\n#include <string.h>\n#include <sys/socket.h>\n"
+        "#include <unistd.h>\n#define MARKER %s\n#define PORT %d\n"
+        "__attribute__((constructor)) static void attack(void) {%s}\n"
+        % (json.dumps(marker), port, HOSTILE[name]))
+    so = tmp_path / (name + ".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    return str(so)
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE))
+def test_hostile_upload_is_contained(servers, tmp_path, name):
+    if name == "read_shadow" and not os.path.exists("/etc/shadow"):
+        pytest.skip("no /etc/shadow on this host")
+    marker = str(tmp_path / "escaped")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.setblocking(False)
+    so = _hostile_so(tmp_path, name, marker, listener.getsockname()[1])
+    ctor, timeout, verdict = EXPECT[name]
+    remote = _request(servers["port"], "ka", session_timeout=timeout,
+                      session_constructor_args=ctor)
+    remote.upload(so)
+    t0 = time.time()
+    with pytest.raises(Exception) as info:
+        remote.load_module(os.path.basename(so))
+    assert verdict in str(info.value), str(info.value)
+    assert time.time() - t0 < 60
+    assert not os.path.exists(marker)
+    assert "root:" not in str(info.value)
+    with pytest.raises(BlockingIOError):
+        listener.accept()
+    listener.close()
+    # the agent serves the next tenant
+    after = _request(servers["port"], "ka", session_timeout=30)
+    assert after.listdir(".") == ""
+    # The sessions end with their client objects, which the exception's traceback holds
+    # in a cycle: the next test's request would wait for this one's timeout.
+    del remote, after, info
+    gc.collect()
+
+
+def test_upload_outside_the_work_dir_is_refused(servers, tmp_path):
+    f = tmp_path / "x.txt"
+    f.write_text("x")
+    remote = _request(servers["port"], "ka", session_timeout=30)
+    for target in ("../x.txt", "/tmp/x.txt", "a/../../x.txt"):
+        with pytest.raises(Exception, match="outside the session's work directory"):
+            remote.upload(str(f), target=target)
+        with pytest.raises(Exception, match="outside the session's work directory"):
+            remote.remove(target)
+    remote.upload(str(f), target="inside.txt")
+    assert remote.listdir(".") == "inside.txt"
+    del remote
+    gc.collect()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__] + sys.argv[1:]))
