@@ -20,7 +20,7 @@
  * policies, sandbox, tracker or agent), as opposed to bad input (2). */
 #define KC_EXIT_BENCH_FAILED 3
 
-/* The subcommands, one file each (cli/<name>.c); argv[0] is the subcommand's name. */
+/* The subcommands, one file each (cli/cmd_<name>.c); argv[0] is the subcommand's name. */
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_bench(int argc, char **argv);
 int kc_cmd_policy(int argc, char **argv);
@@ -50,7 +50,7 @@ int kc_cli_sandbox_ids(const char *cmd, const char *arg, kc_settings *s);
 char *kc_cli_record_with_limits(const kc_settings *s, const char *record, bool memory, bool pids,
                                 bool cpus);
 
-/* daemon.c: a bound daemon (`kcage tracker`, `kcage agent`) served until SIGINT or
+/* cmd_daemon.c: a bound daemon (`kcage tracker`, `kcage agent`) served until SIGINT or
  * SIGTERM calls stop: prints `CMD listening on HOST:PORT`, serves --metrics HOST:PORT
  * (metrics: NULL for none) and runs.  0, or 1 with the error printed; the caller frees
  * obj. */

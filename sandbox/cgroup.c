@@ -40,43 +40,6 @@ static kc_cgroup *cg_alloc(const kc_cg_host *h) {
   return cg;
 }
 
-static int open_base(const char *base) {
-  return open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-}
-
-/* mkdir (create) or just open the leaf under base. */
-static int leaf_fd(const char *base, const char *name, bool create, kc_error *err) {
-  kc_cleanup_close int b = open_base(base);
-  if (b < 0)
-    return create ? kc_error_set(err, errno, "open %s", base) : -1;
-  if (create && mkdirat(b, name, 0755) < 0)
-    return kc_error_set(err, errno, "mkdir %s/%s", base, name);
-  int fd = openat(b, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0 && create)
-    return kc_error_set(err, errno, "open %s/%s", base, name);
-  return fd;
-}
-
-/* Does a cgroup without a CPU limit stay out of v1 hierarchy hh?  A v1 cpu cgroup is
- * one scheduling entity: every sandbox under kcage/ would share one weight against the
- * host's processes (cpu.shares 1024, like a single process), however many run.  Out of
- * it, a sandbox's processes stay in their parent's cpu cgroup and weigh like any child
- * process.  Only a hierarchy that holds nothing else we need is left out: pure v1
- * counts CPU time in cpuacct (hybrid in the unified cpu.stat). */
-static bool cpu_only(const kc_cg_hier *hh, kc_cgroup_mode mode) {
-  unsigned need = KC_CG_MEMORY | KC_CG_PIDS | KC_CG_FREEZER;
-  if (mode == KC_CGROUP_V1)
-    need |= KC_CG_CPUACCT;
-  return (hh->ctrl & KC_CG_CPU) && !(hh->ctrl & need);
-}
-
-static void add_v1(kc_cgroup *cg, int fd, unsigned ctrl) {
-  cg->v1_fd[cg->nv1] = fd;
-  cg->v1_ctrl[cg->nv1] = ctrl;
-  cg->ctrl |= ctrl;
-  cg->nv1++;
-}
-
 /* skip_cpu: leave the cpu-only v1 hierarchy out (see cpu_only). */
 /* h: its kcage/ parents already made (kc_cg_host_for). */
 static int cg_open(const kc_cg_host *h, const char *name, bool create, bool skip_cpu,
@@ -86,113 +49,26 @@ static int cg_open(const kc_cg_host *h, const char *name, bool create, bool skip
     return kc_error_set(err, ENOMEM, "cgroup");
   snprintf(cg->name, sizeof cg->name, "%s", name);
   if (h->have_v2) {
-    cg->v2_fd = leaf_fd(h->v2.base, name, create, err);
+    cg->v2_fd = kc_cg_leaf_fd(h->v2.base, name, create, err);
     if (cg->v2_fd < 0 && create)
       goto fail;
     if (h->mode == KC_CGROUP_V2)
       cg->ctrl |= h->v2.ctrl;
   }
   for (int i = 0; i < h->nv1; i++) {
-    if (skip_cpu && cpu_only(&h->v1[i], h->mode))
+    if (skip_cpu && kc_cg_cpu_only(&h->v1[i], h->mode))
       continue;
-    int fd = leaf_fd(h->v1[i].base, name, create, err);
+    int fd = kc_cg_leaf_fd(h->v1[i].base, name, create, err);
     if (fd < 0 && create)
       goto fail;
     if (fd >= 0)
-      add_v1(cg, fd, h->v1[i].ctrl);
+      kc_cg_add_v1(cg, fd, h->v1[i].ctrl);
   }
   *out = cg;
   return 0;
 fail:
   kc_cgroup_destroy(cg);
   return -1;
-}
-
-/* The pids in dirfd's cgroup.procs, sorted, at most cap (-1 when more or unreadable). */
-static int read_pids(int dirfd, pid_t *out, int cap) {
-  int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-  FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
-  if (!f) {
-    if (fd >= 0)
-      close(fd);
-    return -1;
-  }
-  int n = 0, pid;
-  while (fscanf(f, "%d", &pid) == 1) {
-    if (n == cap) {
-      n = -1;
-      break;
-    }
-    int j = n++;
-    for (; j > 0 && out[j - 1] > pid; j--)
-      out[j] = out[j - 1];
-    out[j] = pid;
-  }
-  fclose(f);
-  return n;
-}
-
-#define KC_CG_JOIN_MAX 512
-
-/* Do two cgroups list the same processes? */
-static bool same_procs(int a, int b) {
-  pid_t pa[KC_CG_JOIN_MAX], pb[KC_CG_JOIN_MAX];
-  int na = read_pids(a, pa, KC_CG_JOIN_MAX), nb = read_pids(b, pb, KC_CG_JOIN_MAX);
-  return na >= 0 && na == nb && !memcmp(pa, pb, (size_t)na * sizeof pa[0]);
-}
-
-/* Write every pid listed in from's cgroup.procs into to's; how many were listed, -1 on
- * a write that failed for another reason than the process being gone. */
-static int move_listed(int from, int to, kc_error *err) {
-  int fd = openat(from, "cgroup.procs", O_RDONLY | O_CLOEXEC);
-  if (fd < 0)
-    return kc_error_set(err, errno, "open cgroup.procs");
-  FILE *f = fdopen(fd, "re");
-  if (!f) {
-    close(fd);
-    return kc_error_set(err, errno, "fdopen cgroup.procs");
-  }
-  int n = 0, pid, rc = 0;
-  while (rc == 0 && fscanf(f, "%d", &pid) == 1) {
-    n++;
-    if (kc_cg_writef(to, "cgroup.procs", err, "%d", pid) < 0 && errno != ESRCH)
-      rc = -1;
-  }
-  fclose(f);
-  return rc < 0 ? -1 : n;
-}
-
-/* A CPU limit for a cgroup created without one: make its leaf in the cpu-only v1
- * hierarchy now, with the quota written first, and move the processes it already
- * holds there.  The list is read again until a pass finds every process already
- * moved, so a fork racing the move is moved too. */
-int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err) {
-  const kc_cg_host *h = cg->host;
-  int i = 0;
-  while (i < h->nv1 && !cpu_only(&h->v1[i], h->mode))
-    i++;
-  if (i == h->nv1 || cg->nv1 >= KC_CG_V1_MAX)
-    return kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller");
-  int fd = leaf_fd(h->v1[i].base, cg->name, true, err);
-  if (fd < 0)
-    return -1;
-  if (kc_cg_writef(fd, "cpu.cfs_period_us", err, "%d", period) < 0 ||
-      kc_cg_writef(fd, "cpu.cfs_quota_us", err, "%lld", quota) < 0) {
-    close(fd);
-    return -1;
-  }
-  add_v1(cg, fd, h->v1[i].ctrl); /* destroy removes it with the others */
-  int from = cg->nv1 > 1 ? cg->v1_fd[0] : cg->v2_fd;
-  if (from < 0)
-    return 0;
-  for (int pass = 0; pass < 64; pass++) {
-    int before = move_listed(from, fd, err);
-    if (before < 0)
-      return -1;
-    if (before == 0 || same_procs(from, fd))
-      return 0;
-  }
-  return kc_error_set(err, EAGAIN, "cpu limit: the processes of %s kept forking", cg->name);
 }
 
 int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err) {
@@ -399,7 +275,7 @@ void kc_cgroup_destroy(kc_cgroup *cg) {
     close(cg->peak_fd);
   if (cg->v2_fd >= 0) {
     close(cg->v2_fd);
-    kc_cleanup_close int b = open_base(h->v2.base);
+    kc_cleanup_close int b = kc_cg_base_fd(h->v2.base);
     if (b >= 0)
       kc_cg_rmdir_tree(b, cg->name);
   }
@@ -407,7 +283,7 @@ void kc_cgroup_destroy(kc_cgroup *cg) {
     close(cg->v1_fd[i]);
   if (cg->nv1)
     for (int i = 0; i < h->nv1; i++) {
-      kc_cleanup_close int b = open_base(h->v1[i].base);
+      kc_cleanup_close int b = kc_cg_base_fd(h->v1[i].base);
       if (b >= 0)
         kc_cg_rmdir_tree(b, cg->name);
     }

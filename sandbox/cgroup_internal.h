@@ -99,6 +99,16 @@ int kc_cg_rmdir_tree(int parent_fd, const char *name);
 /* Is the cgroup (v1 or v2 dir) without processes, descendants included? */
 bool kc_cg_empty(int dirfd, bool v2);
 
+/* cgroup_leaf.c: the leaf directories (below cgroup.c and cgroup_resources.c). */
+/* An O_DIRECTORY fd of a hierarchy's kcage/ parent, -1 with errno. */
+int kc_cg_base_fd(const char *base);
+/* mkdir (create) or just open the leaf `name` under base; -1 (err set only if create). */
+int kc_cg_leaf_fd(const char *base, const char *name, bool create, kc_error *err);
+/* Does a cgroup without a CPU limit stay out of v1 hierarchy hh (cgroup_leaf.c: why)? */
+bool kc_cg_cpu_only(const kc_cg_hier *hh, kc_cgroup_mode mode);
+/* Record v1 leaf fd (controllers ctrl) in cg; destroy closes and removes it. */
+void kc_cg_add_v1(kc_cgroup *cg, int fd, unsigned ctrl);
+
 /* cgroup_resources.c: one writer per resource, both v1 and v2 names. */
 int kc_cg_set_memory(kc_cgroup *cg, uint64_t bytes, kc_error *err);
 int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err);
@@ -112,10 +122,6 @@ int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *
 int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err);
 
 /* cgroup.c */
-/* Give a cgroup created without a CPU limit its leaf in the cpu-only v1 hierarchy,
- * with this v1 quota and period, and move its processes there (cgroup.c explains why
- * that hierarchy is left out until a limit asks for it). */
-int kc_cg_join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err);
 /* Open (not create) the leaf `name` in every hierarchy: used by the reaper. */
 int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err);
 /* Is limit c (KC_CG_MEMORY/PIDS/CPU) held by h's cgroups? */

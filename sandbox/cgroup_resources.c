@@ -1,5 +1,7 @@
 /* One writer per resource that knows both the v1 and the v2 file names (after crun's
- * libcrun/cgroup-resources.c), and the counters read back. */
+ * libcrun/cgroup-resources.c), and the counters read back.  The CPU writer also adds
+ * the cpu-only v1 leaf when a limit comes after creation (join_cpu): the cfs files
+ * are written here only. */
 #include "cgroup_internal.h"
 
 #include <errno.h>
@@ -11,6 +13,93 @@
 #include <unistd.h>
 
 #define KC_CPU_PERIOD_US 100000
+
+/* The pids in dirfd's cgroup.procs, sorted, at most cap (-1 when more or unreadable). */
+static int read_pids(int dirfd, pid_t *out, int cap) {
+  int fd = openat(dirfd, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "re") : NULL;
+  if (!f) {
+    if (fd >= 0)
+      close(fd);
+    return -1;
+  }
+  int n = 0, pid;
+  while (fscanf(f, "%d", &pid) == 1) {
+    if (n == cap) {
+      n = -1;
+      break;
+    }
+    int j = n++;
+    for (; j > 0 && out[j - 1] > pid; j--)
+      out[j] = out[j - 1];
+    out[j] = pid;
+  }
+  fclose(f);
+  return n;
+}
+
+#define KC_CG_JOIN_MAX 512
+
+/* Do two cgroups list the same processes? */
+static bool same_procs(int a, int b) {
+  pid_t pa[KC_CG_JOIN_MAX], pb[KC_CG_JOIN_MAX];
+  int na = read_pids(a, pa, KC_CG_JOIN_MAX), nb = read_pids(b, pb, KC_CG_JOIN_MAX);
+  return na >= 0 && na == nb && !memcmp(pa, pb, (size_t)na * sizeof pa[0]);
+}
+
+/* Write every pid listed in from's cgroup.procs into to's; how many were listed, -1 on
+ * a write that failed for another reason than the process being gone. */
+static int move_listed(int from, int to, kc_error *err) {
+  int fd = openat(from, "cgroup.procs", O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return kc_error_set(err, errno, "open cgroup.procs");
+  FILE *f = fdopen(fd, "re");
+  if (!f) {
+    close(fd);
+    return kc_error_set(err, errno, "fdopen cgroup.procs");
+  }
+  int n = 0, pid, rc = 0;
+  while (rc == 0 && fscanf(f, "%d", &pid) == 1) {
+    n++;
+    if (kc_cg_writef(to, "cgroup.procs", err, "%d", pid) < 0 && errno != ESRCH)
+      rc = -1;
+  }
+  fclose(f);
+  return rc < 0 ? -1 : n;
+}
+
+/* A CPU limit for a cgroup created without one: make its leaf in the cpu-only v1
+ * hierarchy now, with the quota written first, and move the processes it already
+ * holds there.  The list is read again until a pass finds every process already
+ * moved, so a fork racing the move is moved too. */
+static int join_cpu(kc_cgroup *cg, long long quota, int period, kc_error *err) {
+  const kc_cg_host *h = cg->host;
+  int i = 0;
+  while (i < h->nv1 && !kc_cg_cpu_only(&h->v1[i], h->mode))
+    i++;
+  if (i == h->nv1 || cg->nv1 >= KC_CG_V1_MAX)
+    return kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller");
+  int fd = kc_cg_leaf_fd(h->v1[i].base, cg->name, true, err);
+  if (fd < 0)
+    return -1;
+  if (kc_cg_writef(fd, "cpu.cfs_period_us", err, "%d", period) < 0 ||
+      kc_cg_writef(fd, "cpu.cfs_quota_us", err, "%lld", quota) < 0) {
+    close(fd);
+    return -1;
+  }
+  kc_cg_add_v1(cg, fd, h->v1[i].ctrl); /* destroy removes it with the others */
+  int from = cg->nv1 > 1 ? cg->v1_fd[0] : cg->v2_fd;
+  if (from < 0)
+    return 0;
+  for (int pass = 0; pass < 64; pass++) {
+    int before = move_listed(from, fd, err);
+    if (before < 0)
+      return -1;
+    if (before == 0 || same_procs(from, fd))
+      return 0;
+  }
+  return kc_error_set(err, EAGAIN, "cpu limit: the processes of %s kept forking", cg->name);
+}
 
 int kc_cg_dirfd(const kc_cgroup *cg, unsigned c) {
   if (cg->mode == KC_CGROUP_V2)
@@ -70,7 +159,7 @@ int kc_cg_set_cpu(kc_cgroup *cg, double cpus, kc_error *err) {
   }
   int fd = kc_cg_dirfd(cg, KC_CG_CPU);
   if (fd < 0 && cpus > 0 && cg->mode != KC_CGROUP_V2)
-    return kc_cg_join_cpu(cg, quota, KC_CPU_PERIOD_US, err);
+    return join_cpu(cg, quota, KC_CPU_PERIOD_US, err);
   if (fd < 0)
     return cpus > 0 ? kc_error_set(err, ENOTSUP, "cpu bandwidth: no cpu controller") : 0;
   if (cg->mode == KC_CGROUP_V2) {

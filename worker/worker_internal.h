@@ -147,7 +147,8 @@ int kc_worker_binary(const kc_worker_opts *o, const char **out, kc_error *err);
 int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, size_t len,
                           const char **out, kc_error *err);
 
-/* worker.c: used by the pool, which shares one zygote between its workers */
+/* worker*.c (worker_impl.h says which): used by the pool, which shares one zygote between its
+ * workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
                          kc_error *err);
 /* Start the worker's process now (its first call would), without waiting for it; an
