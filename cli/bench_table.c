@@ -145,6 +145,8 @@ static void row_note(json_t *r, bool verified, char *note, size_t cap) {
     build_error_note(str(r, "kernel"), msg, note, cap);
   else if (msg)
     snprintf(note, cap, "%.*s", (int)strcspn(msg, "\n"), msg);
+  else if (unstable && !verified && !strcmp(str(r, "status"), "ok"))
+    snprintf(note, cap, "not verified (no --reference); unstable: see below");
   else if (unstable)
     snprintf(note, cap, "unstable: rounds varied more than --max-cv; see below");
   else if (!verified && !strcmp(str(r, "status"), "ok"))

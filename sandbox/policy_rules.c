@@ -36,7 +36,7 @@ int kc__pol_do_default(parse_ctx *c, const loc *l, char **w, int n) {
   if (n < 2)
     return kc__pol_err(c, l, "default: expected allow, kill, notify or errno E");
   int i = 1, e = 0;
-  kc_sc_action a;
+  kc_sc_action a = KC_SC_KILL; /* set by parse_action; gcc -O2 cannot see that across files */
   if (parse_action(c, l, w, n, &i, &a, &e) < 0)
     return -1;
   if (i != n)
@@ -230,7 +230,7 @@ static int add_rule(parse_ctx *c, const loc *l, kc_sc_rule r) {
 
 int kc__pol_do_rule(parse_ctx *c, const loc *l, char **w, int n) {
   int i = 0, e = 0;
-  kc_sc_action a;
+  kc_sc_action a = KC_SC_KILL; /* set by parse_action; gcc -O2 cannot see that across files */
   if (parse_action(c, l, w, n, &i, &a, &e) < 0)
     return -1;
   if (i >= n)

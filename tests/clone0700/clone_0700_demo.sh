@@ -51,11 +51,11 @@ if [ "${KC_CLONE_0700_BUILD:-0}" = 1 ]; then
     >/dev/null
   cmake --build "$d/src/build" -j 2 --target kcage kcage-worker kcage_shared >/dev/null
   bin=$d/src/build
-  lib=$d/src/build/libkcage.so.0
+  lib=$d/src/build/libkcage.so.1
 else
   cmake --install "$build" --prefix "$d/prefix" >/dev/null
   bin=$d/prefix/bin
-  lib=$(find "$d/prefix" -name libkcage.so.0 | head -1)
+  lib=$(find "$d/prefix" -name libkcage.so.1 | head -1)
 fi
 [ -x "$bin/kcage" ] || fail "no kcage at $bin"
 
