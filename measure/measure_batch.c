@@ -29,21 +29,6 @@
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
-const char *kc_bench_status_name(kc_bench_status s) {
-  static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
-                                      "crash", "syscall",     "error",        "suspicious"};
-  return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "error";
-}
-
-int kc_bench_status_parse(const char *name, kc_bench_status *out) {
-  for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++)
-    if (!strcmp(name, kc_bench_status_name((kc_bench_status)s))) {
-      *out = (kc_bench_status)s;
-      return 0;
-    }
-  return -1;
-}
-
 void kc_bench_config_init(kc_bench_config *c) {
   memset(c, 0, sizeof *c);
   c->rtol = -1;
