@@ -43,14 +43,6 @@ static uint64_t rng_next(uint64_t *st) {
   return kc_splitmix64(st);
 }
 
-void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
-  m->status = s;
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(m->message, sizeof m->message, fmt, ap);
-  va_end(ap);
-}
-
 /* A failed call -> the kernel's status.  Returns true when the call completed. */
 static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   switch (c->status) {
@@ -541,12 +533,6 @@ static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err)
   }
   m->number = number;
   return 0;
-}
-
-void kc_kmeasure_clear(kc_kmeasure *m) {
-  free(m->run_secs);
-  free(m->warmup_secs);
-  m->run_secs = m->warmup_secs = NULL;
 }
 
 /* Load (the worker maps and faults in the inputs, then seals itself), allowed time in
