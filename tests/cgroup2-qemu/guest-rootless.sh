@@ -9,7 +9,10 @@
 #      is moved into it and execs kcage.  Every limit is held there, kcage moves itself
 #      into a leaf (v2's no-internal-process rule), kcage bench gives root's verdicts;
 #   2. no delegation: a limit is refused with one line that says why and how; with
-#      --limits-fallback rlimit the limits are rlimits and the records say so.
+#      --limits-fallback rlimit the limits are rlimits and the records say so;
+#   3. docs/operating.md's delegation recipe and its kc function, run as written: the
+#      user's shell, sharing a cgroup with another process, moved in by root, then
+#      kc bench from that shell gets its limits held by cgroups.
 # Prints KR2 OK|FAIL lines and "KR2 DONE pass=N fail=M"; run.sh decides from them.
 user=kcu
 uid=1000
