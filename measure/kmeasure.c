@@ -7,7 +7,7 @@
 
 #include "measure_kernel.h"
 
-void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
+void kc_kmeasure_status(kc_kmeasure *m, kc_measure_status s, const char *fmt, ...) {
   m->status = s;
   va_list ap;
   va_start(ap, fmt);

@@ -1,4 +1,4 @@
-/* kc_bench_run_batch: the whole `kcage bench` job.  Inputs generated once per batch
+/* kc_measure_run_batch: the whole `kcage bench` job.  Inputs generated once per batch
  * into a read-only file, builds in parallel (content-addressed cache), the reference's
  * outputs computed in their own worker, then every kernel measured in a fresh worker,
  * one after another (parallel measurements on a small machine would time each other). */
@@ -17,7 +17,7 @@
 #endif
 #include "measure_batch.h"
 
-void kc_bench_config_init(kc_bench_config *c) {
+void kc_measure_config_init(kc_measure_config *c) {
   memset(c, 0, sizeof *c);
   c->rtol = -1;
   c->atol = -1;
@@ -29,15 +29,15 @@ static bool has_suffix(const char *s, const char *suf) {
   return a >= b && !strcmp(s + a - b, suf);
 }
 
-int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                       json_t **records, kc_error *err) {
-  return kc_bench_run_batch_ex(cfg, kernels, n, records, NULL, err);
+int kc_measure_run_batch(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                         json_t **records, kc_error *err) {
+  return kc_measure_run_batch_ex(cfg, kernels, n, records, NULL, err);
 }
 
 /* One local batch: the kernels (then the reference, unless it is one of them), their
  * session and the two runners. */
 typedef struct batch {
-  const kc_bench_config *cfg;
+  const kc_measure_config *cfg;
   const char *const *kernels;
   size_t n, total;
   item *items;
@@ -68,7 +68,7 @@ static const char *cpu_list(const cpu_set_t *set, char *buf, size_t cap) {
 
 /* --cpu: a CPU the caller itself may run on (one outside its set would be a pin the
  * caller's own placement forbids, or no CPU at all). */
-static int check_cpu_choice(const kc_bench_config *cfg, kc_error *err) {
+static int check_cpu_choice(const kc_measure_config *cfg, kc_error *err) {
   cpu_set_t mine;
   if (!cfg->pin_cpu)
     return 0;
@@ -82,7 +82,7 @@ static int check_cpu_choice(const kc_bench_config *cfg, kc_error *err) {
 
 /* What can be refused before anything is read or built. */
 static int check_batch(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   if (kc_args_parse(cfg->args, &b->s.spec, err) < 0)
     return kc_error_prefix(err, "--args");
   b->s.n_sets = cfg->sets ? cfg->sets : 4;
@@ -159,7 +159,7 @@ static int stage_items(batch *b, kc_error *err) {
 /* The kernels' runner, and the reference's (its outputs are read from its memory too:
  * nothing large on the ring); the device line says how the kernels were isolated. */
 static int start_runners(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   kc_mrunner_opts ro = {.bind_dir = b->s.view,
                         .inputs_dir = b->s.in_dir[0] ? b->s.in_dir : NULL,
                         .inputs_at = b->s.in_at,
@@ -181,7 +181,7 @@ static int start_runners(batch *b, kc_error *err) {
 
 /* The truth, from the reference in its own worker. */
 static int load_reference(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   if (!cfg->reference)
     return 0;
   item *ri = &b->items[b->ref_index];
@@ -197,8 +197,8 @@ static int run_steps(batch *b, kc_error *err) {
   if (plan_items(b, err) < 0)
     return -1;
   kc_batch_build(b->cfg, b->items, b->total);
-  if (kc_bench_interrupted())
-    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+  if (kc_measure_interrupted())
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_measure_interrupted()));
   if (kc_batch_session_make(b->cfg, &b->s, err) < 0)
     return -1;
   b->have_session = true;
@@ -230,13 +230,13 @@ static void free_batch(batch *b) {
     close(b->s.in_fd);
 }
 
-int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                          json_t **records, json_t **reference_record, kc_error *err) {
+int kc_measure_run_batch_ex(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                            json_t **records, json_t **reference_record, kc_error *err) {
   *records = NULL;
   if (reference_record)
     *reference_record = NULL;
   if (cfg->tracker)
-    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
+    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_measure_remote_run");
   batch b = {.cfg = cfg, .kernels = kernels, .n = n};
   if (check_batch(&b, err) < 0)
     return -1;

@@ -1,4 +1,4 @@
-/* Private to a local batch (kc_bench_run_batch_ex): one kernel's bookkeeping, the
+/* Private to a local batch (kc_measure_run_batch_ex): one kernel's bookkeeping, the
  * session the workers see, and the phases the driver (measure_batch.c) runs in turn:
  * the builds (measure_batch_build.c), the session and its limits
  * (measure_batch_session.c), the reference and the measuring (measure_batch_run.c), and
@@ -26,7 +26,7 @@ typedef struct item {
   char sha256[65];       /* of the bytes built or staged; "" until known */
   kc_kmeasure m;
   bool measured;
-  kc_bench_status status;
+  kc_measure_status status;
   char message[2048];
   struct timespec started, ended; /* wall clock, for the record */
   json_t *rec;                    /* once final */
@@ -54,10 +54,9 @@ typedef struct session {
   uint64_t data_seed;
 } session;
 
-
 /* measure_batch_build.c: every source built once, in helper processes (a copy of
  * another takes its build); every item's build done or failed on return. */
-void kc_batch_build(const kc_bench_config *cfg, item *items, size_t total);
+void kc_batch_build(const kc_measure_config *cfg, item *items, size_t total);
 /* Map a finished build onto the kernel's status; true when it can be measured. */
 bool kc_batch_build_verdict(item *it);
 
@@ -66,18 +65,18 @@ bool kc_batch_build_verdict(item *it);
 int kc_batch_copy_file(const char *from, const char *to, char *sha256, kc_error *err);
 /* Refuses a problem whose smallest round cannot fit the measuring worker's memory
  * limit (s: spec, n_sets and out_region set). */
-int kc_batch_check_fits(const kc_bench_config *cfg, const session *s, kc_error *err);
+int kc_batch_check_fits(const kc_measure_config *cfg, const session *s, kc_error *err);
 /* The session directory, its view and the inputs file, mapped (s: as for check_fits). */
-int kc_batch_session_make(const kc_bench_config *cfg, session *s, kc_error *err);
+int kc_batch_session_make(const kc_measure_config *cfg, session *s, kc_error *err);
 /* Put one kernel alone into the view (replacing the previous one). */
 int kc_batch_show_kernel(const session *s, const char *staged, kc_error *err);
 
 /* measure_batch_run.c */
 /* The reference, loaded and sealed in its own worker and tried once. */
-int kc_batch_reference_load(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+int kc_batch_reference_load(const kc_measure_config *cfg, const session *s, kc_mrunner *r,
                             const char *staged, kc_error *err);
 /* Every staged item measured, the reference first, each record made and handed out. */
-int kc_batch_measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+int kc_batch_measure_all(const kc_measure_config *cfg, const session *s, kc_mrunner *runner,
                          kc_mrunner *ref, item *items, size_t n, size_t ref_index,
                          const char *device, const char *isolation, kc_error *err);
 
@@ -87,7 +86,7 @@ void kc_batch_device_name(char *buf, size_t len);
 /* The hash of a kernel's bytes, once known (a no-op after). */
 void kc_batch_source_hash(item *it);
 /* The kernel's final record. */
-json_t *kc_batch_record(const kc_bench_config *cfg, const item *it, const char *device,
+json_t *kc_batch_record(const kc_measure_config *cfg, const item *it, const char *device,
                         const char *isolation, double ref_median, const char *ref_sha);
 
 #endif

@@ -49,7 +49,7 @@ static void build_helper(int fd, const item *items, size_t total, const kc_build
 /* The builds of one batch: the sources to build (jobs, each an index into items) and
  * the helpers building them. */
 typedef struct {
-  const kc_bench_config *cfg;
+  const kc_measure_config *cfg;
   kc_build_opts build; /* cfg's, with the tenant's settings */
   item *items;
   size_t total;
@@ -170,12 +170,12 @@ static void collect(build_pool *b, size_t k) {
 static void run_helpers(build_pool *b) {
   for (;;) {
     hand_out(b);
-    if (b->done == b->nj || !b->alive || kc_bench_interrupted())
+    if (b->done == b->nj || !b->alive || kc_measure_interrupted())
       return;
     struct pollfd pfd[KC_MAX_BUILD_HELPERS];
     for (size_t k = 0; k < b->nh; k++)
       pfd[k] = (struct pollfd){b->h[k].fd >= 0 && b->h[k].job >= 0 ? b->h[k].fd : -1, POLLIN, 0};
-    int pr = poll(pfd, (nfds_t)b->nh, 100); /* sliced: see kc_bench_interrupted */
+    int pr = poll(pfd, (nfds_t)b->nh, 100); /* sliced: see kc_measure_interrupted */
     if (pr < 0 && errno != EINTR)
       return;
     for (size_t k = 0; pr > 0 && k < b->nh; k++)
@@ -187,14 +187,14 @@ static void run_helpers(build_pool *b) {
 static void stop_helpers(build_pool *b) {
   for (size_t k = 0; k < b->nh; k++) {
     kc_close_fd(&b->h[k].fd);
-    if (b->h[k].pid > 0 && kc_bench_interrupted())
+    if (b->h[k].pid > 0 && kc_measure_interrupted())
       kill(b->h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
     if (b->h[k].pid > 0)
       waitpid(b->h[k].pid, NULL, 0);
   }
 }
 
-static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
+static void build_all(const kc_measure_config *cfg, item *items, size_t total) {
   build_pool b = {.cfg = cfg, .build = cfg->build, .items = items, .total = total};
   b.build.settings = cfg->settings;
   b.jobs = calloc(total + 1, sizeof *b.jobs);
@@ -215,7 +215,7 @@ static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
   free(b.jobs);
 }
 
-void kc_batch_build(const kc_bench_config *cfg, item *items, size_t total) {
+void kc_batch_build(const kc_measure_config *cfg, item *items, size_t total) {
   build_all(cfg, items, total);
   for (size_t i = 0; i < total; i++) {
     item *it = &items[i];
@@ -236,16 +236,16 @@ bool kc_batch_build_verdict(item *it) {
   case KC_BUILD_CACHED:
     return true;
   case KC_BUILD_ERROR:
-    it->status = KC_BENCH_BUILD_ERROR;
+    it->status = KC_MEASURE_BUILD_ERROR;
     snprintf(it->message, sizeof it->message, "%s", it->build.message);
     return false;
   case KC_BUILD_TIMEOUT:
   case KC_BUILD_MEMORY:
-    it->status = KC_BENCH_BUILD_ERROR;
+    it->status = KC_MEASURE_BUILD_ERROR;
     snprintf(it->message, sizeof it->message, "%s", it->build.message);
     return false;
   default:
-    it->status = KC_BENCH_ERROR;
+    it->status = KC_MEASURE_ERROR;
     snprintf(it->message, sizeof it->message, "build: %s", it->build.message);
     return false;
   }

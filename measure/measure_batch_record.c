@@ -58,8 +58,8 @@ static int cached(const item *it) {
   return it->build.status == KC_BUILD_CACHED;
 }
 
-json_t *kc_batch_record(const kc_bench_config *cfg, const item *it, const char *device,
-                      const char *isolation, double ref_median, const char *ref_sha) {
+json_t *kc_batch_record(const kc_measure_config *cfg, const item *it, const char *device,
+                        const char *isolation, double ref_median, const char *ref_sha) {
   kc_build_opts bo = cfg->build;
   if (!bo.cc)
     bo.cc = kc_build_default_cc();

@@ -11,7 +11,7 @@
 
 #include "measure_batch.h"
 
-static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+static void fill_ctx(kc_mctx *x, const kc_measure_config *cfg, const session *s, kc_mrunner *r,
                      const char *artifact, kc_mrunner *ref) {
   memset(x, 0, sizeof *x);
   x->runner = r;
@@ -60,8 +60,8 @@ static void own_name(char *msg, size_t cap, const char *copy, const char *user) 
  * the whole batch and computes the outputs of whatever sets the parent picks after
  * each round.  A first evaluation (of all-zero inputs) finds a reference that does not
  * work with --args before any kernel is measured. */
-int kc_batch_reference_load(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
-                          const char *staged, kc_error *err) {
+int kc_batch_reference_load(const kc_measure_config *cfg, const session *s, kc_mrunner *r,
+                            const char *staged, kc_error *err) {
   if (kc_batch_show_kernel(s, staged, err) < 0)
     return -1;
   kc_mctx x;
@@ -112,7 +112,7 @@ int kc_batch_reference_load(const kc_bench_config *cfg, const session *s, kc_mru
 
 /* One kernel, alone in the workers' view, in a fresh worker (a sealed worker cannot
  * load another). */
-static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+static void measure_one(const kc_measure_config *cfg, const session *s, kc_mrunner *runner,
                         kc_mrunner *ref, item *it, int *rc, kc_error *err) {
   clock_gettime(CLOCK_REALTIME, &it->started);
   *rc = 0;
@@ -134,9 +134,9 @@ static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner
   clock_gettime(CLOCK_REALTIME, &it->ended);
 }
 
-int kc_batch_measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
-                       kc_mrunner *ref, item *items, size_t n, size_t ref_index, const char *device,
-                       const char *isolation, kc_error *err) {
+int kc_batch_measure_all(const kc_measure_config *cfg, const session *s, kc_mrunner *runner,
+                         kc_mrunner *ref, item *items, size_t n, size_t ref_index,
+                         const char *device, const char *isolation, kc_error *err) {
   size_t total = n + (cfg->reference ? 1 : 0), to_measure = 0, measured = 0;
   for (size_t i = 0; i < total; i++)
     to_measure += items[i].staged[0] != 0;
@@ -152,8 +152,9 @@ int kc_batch_measure_all(const kc_bench_config *cfg, const session *s, kc_mrunne
       order[no++] = i;
   for (size_t k = 0; k < no; k++) {
     size_t i = order[k];
-    if (kc_bench_interrupted())
-      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    if (kc_measure_interrupted())
+      return kc_error_set(err, EINTR, "interrupted by %s",
+                          kc_signal_name(kc_measure_interrupted()));
     item *it = &items[i];
     if (cfg->on_start && it->staged[0])
       cfg->on_start(cfg->progress_ctx, it->path);
@@ -164,7 +165,7 @@ int kc_batch_measure_all(const kc_bench_config *cfg, const session *s, kc_mrunne
     if (rc < 0)
       return -1;
     measured += it->staged[0] != 0;
-    if (cfg->reference && i == ref_index && it->status == KC_BENCH_OK && it->m.repeat) {
+    if (cfg->reference && i == ref_index && it->status == KC_MEASURE_OK && it->m.repeat) {
       kc_mstats st;
       kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
       ref_median = st.median;
@@ -173,7 +174,7 @@ int kc_batch_measure_all(const kc_bench_config *cfg, const session *s, kc_mrunne
     if (cfg->reference)
       kc_batch_source_hash(&items[ref_index]);
     it->rec = kc_batch_record(cfg, it, device, isolation, ref_median,
-                     cfg->reference ? items[ref_index].sha256 : NULL);
+                              cfg->reference ? items[ref_index].sha256 : NULL);
     if (i < n && cfg->on_record)
       cfg->on_record(cfg->record_ctx, it->rec);
   }

@@ -47,7 +47,7 @@ static uint32_t input_slots(const session *s) {
 /* Is the measuring worker's memory limit an RLIMIT_AS?  So it is without a memory
  * cgroup (--limits-fallback rlimit) and in a plain process (--no-isolation).  That
  * limit counts address space, not memory: the name of the option that chose it. */
-static const char *address_space_limit(const kc_bench_config *cfg) {
+static const char *address_space_limit(const kc_measure_config *cfg) {
   if (cfg->no_isolation)
     return "--no-isolation";
   const char *how = kc_cgroup_enforcement(&cfg->settings, "memory");
@@ -64,7 +64,7 @@ static uint64_t input_views_bytes(const session *s) {
  * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
  * calls.  Under an RLIMIT_AS also no more than the address space the inputs and the
  * worker itself leave. */
-static uint64_t area_calls(const kc_bench_config *cfg, const session *s) {
+static uint64_t area_calls(const kc_measure_config *cfg, const session *s) {
   uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
   if (address_space_limit(cfg)) {
@@ -90,7 +90,7 @@ static uint32_t largest_tensor(const session *s, char *name, size_t len) {
 
 /* An RLIMIT_AS must also hold the inputs: refused up front, naming the limit,
  * rather than the worker failing to map its inputs ("Cannot allocate memory"). */
-static int check_fits_address_space(const kc_bench_config *cfg, const session *s, kc_error *err) {
+static int check_fits_address_space(const kc_measure_config *cfg, const session *s, kc_error *err) {
   const char *why = address_space_limit(cfg);
   if (!why)
     return 0;
@@ -116,7 +116,7 @@ static int check_fits_address_space(const kc_bench_config *cfg, const session *s
  * inputs, two calls' outputs) cannot fit its memory limit, rather than let the kernel
  * die of it.  Beyond that the round adapts: more input sets only up to 8 MiB, more
  * calls' outputs only up to a quarter of the limit. */
-int kc_batch_check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
+int kc_batch_check_fits(const kc_measure_config *cfg, const session *s, kc_error *err) {
   uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t in = kc_args_region_bytes(&s->spec, false) * s->n_sets;
   uint64_t need = in + 2 * s->out_region + KC_WORKER_OVERHEAD;
@@ -133,7 +133,7 @@ int kc_batch_check_fits(const kc_bench_config *cfg, const session *s, kc_error *
   return check_fits_address_space(cfg, s, err);
 }
 
-int kc_batch_session_make(const kc_bench_config *cfg, session *s, kc_error *err) {
+int kc_batch_session_make(const kc_measure_config *cfg, session *s, kc_error *err) {
   const char *tmp = secure_getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(s->dir))

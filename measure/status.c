@@ -7,14 +7,14 @@
 static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
                                     "crash", "syscall",     "error",        "suspicious"};
 
-const char *kc_bench_status_name(kc_bench_status s) {
+const char *kc_measure_status_name(kc_measure_status s) {
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "error";
 }
 
-int kc_bench_status_parse(const char *name, kc_bench_status *out) {
+int kc_measure_status_parse(const char *name, kc_measure_status *out) {
   for (unsigned s = 0; s < sizeof names / sizeof names[0]; s++)
     if (!strcmp(name, names[s])) {
-      *out = (kc_bench_status)s;
+      *out = (kc_measure_status)s;
       return 0;
     }
   return -1;
