@@ -9,7 +9,10 @@
 #      is moved into it and execs kcage.  Every limit is held there, kcage moves itself
 #      into a leaf (v2's no-internal-process rule), kcage bench gives root's verdicts;
 #   2. no delegation: a limit is refused with one line that says why and how; with
-#      --limits-fallback rlimit the limits are rlimits and the records say so.
+#      --limits-fallback rlimit the limits are rlimits and the records say so;
+#   3. docs/operating.md's delegation recipe and its kc function, run as written: the
+#      user's shell, sharing a cgroup with another process, moved in by root, then
+#      kc bench from that shell gets its limits held by cgroups.
 # Prints KR2 OK|FAIL lines and "KR2 DONE pass=N fail=M"; run.sh decides from them.
 user=kcu
 uid=1000
@@ -185,6 +188,71 @@ else
   bad "fallback --cpus: rc=$rc (want 125): $(head -c 300 /tmp/kr.err)"
 fi
 bench_case fallback - rlimit --limits-fallback rlimit
+
+echo "== the delegation recipe of docs/operating.md, as written"
+# block NAME: the shell block between NAME's marker comments, without markers and fences
+block() { sed -n "/<!-- $1:begin -->/,/<!-- $1:end -->/p" /operating.md | sed '1,2d;$d' | sed '$d'; }
+recipe=$(block delegation-recipe)
+kcdef=$(block delegation-recipe-v2-run | sed '$d') # its last line is an example use
+rcase() { # rcase 1|0 MESSAGE
+  if [ "$1" = 1 ]; then ok "recipe: $2"; else bad "recipe: $2"; fi
+}
+case $recipe in "user=alice pid=12345 "*) r=1 ;; *) r=0 ;; esac
+case $kcdef in "kc() {"*) ;; *) r=0 ;; esac
+rcase $r "found in /operating.md: $(printf '%s\n' "$recipe" | wc -l) + $(printf '%s\n' "$kcdef" | wc -l) lines"
+# The user's shell shares a cgroup with another process, as a login's shell does: only
+# the root may then pass controllers on.
+sess=$cg/session.1
+mkdir -p $sess
+(echo 0 >$sess/cgroup.procs && exec sleep 600) &
+other=$!
+printf '%s\n' "$kcdef" >/tmp/kc.sh
+rm -f /tmp/go $home/recipe.json $home/where
+mkfifo -m 666 /tmp/go
+# the user's shell: waits for the recipe, says where it is, runs kcage through kc
+cat >/tmp/user-shell.sh <<EOF
+read -r _ </tmp/go
+cut -d: -f3 /proc/self/cgroup >$home/where
+. /tmp/kc.sh
+kc bench --quiet --repeat 2 --min-repeat-ms 200 --timeout 3 --memory 256M --json $home/recipe.json \
+  --args '$args' /kernels/naive.so /kernels/memory_bomb.so /kernels/fork.so
+EOF
+chmod 644 /tmp/kc.sh /tmp/user-shell.sh
+(echo 0 >$sess/cgroup.procs && POSIXLY_CORRECT=1 exec su -s /bin/sh $user -c \
+  "cd && exec env -i PATH=/usr/bin:/bin:/sbin HOME=$home sh /tmp/user-shell.sh" \
+  >/tmp/kr.out 2>/tmp/kr.err) &
+shell=$!
+i=0
+while [ "$(cat /proc/$shell/cgroup 2>/dev/null)" != "0::/session.1" ] && [ $i -lt 100 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+printf '%s\n' "$recipe" | sed "1s/^user=alice pid=12345/user=$user pid=$shell/" | sh -e >/tmp/rc.out 2>&1
+rc=$?
+[ $rc = 0 ] && r=1 || r=0
+rcase $r "ran as root, exit $rc $(head -c 300 /tmp/rc.out | tr '\n' ' ')"
+now=$(cat /proc/$shell/cgroup 2>/dev/null)
+[ "$now" = "0::/kcage-$user/shell" ] && [ "$(cat /proc/$other/cgroup)" = "0::/session.1" ] && r=1 || r=0
+rcase $r "the user's shell moved to '$now', the other process left in '$(cat /proc/$other/cgroup)'"
+echo go >/tmp/go
+wait $shell
+rc=$?
+kill $other
+wait $other 2>/dev/null
+rmdir $sess
+got=
+for k in naive:ok memory_bomb:memory fork:syscall; do
+  line=$(tr -d ' ' < $home/recipe.json 2>/dev/null | grep "\"kernel\":\"[^\"]*/${k%%:*}.so\"")
+  st=$(echo "$line" | grep -o '"status":"[a-z_]*"' | head -1 | cut -d'"' -f4)
+  echo "$line" | grep -q '"limits":{"memory":"cgroup","pids":"cgroup"}' || st="$st(limits?)"
+  got="$got ${k%%:*}:$st"
+done
+[ $rc = 0 ] && [ "$got" = " naive:ok memory_bomb:memory fork:syscall" ] && r=1 || r=0
+rcase $r "kc bench from the user's shell in $(cat $home/where 2>/dev/null): rc=$rc,$got; $(head -c 300 /tmp/kr.err | tr '\n' ' ') $(head -c 400 $home/recipe.json 2>/dev/null)"
+runs=$(ls -d $cg/kcage-$user/run.*/kcage 2>/dev/null | wc -l)
+[ "$runs" = 1 ] && r=1 || r=0
+rcase $r "kcage made its cgroups in the fresh cgroup kc made ($runs run.*/kcage)"
+rm -f /tmp/go /tmp/kc.sh /tmp/user-shell.sh /tmp/rc.out
 
 # nothing left: no process of the user, no sandbox cgroup in any scope
 sleep 0.2

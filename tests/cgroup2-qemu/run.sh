@@ -152,6 +152,8 @@ if [ -n "$worker" ]; then
   echo 'kcu:x:1000:1000:kcu:/home/kcu:/bin/sh' >> "$root/etc/passwd"
   echo 'kcu:x:1000:' >> "$root/etc/group"
   cp "$here/guest-rootless.sh" "$root/guest-rootless.sh"
+  # the delegation recipe is run from the user documentation, as written
+  cp "$here/../../docs/operating.md" "$root/operating.md"
   chmod 755 "$root/guest-rootless.sh"
 fi
 cat > "$root/init" <<'EOF'
