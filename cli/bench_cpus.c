@@ -16,8 +16,7 @@ int kc_bench_cli_cpus(unsigned n, int pin_cpu) {
     return KC_EXIT_USAGE;
   }
   if ((int)n > CPU_COUNT(&mine)) {
-    kc_cli_error("bench", "--cpus %u: this process may run on only %d CPUs", n,
-                 CPU_COUNT(&mine));
+    kc_cli_error("bench", "--cpus %u: this process may run on only %d CPUs", n, CPU_COUNT(&mine));
     return KC_EXIT_USAGE;
   }
   CPU_ZERO(&keep);

@@ -686,6 +686,10 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   static kc_auth_key auth;
   int rc = check_usage(&b, &auth, argc, argv);
+  /* --cpu N keeps the worker's rounds on CPU N alone: a module's pool too, unless
+   * --cpus asks for more */
+  if (!b.cpus && b.cfg.pin_cpu && b.cfg.abi == KC_ABI_TVM_FFI)
+    b.cpus = 1;
   if (!rc && b.cpus)
     rc = kc_bench_cli_cpus(b.cpus, b.cfg.pin_cpu ? (int)b.cfg.cpu : -1);
   if (rc)
