@@ -9,7 +9,7 @@
 
 #include "cli.h"
 
-int kc_bench_cli_cpus(unsigned n, int pin_cpu) {
+int kc_measure_cli_cpus(unsigned n, int pin_cpu) {
   cpu_set_t mine, keep;
   if (sched_getaffinity(0, sizeof mine, &mine) < 0) {
     kc_cli_error("bench", "--cpus: %s", strerror(errno));
