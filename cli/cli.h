@@ -23,6 +23,9 @@
 /* The subcommands, one file each (cli/cmd_<name>.c); argv[0] is the subcommand's name. */
 int kc_cmd_run(int argc, char **argv);
 int kc_cmd_bench(int argc, char **argv);
+/* bench_cpus.c: --cpus N: keep this process, and so every sandbox it starts, on N of
+ * the CPUs it may use (pin_cpu among them, -1 = none).  0, or the exit status. */
+int kc_measure_cli_cpus(unsigned n, int pin_cpu);
 int kc_cmd_policy(int argc, char **argv);
 int kc_cmd_tracker(int argc, char **argv);
 int kc_cmd_agent(int argc, char **argv);

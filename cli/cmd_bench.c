@@ -55,6 +55,10 @@ static void usage(FILE *out) {
           "  --cpu N              run each measuring worker's rounds on CPU N alone; kcage\n"
           "                       waits there asleep while a round runs (default: wherever\n"
           "                       the scheduler puts it); the record's \"cpu\" is N, or null\n"
+          "  --cpus N             the measuring sandbox runs on N of the CPUs kcage may use\n"
+          "                       (default: all of them); a TVM-FFI module's parallel loops\n"
+          "                       run on that many threads, as in TVM's runtime (record\n"
+          "                       \"threads\")\n"
           "  --max-cv X           mark a kernel unstable (record \"unstable\": true, '!' in the\n"
           "                       table) when the CV of its rounds is above X (default 0.1)\n"
           "resources:\n"
@@ -143,6 +147,7 @@ enum {
   O_NO_ISOLATION,
   O_SANDBOX_IDS,
   O_CPU,
+  O_CPUS,
 };
 
 static const struct option opts[] = {{"args", 1, 0, O_ARGS},
@@ -180,6 +185,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
                                      {"budget", 1, 0, O_BUDGET},
                                      {"max-cv", 1, 0, O_MAXCV},
                                      {"cpu", 1, 0, O_CPU},
+                                     {"cpus", 1, 0, O_CPUS},
                                      {"help", 0, 0, O_HELP},
                                      KC_OPTION_VERSION,
                                      {"limits-fallback", 1, 0, O_LFALLBACK},
@@ -296,6 +302,7 @@ typedef struct bench_args {
   /* --session-constructor, split at its commas */
   char ctor_text[4096];
   const char *ctor[KC_SESSION_CTOR_MAX_ARGS];
+  uint32_t cpus; /* --cpus; 0 = every CPU this process may run on */
 } bench_args;
 
 static int bad_value(int c, const char *a) {
@@ -486,6 +493,8 @@ static int timing_option(bench_args *b, int c, const char *a) {
   case O_CPU:
     g->pin_cpu = true;
     return uint_option(c, a, 0, 1u << 20, &g->cpu);
+  case O_CPUS:
+    return uint_option(c, a, 1, 1024, &b->cpus);
   }
   return NOT_MINE;
 }
@@ -545,6 +554,10 @@ static int check_usage(const bench_args *b, kc_auth_key *auth, int argc, char **
   }
   if (cfg->tracker && cfg->no_isolation) {
     kc_cli_error("bench", "--no-isolation is for local runs: an agent sandboxes every kernel");
+    return KC_EXIT_USAGE;
+  }
+  if (cfg->tracker && b->cpus) {
+    kc_cli_error("bench", "--cpus is for local runs: an agent sizes its own sandboxes");
     return KC_EXIT_USAGE;
   }
   if (cfg->tracker && cfg->pin_cpu) {
@@ -673,6 +686,12 @@ int kc_cmd_bench(int argc, char **argv) {
   }
   static kc_auth_key auth;
   int rc = check_usage(&b, &auth, argc, argv);
+  /* --cpu N keeps the worker's rounds on CPU N alone: a module's pool too, unless
+   * --cpus asks for more */
+  if (!b.cpus && b.cfg.pin_cpu && b.cfg.abi == KC_ABI_TVM_FFI)
+    b.cpus = 1;
+  if (!rc && b.cpus)
+    rc = kc_measure_cli_cpus(b.cpus, b.cfg.pin_cpu ? (int)b.cfg.cpu : -1);
   if (rc)
     return rc;
   FILE *jf = NULL;

@@ -272,7 +272,10 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
     ok = false;
   }
   kc_mcall_clear(&c);
-  return ok ? check_cpu(m, v->pid, cpu0, could_run, what) : 0;
+  /* each of its threads could run the whole time (a TVM-FFI module's pool) */
+  if (ok)
+    m->threads = kc_mrunner_threads(x->runner);
+  return ok ? check_cpu(m, v->pid, cpu0, could_run * m->threads, what) : 0;
 }
 
 /* A failure to reach the worker's memory: 0 when its memory is gone (its own doing:

@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <seccomp.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -95,7 +96,9 @@ static uint64_t vm_size(void) {
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   (void)uc;
   unsigned char *a = si->si_addr;
-  if (fault_armed && a >= fault_lo && a < fault_hi) {
+  /* only on the thread that armed it: a pool thread cannot jump onto its stack (the
+   * fault then ends the worker, a crash) */
+  if (fault_armed && a >= fault_lo && a < fault_hi && gettid() == getpid()) {
     fault_armed = 0;
     fault_addr = (uintptr_t)a;
     siglongjmp(fault_env, 1);
@@ -320,15 +323,37 @@ static int resolve_entry(kc_mstate *s, const char *entry, char *errbuf, size_t e
   return kc_tvmffi_bind(s->dl, errbuf, errcap);
 }
 
+/* A sealed worker whose policy lets a thread clone through (measure-threads): a
+ * TVM-FFI module's pool, one thread per CPU the sandbox has (TVM's runtime sizes its
+ * own the same way), started now, before the kernel exists; then no more threads, for
+ * any ABI, before the kernel's first instruction (its constructors included). */
+static int start_pool_then_seal(const kc_mstate *s, char *errbuf, size_t errcap) {
+  if (!kc_runtime_threads_allowed())
+    return 0;
+  cpu_set_t cpus;
+  if (s->abi == KC_ABI_TVM_FFI && sched_getaffinity(0, sizeof cpus, &cpus) == 0 &&
+      kc_tvmffi_pool_start(CPU_COUNT(&cpus)) < 0) {
+    errf(errbuf, errcap, "error: cannot start the worker's %d threads", CPU_COUNT(&cpus));
+    return -1;
+  }
+  if (kc_runtime_seal_threads() < 0) {
+    errf(errbuf, errcap, "error: cannot seal the worker's threads: %s", strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 /* The kernel loaded and its entry found, between the two halves of the seal when
- * seal: the plain child's filter before any of the kernel's code runs, the worker's
- * seal after. */
+ * seal: the plain child's filter (or the worker's thread seal) before any of the
+ * kernel's code runs, the worker's seal after. */
 static int load_kernel(kc_mstate *s, const char *artifact, const char *entry, bool seal,
                        char *errbuf, size_t errcap) {
   if (seal && kc_mhandler_plain && seal_plain(false) < 0) {
     errf(errbuf, errcap, "error: cannot install the seccomp filter");
     return -1;
   }
+  if (seal && !kc_mhandler_plain && start_pool_then_seal(s, errbuf, errcap) < 0)
+    return -1;
   s->dl = dlopen(artifact, RTLD_NOW | RTLD_LOCAL);
   if (!s->dl) {
     const char *e = dlerror();

@@ -194,7 +194,8 @@ void kc_observe_arrival_base(pid_t pid, kc_arrival *a);
  * instead, it would be queued only once that CPU woke (on this guest up to 0.4 ms), and
  * that wait would be timed. */
 double kc_observe_cont_arrived(const kc_arrival *base, const cpu_set_t *leave, double *cont_s);
-int64_t kc_observe_cpu_ns(pid_t pid); /* the scheduler's account; -1 when unknown */
+int64_t kc_observe_cpu_ns(pid_t pid);   /* the scheduler's account, all threads; -1 when unknown */
+unsigned kc_observe_threads(pid_t pid); /* its threads now; 0 when unknown */
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err);
 /* The CPU the process last ran on (/proc/PID/stat); -1 when unknown. */
 int kc_observe_last_cpu(pid_t pid);
@@ -209,6 +210,8 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
 
 /* The process that answers the next call (0 when none is running yet). */
 pid_t kc_mrunner_pid(kc_mrunner *r);
+/* The threads of the measuring process, as /proc counts them (1 when unknown). */
+unsigned kc_mrunner_threads(kc_mrunner *r);
 /* true: the plain forked process (it holds every mapping of the caller's) */
 bool kc_mrunner_plain(const kc_mrunner *r);
 /* A timed round: the request is published while the process is stopped, then it is

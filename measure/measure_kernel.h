@@ -48,6 +48,7 @@ typedef struct kc_kmeasure {
                           per call (malloc'd) */
   uint32_t n_warmup;
   const char *limit; /* status timeout: "call" or "budget" */
+  unsigned threads;  /* the measuring process's threads in its last run (0: never ran) */
 } kc_kmeasure;
 
 /* The kernel's status and its one-sentence reason (the record's message). */

@@ -3,6 +3,7 @@
  * time, and read its memory while it is stopped.  These are what the verdict and the
  * clock may rest on (README, threat model): nothing the process says about itself. */
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
@@ -26,6 +27,37 @@ static char proc_state(pid_t pid) {
   return p && p[1] == ' ' ? p[2] : 0;
 }
 
+/* Each thread of the process, by its tid (/proc/PID/task): fn(pid, tid, arg) until it
+ * returns non-zero, which is returned; -1 when the list cannot be read. */
+static int each_thread(pid_t pid, int (*fn)(pid_t, pid_t, void *), void *arg) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d)
+    return -1;
+  int rc = 0;
+  struct dirent *e;
+  while (!rc && (e = readdir(d)))
+    if (e->d_name[0] >= '0' && e->d_name[0] <= '9')
+      rc = fn(pid, (pid_t)atoi(e->d_name), arg);
+  closedir(d);
+  return rc;
+}
+
+static int thread_running(pid_t pid, pid_t tid, void *arg) {
+  (void)arg;
+  char name[48];
+  snprintf(name, sizeof name, "task/%d/stat", (int)tid);
+  char buf[512];
+  if (kc_read_proc(pid, name, buf, sizeof buf) < 0)
+    return 0; /* gone meanwhile */
+  char *p = strrchr(buf, ')');
+  char st = p && p[1] == ' ' ? p[2] : 0;
+  return st != 'T' && st != 't' && st != 'Z' && st != 'X';
+}
+
+/* A group stop reaches each thread on its own: the leader may show stopped while a
+ * pool thread still runs the kernel.  Stopped means every thread stopped. */
 int kc_observe_stop(pid_t pid) {
   if (pid <= 0 || kill(pid, SIGSTOP) < 0)
     return -1;
@@ -34,7 +66,7 @@ int kc_observe_stop(pid_t pid) {
   double until = kc_now_s() + 5;
   for (unsigned i = 0;; i++) {
     char st = proc_state(pid);
-    if (st == 'T' || st == 't')
+    if ((st == 'T' || st == 't') && each_thread(pid, thread_running, NULL) == 0)
       return 0;
     if (st == 0 || st == 'Z' || st == 'X')
       return -1;
@@ -86,10 +118,36 @@ double kc_observe_cont_arrived(const kc_arrival *base, const cpu_set_t *leave, d
   }
 }
 
+static int add_thread_cpu(pid_t pid, pid_t tid, void *arg) {
+  int64_t *sum = arg;
+  char name[48], buf[128];
+  long long ns;
+  snprintf(name, sizeof name, "task/%d/schedstat", (int)tid);
+  if (kc_read_proc(pid, name, buf, sizeof buf) < 0)
+    return 0; /* gone meanwhile: its time is in no one's account any more */
+  if (sscanf(buf, "%lld", &ns) != 1 || ns < 0)
+    return 1;
+  *sum += ns;
+  return 0;
+}
+
 int64_t kc_observe_cpu_ns(pid_t pid) {
-  /* First field of schedstat: nanoseconds on a CPU, kept by the scheduler. */
-  long long v[3];
-  return schedstat(pid, v) < 0 || v[0] < 0 ? -1 : (int64_t)v[0];
+  /* First field of schedstat: nanoseconds on a CPU, kept by the scheduler, for each
+   * thread. */
+  int64_t sum = 0;
+  return each_thread(pid, add_thread_cpu, &sum) != 0 ? -1 : sum;
+}
+
+static int count_thread(pid_t pid, pid_t tid, void *arg) {
+  (void)pid;
+  (void)tid;
+  ++*(unsigned *)arg;
+  return 0;
+}
+
+unsigned kc_observe_threads(pid_t pid) {
+  unsigned n = 0;
+  return each_thread(pid, count_thread, &n) != 0 ? 0 : n;
 }
 
 int kc_observe_read(pid_t pid, uint64_t addr, void *buf, size_t len, kc_error *err) {

@@ -148,6 +148,9 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
                           : json_null());
   json_object_set_new(o, "isolation", json_string(in->isolation ? in->isolation : "sandbox"));
   json_object_set_new(o, "abi", json_string(kc_abi_name(in->abi)));
+  /* The threads the kernel ran on, as the parent counted them (null: it never ran). */
+  json_object_set_new(o, "threads",
+                      in->m && in->m->threads ? json_integer(in->m->threads) : json_null());
   set_problem(o, in);
   return o;
 }

@@ -1,4 +1,5 @@
-/* The measuring process as the parent sees it: a kc_worker under the `measure` policy,
+/* The measuring process as the parent sees it: a kc_worker under the `measure` policy
+ * (`measure-threads` where it may run on several CPUs),
  * or, when the caller asks for no isolation (opts.plain, only ever from an explicit command-line
  * flag), a plain forked process that runs the same handler behind a socketpair, locked
  * with its own seccomp filter.  Either way the parent bounds every
@@ -22,6 +23,7 @@
 #include "kcage/worker.h"
 #include "measure_internal.h"
 #include "sysname.h"
+#include "tvmffi.h"
 
 static volatile sig_atomic_t interrupted;
 
@@ -51,6 +53,15 @@ void kc_mcall_clear(kc_mcall *c) {
   c->value_len = 0;
 }
 
+/* The CPUs this process, and so the worker it starts, may run on (at least 1). */
+static unsigned sandbox_cpus(void) {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) < 0 || CPU_COUNT(&set) < 1)
+    return 1;
+  return CPU_COUNT(&set) < KC_TVMFFI_MAX_THREADS ? (unsigned)CPU_COUNT(&set)
+                                                 : KC_TVMFFI_MAX_THREADS;
+}
+
 int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
   kc_mrunner *r = calloc(1, sizeof *r);
   if (!r)
@@ -60,10 +71,14 @@ int kc_mrunner_new(const kc_mrunner_opts *o, kc_mrunner **out, kc_error *err) {
   if (!r->o.plain) {
     kc_worker_opts wo;
     kc_worker_opts_init(&wo);
-    wo.policy = "measure";
+    /* One task per CPU the worker may run on: its TVM-FFI pool (tvmffi_pool.c), started
+     * by the worker's own code before the kernel is loaded, after which the worker
+     * forbids any thread (so the pids limit only backs that up). */
+    unsigned cpus = sandbox_cpus();
+    wo.policy = cpus > 1 ? "measure-threads" : "measure";
     wo.settings = o->settings;
     wo.limits.memory_bytes = o->memory_bytes;
-    wo.limits.pids = 1;
+    wo.limits.pids = cpus;
     kc_mount m[2] = {{.kind = KC_MOUNT_RO_BIND, .src = o->bind_dir, .dst = o->bind_dir},
                      {.kind = KC_MOUNT_RO_BIND, .src = o->inputs_dir, .dst = o->inputs_at}};
     wo.mounts = m;
@@ -379,6 +394,12 @@ static int wait_expected(kc_worker *w, double sent, double expect_s, kc_call_res
 
 bool kc_mrunner_plain(const kc_mrunner *r) {
   return !r->w;
+}
+
+unsigned kc_mrunner_threads(kc_mrunner *r) {
+  pid_t pid = kc_mrunner_pid(r);
+  unsigned n = pid > 0 ? kc_observe_threads(pid) : 0;
+  return n ? n : 1;
 }
 
 pid_t kc_mrunner_pid(kc_mrunner *r) {

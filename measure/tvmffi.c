@@ -1,6 +1,6 @@
 /* Kernel ABIs, and the TVM-FFI runtime services the worker gives a module TVM exported
- * (tvmffi.h).  A module's parallel loops run serially (the worker is single-threaded:
- * its policy refuses new threads) and its workspaces come from malloc. */
+ * (tvmffi.h).  A module's parallel loops run on the worker's pool (tvmffi_pool.c) and
+ * its workspaces come from malloc. */
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,24 +57,6 @@ const char *kc_tvmffi_take_error(void) {
 }
 
 /* ---- tvm/runtime/c_backend_api.h, served in-process ------------------------------ */
-typedef struct kc_parallel_env {
-  void *sync_handle;
-  int32_t num_task;
-} kc_parallel_env;
-typedef int (*kc_parallel_lambda)(int task_id, kc_parallel_env *penv, void *cdata);
-
-static int parallel_launch(kc_parallel_lambda f, void *cdata, int num_task) {
-  (void)num_task; /* one task does it all: the generated code splits by penv->num_task */
-  kc_parallel_env env = {NULL, 1};
-  return f(0, &env, cdata);
-}
-
-static int parallel_barrier(int task_id, kc_parallel_env *penv) {
-  (void)task_id;
-  (void)penv;
-  return 0;
-}
-
 static void *alloc_workspace(int device_type, int device_id, uint64_t nbytes, int code_hint,
                              int bits_hint) {
   (void)code_hint;
@@ -92,7 +74,7 @@ static int free_workspace(int device_type, int device_id, void *ptr) {
   return 0;
 }
 
-static void raise_cstr(const char *kind, const char *message) {
+void kc_tvmffi_raise_cstr(const char *kind, const char *message) {
   kc_tvmffi_raise(kind, &message, 1);
 }
 
@@ -123,11 +105,11 @@ int kc_tvmffi_bind(void *dl, char *msg, size_t cap) {
     const char *name;
     void *fn;
   } served[] = {
-      {"__TVMBackendParallelLaunch", (void *)(uintptr_t)parallel_launch},
-      {"__TVMBackendParallelBarrier", (void *)(uintptr_t)parallel_barrier},
+      {"__TVMBackendParallelLaunch", (void *)(uintptr_t)kc_tvmffi_parallel_launch},
+      {"__TVMBackendParallelBarrier", (void *)(uintptr_t)kc_tvmffi_parallel_barrier},
       {"__TVMBackendAllocWorkspace", (void *)(uintptr_t)alloc_workspace},
       {"__TVMBackendFreeWorkspace", (void *)(uintptr_t)free_workspace},
-      {"__TVMFFIErrorSetRaisedFromCStr", (void *)(uintptr_t)raise_cstr},
+      {"__TVMFFIErrorSetRaisedFromCStr", (void *)(uintptr_t)kc_tvmffi_raise_cstr},
       {"__TVMFFIHandleInitOnce", (void *)(uintptr_t)handle_init_once},
   };
   for (size_t i = 0; i < sizeof served / sizeof served[0]; i++) {

@@ -40,4 +40,24 @@ void kc_tvmffi_raise(const char *kind, const char *const *parts, int32_t num_par
 /* The last raised error's text ("" when none), then forgotten. */
 const char *kc_tvmffi_take_error(void);
 
+/* ---- tvm/runtime/c_backend_api.h: parallel loops (tvmffi_pool.c) ---- */
+typedef struct kc_parallel_env {
+  void *sync_handle;
+  int32_t num_task;
+} kc_parallel_env;
+typedef int (*kc_parallel_lambda)(int task_id, kc_parallel_env *penv, void *cdata);
+
+#define KC_TVMFFI_MAX_THREADS 256
+
+/* Start the pool: threads in all, the calling thread included (<= 1: none, launches
+ * run serially).  Only before any untrusted code runs, under a policy that lets a
+ * thread clone through.  0, or -1 when fewer threads could be started (those that did
+ * are used). */
+int kc_tvmffi_pool_start(int threads);
+/* The threads a launch runs on, the caller's included (1 without a pool). */
+int kc_tvmffi_pool_threads(void);
+int kc_tvmffi_parallel_launch(kc_parallel_lambda f, void *cdata, int num_task);
+int kc_tvmffi_parallel_barrier(int task_id, kc_parallel_env *penv);
+void kc_tvmffi_raise_cstr(const char *kind, const char *message);
+
 #endif

@@ -68,6 +68,57 @@ static bool base_reports(int nr, uint64_t a2, uint64_t a3) {
   return g_pol && kc_policy_reports_syscall(g_pol, nr, args);
 }
 
+/* glibc's pthread_create clone flags: what measure-threads lets through. */
+#define KC_THREAD_CLONE_FLAGS                                                                      \
+  (CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |              \
+   CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID)
+
+bool kc_runtime_threads_allowed(void) {
+  const uint64_t args[6] = {KC_THREAD_CLONE_FLAGS, 0, 0, 0, 0, 0};
+  return !g_pol || !kc_policy_reports_syscall(g_pol, SCMP_SYS(clone), args);
+}
+
+/* Every thread of the process (TSYNC), so that a pool thread running the kernel's code
+ * is held by the same rules as the thread that loaded it. */
+static int load_on_all_threads(scmp_filter_ctx ctx) {
+  int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+  if (!rc)
+    rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_TSYNC, 1);
+  if (!rc)
+    rc = seccomp_load(ctx);
+  seccomp_release(ctx);
+  if (rc) {
+    errno = rc < 0 ? -rc : EINVAL;
+    return -1;
+  }
+  return 0;
+}
+
+/* No thread or process after this: clone, clone3, fork and vfork trap (those the base
+ * policy already reports stay the listener's, see above). */
+int kc_runtime_seal_threads(void) {
+  struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSYS, &sa, NULL) < 0)
+    return -1;
+  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+  if (!ctx) {
+    errno = ENOMEM;
+    return -1;
+  }
+  const int nrs[] = {SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(fork), SCMP_SYS(vfork)};
+  int rc = 0;
+  for (size_t i = 0; i < sizeof nrs / sizeof nrs[0] && !rc; i++)
+    if (!base_always_reports(nrs[i]))
+      rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, nrs[i], 0);
+  if (rc) {
+    seccomp_release(ctx);
+    errno = -rc;
+    return -1;
+  }
+  return load_on_all_threads(ctx);
+}
+
 int kc_runtime_seal_exec(void) {
   struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
   sigemptyset(&sa.sa_mask);
@@ -79,8 +130,8 @@ int kc_runtime_seal_exec(void) {
     return -1;
   }
   /* no_new_privs is already set by the worker's lockdown, and `measure` forbids the
-   * prctl that libseccomp would make to set it again */
-  int rc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0);
+   * prctl that libseccomp would make to set it again (load_on_all_threads) */
+  int rc = 0;
   const int plain[] = {
       SCMP_SYS(execve), SCMP_SYS(execveat), SCMP_SYS(fork),   SCMP_SYS(vfork),
       SCMP_SYS(clone),  SCMP_SYS(clone3),   SCMP_SYS(ptrace), SCMP_SYS(process_vm_writev)};
@@ -108,14 +159,12 @@ int kc_runtime_seal_exec(void) {
     if (!base_reports(prot[i], rx, 0))
       rc = seccomp_rule_add(ctx, SCMP_ACT_TRAP, prot[i], 1,
                             SCMP_A2(SCMP_CMP_MASKED_EQ, PROT_EXEC, PROT_EXEC));
-  if (!rc)
-    rc = seccomp_load(ctx);
-  seccomp_release(ctx);
   if (rc) {
+    seccomp_release(ctx);
     errno = -rc;
     return -1;
   }
-  return 0;
+  return load_on_all_threads(ctx);
 }
 
 static void send_ready(int sock, int status, const char *msg) {

@@ -27,6 +27,14 @@ int kc_worker_program_main(int argc, char **argv, const kc_builtin *builtins);
  * wake-up before a timed round).  One-shot. */
 void kc_runtime_spin_next(uint64_t ns);
 
+/* Inside a worker only: does the worker's base policy let glibc's thread clone through
+ * (measure-threads, or no filter)?  Then trusted code may start threads, and must call
+ * kc_runtime_seal_threads before any untrusted code runs. */
+bool kc_runtime_threads_allowed(void);
+/* Inside a worker only: from now on no thread or process of this one may be created
+ * (a violation); stacked on every thread.  0, or -1 with errno. */
+int kc_runtime_seal_threads(void);
+
 /* kc_worker_recv_timed that never spins: it sleeps at once.  For a caller on the
  * worker's own CPU, where every pause of its spin would keep the worker off that CPU
  * (the measure parent, which waits there for a timed round). */

@@ -164,11 +164,21 @@ def test_honest_ok_and_wrong_detected(modules, tmp_path, prefix, entry, args):
     assert wrong["abi"] == "tvm-ffi"
 
 
-def test_parallel_module_runs_serially(modules):
-    """The parallel elementwise module asks its loader for a parallel launcher (the
-    worker serves a serial one): the honest test above ran through it."""
+def test_parallel_module_runs_on_the_pool(modules, tmp_path):
+    """The parallel elementwise module asks its loader for a parallel launcher: the
+    worker's, a pool of one thread per CPU of --cpus, as TVM's runtime runs it; the
+    outputs are still verified against the serial reference."""
     with open(modules["ew"], "rb") as f:
         assert b"__TVMBackendParallelLaunch" in f.read()
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU here: no second thread for the pool")
+    rc, err, recs = bench(
+        tmp_path, "--abi", "tvm-ffi", "--entry", "ew", "--args", EW_ARGS, "--cpus", "2",
+        "--reference", modules["ew_ref"], modules["ew"],
+    )
+    r = _sandbox_or_skip(rc, err, recs)["ew.so"]
+    assert r["status"] == "ok", r
+    assert r["threads"] == 2 and r["checked_calls"]["verified"] > 0
 
 
 def test_workspace_module(modules, tmp_path):

@@ -161,7 +161,7 @@ json_lines)
     [[ $(grep -c "\"$f\":" "$tmp/r.jsonl") == 2 ]] || { echo "missing field $f"; exit 1; }
   done
   keys=$(head -1 "$tmp/r.jsonl" | grep -o '"[a-z_0-9]*":' | sort | tr -d '\n')
-  [[ $keys == '"abi":"args":"atol":"build_s":"cached":"cc":"cflags":"checked_calls":"cpu":"cv":"device":"ended_at":"entry":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference":"reference_median_s":"reference_sha256":"repeat":"rtol":"run_secs":"seed":"sha256":"speedup":"started_at":"status":"stddev_s":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
+  [[ $keys == '"abi":"args":"atol":"build_s":"cached":"cc":"cflags":"checked_calls":"cpu":"cv":"device":"ended_at":"entry":"isolation":"kcage_version":"kernel":"limits":"max_abs_err":"max_s":"mean_s":"median_s":"memory":"message":"min_s":"number":"pids":"reference":"reference_median_s":"reference_sha256":"repeat":"rtol":"run_secs":"seed":"sha256":"speedup":"started_at":"status":"stddev_s":"threads":"timed":"timeout":"unstable":"verified":"warmup_secs":' ]] || { echo "fields: $keys"; exit 1; }
   # RFC 3339 timestamps, the speed-up against the reference's own median, and numbers
   # in their shortest form (never 17 digits).
   head -1 "$tmp/r.jsonl" | grep -Eq '"started_at":"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]+)?Z"' || exit 1
@@ -294,6 +294,46 @@ tvm_ffi_source)
   "$kcage" bench --entry add --args "$vec" --json "$tmp/d.jsonl" "$tv/add.c" >"$tmp/out" 2>&1
   grep -q '"abi": *"dlpack"' "$tmp/d.jsonl" && grep -q '"status": *"error"' "$tmp/d.jsonl" ||
     grep -q '"status": *"crash"' "$tmp/d.jsonl"
+  ;;
+tvm_ffi_parallel)
+  # A module's parallel loop runs on the worker's pool, one thread per CPU of --cpus, as
+  # TVM's runtime runs it: the kernel fails unless its tasks ran on two threads, and its
+  # outputs are still verified against the serial reference.
+  ncpu=$(nproc)
+  ((ncpu >= 2)) || { echo "SKIP: one CPU here: no second thread to run a task on"; exit 77; }
+  tv=$(dirname "$0")/tvmffi
+  vec='f32[4096] f32[4096] f32[4096]:out'
+  "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tv/add.c" --repeat 2 \
+    --min-repeat-ms 1 --cpus 2 --json "$tmp/p.jsonl" "$tv/add_parallel.c" "$tv/add.c" \
+    >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  cat "$tmp/p.jsonl"
+  grep '/add_parallel.c"' "$tmp/p.jsonl" | grep '"status": *"ok"' | grep -q '"threads": *2[,}]' || exit 1
+  grep '/add_parallel.c"' "$tmp/p.jsonl" | grep -q '"verified": *[1-9]' || exit 1
+  grep '/add.c"' "$tmp/p.jsonl" | grep -q '"threads": *2[,}]' || exit 1
+  # One CPU: one thread, as TVM's runtime with one core (the kernel says it ran serially).
+  "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --repeat 2 --min-repeat-ms 1 --cpus 1 \
+    --json "$tmp/s.jsonl" "$tv/add_parallel.c" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  grep -q 'ran on one thread' "$tmp/s.jsonl" || exit 1
+  # A DLPack kernel has no pool.
+  "$kcage" bench --args "$small" --repeat 2 --min-repeat-ms 1 --json "$tmp/d.jsonl" \
+    "$ex/naive.c" >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  grep -q '"threads": *1[,}]' "$tmp/d.jsonl" || exit 1
+  WANT_RC=2 bad "--cpus $((ncpu + 1)): this process may run on only $ncpu CPUs" --cpus $((ncpu + 1)) \
+    --args "$small" "$ex/naive.c"
+  ;;
+tvm_ffi_threads_hostile)
+  # The pool is the worker's: a kernel that creates a thread of its own, in a call
+  # (pthread_create) or in its constructor (a raw clone with glibc's own thread flags,
+  # the ones the pool was let through with), is a `syscall` verdict.
+  tv=$(dirname "$0")/tvmffi
+  vec='f32[1000] f32[1000] f32[1000]:out'
+  "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tv/add.c" --repeat 2 \
+    --min-repeat-ms 1 --json "$tmp/h.jsonl" "$tv/add_thread.c" "$tv/add_ctor_thread.c" \
+    >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+  cat "$tmp/h.jsonl"
+  for k in add_thread add_ctor_thread; do
+    grep "/$k.c\"" "$tmp/h.jsonl" | grep -q '"status": *"syscall"' || { echo "FAIL: $k"; exit 1; }
+  done
   ;;
 seed_record)
   # A secret seed by default; --seed N is recorded (the inputs were predictable).
