@@ -209,9 +209,9 @@ static double harness_round(harness *h, uint64_t number, uint64_t seed) {
         kc_poison_fill(h->buf[s][i], h->spec.t[i].nbytes, kc_poison_word(seed, c));
     DLTensor args[KC_ARGS_MAX_TENSORS];
     memcpy(args, h->t[s], h->spec.n * sizeof *args);
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     h->fn(args, (int32_t)h->spec.n);
-    total += kc_bench_now() - t0;
+    total += kc_measure_now() - t0;
   }
   return total / (double)number;
 }
@@ -231,7 +231,7 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
     harness_round(h, number, (uint64_t)w);
   for (uint32_t r = 0; r < repeat; r++)
     v[r] = harness_round(h, number, 100 + r);
-  double med = kc_bench_quantile(v, repeat, 0.5);
+  double med = kc_measure_quantile(v, repeat, 0.5);
   *min = v[0]; /* sorted by the quantile */
   harness_free(h);
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
@@ -268,8 +268,8 @@ static void floor_alloc(floor_round *f, harness *h, uint64_t number, uint64_t n_
   f->out_region = kc_args_region_bytes(f->spec, true);
   f->n_slots = kc_round_input_slots(f->in_region, SETS);
   f->n_slots = (uint32_t)(number < f->n_slots ? number : f->n_slots);
-  const char *pb = getenv("KC_BENCH_PIECE_BYTES"); /* as kcage_trial below */
-  f->piece = f->n_out < number ? number            /* outputs reused: warm without pieces */
+  const char *pb = getenv("KC_MEASURE_PIECE_BYTES"); /* as kcage_trial below */
+  f->piece = f->n_out < number ? number              /* outputs reused: warm without pieces */
                                : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
                                                       pb ? strtoull(pb, NULL, 0) : 0);
   f->piece = f->piece < f->n_slots ? f->piece : f->n_slots;
@@ -314,7 +314,7 @@ static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t see
 static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
   uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_slots);
   static DLTensor args[KC_ARGS_MAX_TENSORS]; /* one array at one place, as there */
-  double t0 = kc_bench_now();
+  double t0 = kc_measure_now();
   for (uint64_t c = c0; c < c0 + cnt; c++) {
     memcpy(args, f->t, n * sizeof *args);
     unsigned char *o = f->area + c % f->n_out * f->out_region;
@@ -325,7 +325,7 @@ static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
     if (++set == f->n_slots)
       set = 0;
   }
-  return kc_bench_now() - t0;
+  return kc_measure_now() - t0;
 }
 
 static double floor_round_once(floor_round *f, uint64_t round) {
@@ -359,7 +359,7 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
     floor_round_once(&f, (uint64_t)w);
   for (uint32_t r = 0; r < repeat; r++)
     v[r] = floor_round_once(&f, 100 + r);
-  double med = kc_bench_quantile(v, repeat, 0.5);
+  double med = kc_measure_quantile(v, repeat, 0.5);
   *min = v[0];
   floor_free(&f);
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
@@ -368,8 +368,8 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
 }
 
 static double kcage_trial(const char *so, const bcase *c, uint64_t number, int cpu, double *min) {
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.args = c->args;
   cfg.number = (uint32_t)number;
   cfg.repeat = c->repeat;
@@ -377,15 +377,15 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, int c
   cfg.sets = SETS;
   cfg.memory_bytes = 2ull << 30;
   cfg.timeout_s = 60;
-  /* KC_BENCH_PIECE_BYTES: compare rounds in pieces with whole rounds (a huge value) */
-  const char *pb = getenv("KC_BENCH_PIECE_BYTES");
+  /* KC_MEASURE_PIECE_BYTES: compare rounds in pieces with whole rounds (a huge value) */
+  const char *pb = getenv("KC_MEASURE_PIECE_BYTES");
   cfg.piece_bytes = pb ? strtoull(pb, NULL, 0) : 0;
   cfg.pin_cpu = cpu >= 0;
   cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {so};
-  if (kc_bench_run_batch(&cfg, k, 1, &recs, &err) < 0) {
+  if (kc_measure_run_batch(&cfg, k, 1, &recs, &err) < 0) {
     fprintf(stderr, "bench_accuracy: %s: %s\n", c->name, err.msg);
     exit(1);
   }
@@ -468,21 +468,21 @@ static void run_trials(const bcase *c, harness *h, const char *so, uint64_t numb
 static void set_result(const char *key, const char *what, double v) {
   char k[96];
   snprintf(k, sizeof k, "%s_%s", key, what);
-  kc_bench_set("accuracy", k, v);
+  kc_measure_set("accuracy", k, v);
 }
 
 static void report_case(const bcase *c, uint64_t number, trials *T) {
-  double lay = kc_bench_quantile(T->layout, TRIALS, 0.5);
-  double reu = kc_bench_quantile(T->reuse, TRIALS, 0.5);
-  double mach = kc_bench_quantile(T->machinery, TRIALS, 0.5);
-  double aar = kc_bench_quantile(T->aa, TRIALS, 0.5);
-  double r = kc_bench_quantile(T->ratio, TRIALS, 0.5);
-  double mr = kc_bench_quantile(T->mratio, TRIALS, 0.5);
-  double km = kc_bench_quantile(T->kc, TRIALS, 0.5), um = kc_bench_quantile(T->un, TRIALS, 0.5);
+  double lay = kc_measure_quantile(T->layout, TRIALS, 0.5);
+  double reu = kc_measure_quantile(T->reuse, TRIALS, 0.5);
+  double mach = kc_measure_quantile(T->machinery, TRIALS, 0.5);
+  double aar = kc_measure_quantile(T->aa, TRIALS, 0.5);
+  double r = kc_measure_quantile(T->ratio, TRIALS, 0.5);
+  double mr = kc_measure_quantile(T->mratio, TRIALS, 0.5);
+  double km = kc_measure_quantile(T->kc, TRIALS, 0.5), um = kc_measure_quantile(T->un, TRIALS, 0.5);
   double lo = T->ratio[0], hi = T->ratio[TRIALS - 1]; /* sorted by the quantile */
   /* The harness against itself: how far its own trials spread (the noise floor of any
    * ratio measured here in this minute). */
-  kc_bench_quantile(T->hs, 4 * TRIALS, 0.5);
+  kc_measure_quantile(T->hs, 4 * TRIALS, 0.5);
   double spread = (T->hs[4 * TRIALS - 1] / T->hs[0] - 1) * 100;
   printf("  %-22s %8llu %6u %12.3f us %12.3f us %8.4f %+7.2f %%  [%.3f..%.3f]  %8.4f  %6.1f %%  "
          "%-3s  %7.4f  %7.4f  %7.4f  %7.4f [%.3f..%.3f]\n",
@@ -555,5 +555,5 @@ int main(int argc, char **argv) {
     if (argc < 2 || strstr(cases[i].key, argv[1]))
       run_case(&cases[i], i);
   kc_rm_rf(tmpdir);
-  return kc_bench_write() < 0;
+  return kc_measure_write() < 0;
 }

@@ -80,7 +80,7 @@ static int measure(result *r) {
   int go, ready;
   for (int i = 0; i < N; i++) {
     pid_t pid = child(0, &go, &ready);
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_cgroup *cg = NULL;
     if (kc_cgroup_create("bench", &lim, &settings, &cg, &err) < 0)
       FAIL("create");
@@ -90,7 +90,7 @@ static int measure(result *r) {
       FAIL("fresh");
     }
     kc_cgroup_destroy(cg);
-    fresh[i] = kc_bench_now() - t0;
+    fresh[i] = kc_measure_now() - t0;
     close(go);
     close(ready);
     waitpid(pid, NULL, 0);
@@ -101,13 +101,13 @@ static int measure(result *r) {
   for (int i = 0; i < N; i++) {
     pid_t pid = child(0, &go, &ready);
     lim.memory_bytes = (i & 1) ? 256 << 20 : 128 << 20; /* a real rewrite each time */
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     if (kc_cgroup_set_limits(s, &lim, &err) < 0 || kc_cgroup_attach(s, pid, &err) < 0 ||
         kc_cgroup_read(s, &c, &err) < 0 || kc_cgroup_kill(s, &err) < 0) {
       kc_cgroup_destroy(s);
       FAIL("slot");
     }
-    slot[i] = kc_bench_now() - t0;
+    slot[i] = kc_measure_now() - t0;
     close(go);
     close(ready);
     waitpid(pid, NULL, 0);
@@ -119,31 +119,31 @@ static int measure(result *r) {
       FAIL("attach");
     }
     release(go, ready); /* the 3 grandchildren are forked inside */
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     if (kc_cgroup_kill(s, &err) < 0) {
       kc_cgroup_destroy(s);
       FAIL("kill");
     }
-    killt[i] = kc_bench_now() - t0;
+    killt[i] = kc_measure_now() - t0;
     waitpid(pid, NULL, 0);
     reap();
   }
   kc_cgroup_destroy(s);
-  r->fresh[0] = kc_bench_quantile(fresh, N, 0.5) * 1e6;
-  r->fresh[1] = kc_bench_quantile(fresh, N, 0.99) * 1e6;
-  r->slot[0] = kc_bench_quantile(slot, N, 0.5) * 1e6;
-  r->slot[1] = kc_bench_quantile(slot, N, 0.99) * 1e6;
-  r->kill[0] = kc_bench_quantile(killt, N, 0.5) * 1e6;
-  r->kill[1] = kc_bench_quantile(killt, N, 0.99) * 1e6;
+  r->fresh[0] = kc_measure_quantile(fresh, N, 0.5) * 1e6;
+  r->fresh[1] = kc_measure_quantile(fresh, N, 0.99) * 1e6;
+  r->slot[0] = kc_measure_quantile(slot, N, 0.5) * 1e6;
+  r->slot[1] = kc_measure_quantile(slot, N, 0.99) * 1e6;
+  r->kill[0] = kc_measure_quantile(killt, N, 0.5) * 1e6;
+  r->kill[1] = kc_measure_quantile(killt, N, 0.99) * 1e6;
   return 0;
 }
 
 static void put(const char *mode, const char *what, const double v[2]) {
   char k[64];
   snprintf(k, sizeof k, "%s_%s_median_us", mode, what);
-  kc_bench_set("cgroup", k, v[0]);
+  kc_measure_set("cgroup", k, v[0]);
   snprintf(k, sizeof k, "%s_%s_p99_us", mode, what);
-  kc_bench_set("cgroup", k, v[1]);
+  kc_measure_set("cgroup", k, v[1]);
 }
 
 int main(void) {
@@ -183,5 +183,5 @@ int main(void) {
   if (nm == 2)
     printf("tree kill: %s cgroup.kill is %.2fx the v1 freezer freeze-kill-thaw (median)\n",
            kc_cgroup_mode_name(modes[0]), res[0].kill[0] / res[1].kill[0]);
-  return kc_bench_write() < 0 ? 1 : 0;
+  return kc_measure_write() < 0 ? 1 : 0;
 }

@@ -10,7 +10,7 @@
 
 static json_t *pending;
 
-double kc_bench_now(void) {
+double kc_measure_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC_RAW, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
@@ -21,7 +21,7 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double kc_bench_quantile(double *v, size_t n, double q) {
+double kc_measure_quantile(double *v, size_t n, double q) {
   if (n == 0)
     return 0;
   qsort(v, n, sizeof *v, cmp_double);
@@ -40,15 +40,15 @@ static json_t *section(const char *name) {
   return s;
 }
 
-void kc_bench_set(const char *sec, const char *key, double value) {
+void kc_measure_set(const char *sec, const char *key, double value) {
   json_object_set_new(section(sec), key, json_real(value));
 }
 
-void kc_bench_set_str(const char *sec, const char *key, const char *value) {
+void kc_measure_set_str(const char *sec, const char *key, const char *value) {
   json_object_set_new(section(sec), key, json_string(value));
 }
 
-int kc_bench_write(void) {
+int kc_measure_write(void) {
   const char *dir = getenv("KC_BENCH_DIR");
   if (!dir)
     dir = "build/bench";

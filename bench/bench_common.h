@@ -6,17 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
-double kc_bench_now(void); /* CLOCK_MONOTONIC_RAW seconds */
+double kc_measure_now(void); /* CLOCK_MONOTONIC_RAW seconds */
 /* Sorts v in place; q in [0,1]. */
-double kc_bench_quantile(double *v, size_t n, double q);
+double kc_measure_quantile(double *v, size_t n, double q);
 
 /* Figures collected under one section name, then merged into
  * $KC_BENCH_DIR/results.json (default build/bench/results.json): results[section][key]. */
-void kc_bench_set(const char *section, const char *key, double value);
-void kc_bench_set_str(const char *section, const char *key, const char *value);
-int kc_bench_write(void);
+void kc_measure_set(const char *section, const char *key, double value);
+void kc_measure_set_str(const char *section, const char *key, const char *value);
+int kc_measure_write(void);
 
 /* bench_run's floor launchers (launch_floor.c): "ns" or "fs"; the exit status. */
-int kc_bench_floor_launch(const char *what);
+int kc_measure_floor_launch(const char *what);
 
 #endif

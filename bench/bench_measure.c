@@ -82,8 +82,8 @@ static void write_text(const char *path, const char *text) {
 /* Kernel timed by kcage: returns the median per-call seconds and the number used. */
 static double under_kcage(const char *src, const char *cache, uint32_t repeat, uint64_t *number,
                           double *cv, double *min) {
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.args = FIXED_ARGS;
   cfg.repeat = repeat;
   cfg.min_repeat_ms = 20;
@@ -91,7 +91,7 @@ static double under_kcage(const char *src, const char *cache, uint32_t repeat, u
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {src};
-  if (kc_bench_run_batch(&cfg, k, 1, &recs, &err) < 0) {
+  if (kc_measure_run_batch(&cfg, k, 1, &recs, &err) < 0) {
     fprintf(stderr, "bench_measure: %s\n", err.msg);
     exit(1);
   }
@@ -125,16 +125,16 @@ static double unsandboxed(kc_mstate *s, uint64_t number, uint32_t repeat, double
   for (uint32_t r = 0; r < repeat; r++) {
     req.first_set = r % 4;
     req.poison_seed = r;
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_mstate_run(s, &req, out, sizeof out, &len, e, sizeof e);
-    v[r] = (kc_bench_now() - t0) / (double)number;
+    v[r] = (kc_measure_now() - t0) / (double)number;
     sum += v[r];
   }
   double mean = sum / repeat;
   for (uint32_t r = 0; r < repeat; r++)
     sq += (v[r] - mean) * (v[r] - mean);
   *cv = sqrt(sq / (repeat - 1)) / mean;
-  double med = kc_bench_quantile(v, repeat, 0.5);
+  double med = kc_measure_quantile(v, repeat, 0.5);
   *min = v[0]; /* sorted by the quantile */
   free(v);
   return med;
@@ -186,16 +186,16 @@ static void part_fixed(void) {
            kc[i] * 1e6, kcv[i] * 100, kmin[i] * 1e6, un[i] * 1e6, ucv[i] * 100, umin[i] * 1e6,
            ratios[i], mratios[i]);
   }
-  double ratio = kc_bench_quantile(ratios, T, 0.5), mratio = kc_bench_quantile(mratios, T, 0.5);
-  double kcm = kc_bench_quantile(kc, T, 0.5), unm = kc_bench_quantile(un, T, 0.5);
+  double ratio = kc_measure_quantile(ratios, T, 0.5), mratio = kc_measure_quantile(mratios, T, 0.5);
+  double kcm = kc_measure_quantile(kc, T, 0.5), unm = kc_measure_quantile(un, T, 0.5);
   printf("  median ratio kcage/unsandboxed over %d trials: %.4f (%+.2f %%), of the minimums: %.4f "
          "(%+.2f %%); target within 1 %%: %s\n",
          T, ratio, (ratio - 1) * 100, mratio, (mratio - 1) * 100,
          fabs(ratio - 1) <= 0.01 ? "yes" : "NO");
-  kc_bench_set("measure", "fixed_kcage_median_us", kcm * 1e6);
-  kc_bench_set("measure", "fixed_unsandboxed_median_us", unm * 1e6);
-  kc_bench_set("measure", "fixed_ratio_median", ratio);
-  kc_bench_set("measure", "fixed_ratio_min", mratio);
+  kc_measure_set("measure", "fixed_kcage_median_us", kcm * 1e6);
+  kc_measure_set("measure", "fixed_unsandboxed_median_us", unm * 1e6);
+  kc_measure_set("measure", "fixed_ratio_median", ratio);
+  kc_measure_set("measure", "fixed_ratio_min", mratio);
 }
 
 enum { IL_ROUNDS = 31 };
@@ -285,9 +285,9 @@ static void grow_number(interleave *il) {
   char e[256];
   il->req = (kc_mreq_run){.magic = KC_MPROTO_MAGIC, .op = KC_MOP_RUN, .number = 1};
   for (;;) {
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_mstate_run(il->s, &il->req, out, sizeof out, &len, e, sizeof e);
-    double ms = (kc_bench_now() - t0) * 1e3;
+    double ms = (kc_measure_now() - t0) * 1e3;
     if (ms >= 20)
       break;
     uint64_t next = (uint64_t)(20 / (ms / (double)il->req.number) + 1);
@@ -300,11 +300,11 @@ static void grow_number(interleave *il) {
 static double worker_round(interleave *il, double expect, double *elapsed) {
   kc_mcall c;
   kc_error err = {0};
-  double t0 = kc_bench_now();
+  double t0 = kc_measure_now();
   if (kc_mrunner_call_expect(il->r, &il->req, sizeof il->req, 30, expect, &c, &err) < 0 ||
       c.status != KC_MCALL_OK)
     fail("round in the worker failed");
-  double t = kc_bench_now() - t0;
+  double t = kc_measure_now() - t0;
   *elapsed = c.elapsed_s > 0 ? c.elapsed_s : t;
   kc_mcall_clear(&c);
   return t;
@@ -342,9 +342,9 @@ static void run_rounds(interleave *il) {
       } else if (which == 1) {
         to = worker_round(il, 0, &elapsed);
       } else {
-        double t0 = kc_bench_now();
+        double t0 = kc_measure_now();
         kc_mstate_run(il->s, &il->req, out, sizeof out, &len, e, sizeof e);
-        tu = kc_bench_now() - t0;
+        tu = kc_measure_now() - t0;
       }
     }
     double number = (double)il->req.number;
@@ -360,11 +360,11 @@ static void run_rounds(interleave *il) {
 static void report_interleaved(interleave *il, const char *kind, const double *steal0,
                                const double *steal1, int nst) {
   enum { R = IL_ROUNDS };
-  double km = kc_bench_quantile(il->kv, R, 0.5), om = kc_bench_quantile(il->ov, R, 0.5),
-         um = kc_bench_quantile(il->uv, R, 0.5);
+  double km = kc_measure_quantile(il->kv, R, 0.5), om = kc_measure_quantile(il->ov, R, 0.5),
+         um = kc_measure_quantile(il->uv, R, 0.5);
   double kmin = il->kv[0], omin = il->ov[0], umin = il->uv[0]; /* sorted by the quantile */
-  double pm = kc_bench_quantile(il->pr, R, 0.5), dm = kc_bench_quantile(il->df, R, 0.5),
-         dom = kc_bench_quantile(il->dfo, R, 0.5);
+  double pm = kc_measure_quantile(il->pr, R, 0.5), dm = kc_measure_quantile(il->df, R, 0.5),
+         dom = kc_measure_quantile(il->dfo, R, 0.5);
   double round_ms = um * (double)il->req.number * 1e3;
   printf("\ninterleaved: %d round triples of number=%llu (%.2f ms), a %s measure worker vs this "
          "process\n",
@@ -387,12 +387,12 @@ static void report_interleaved(interleave *il, const char *kind, const double *s
          "target within 1 %%: %s\n",
          km / um, (km / um - 1) * 100, pm, (pm - 1) * 100,
          fabs(km / um - 1) <= 0.01 ? "yes" : "NO");
-  kc_bench_set("measure", "interleaved_kcage_median_us", km * 1e6);
-  kc_bench_set("measure", "interleaved_kcage_asleep_median_us", om * 1e6);
-  kc_bench_set("measure", "interleaved_unsandboxed_median_us", um * 1e6);
-  kc_bench_set("measure", "interleaved_ratio", km / um);
-  kc_bench_set("measure", "interleaved_round_diff_us", dm);
-  kc_bench_set("measure", "interleaved_round_diff_asleep_us", dom);
+  kc_measure_set("measure", "interleaved_kcage_median_us", km * 1e6);
+  kc_measure_set("measure", "interleaved_kcage_asleep_median_us", om * 1e6);
+  kc_measure_set("measure", "interleaved_unsandboxed_median_us", um * 1e6);
+  kc_measure_set("measure", "interleaved_ratio", km / um);
+  kc_measure_set("measure", "interleaved_round_diff_us", dm);
+  kc_measure_set("measure", "interleaved_round_diff_asleep_us", dom);
 }
 
 /* The same comparison interleaved round by round: one round timed through a sandboxed
@@ -467,20 +467,20 @@ static void part_trials(void) {
   printf("  %-22s %10s %12s\n", "build cache", "wall s", "trials/s");
   double tps[2];
   for (int warm = 0; warm < 2; warm++) {
-    kc_bench_config cfg;
-    kc_bench_config_init(&cfg);
+    kc_measure_config cfg;
+    kc_measure_config_init(&cfg);
     cfg.args = "f32[4096] f32[4096] f32[4096]:out";
     cfg.repeat = 3;
     cfg.min_repeat_ms = 1;
     cfg.build.cache_dir = cache;
     json_t *recs;
     kc_error err = {0};
-    double t0 = kc_bench_now();
-    if (kc_bench_run_batch(&cfg, kernels, K, &recs, &err) < 0) {
+    double t0 = kc_measure_now();
+    if (kc_measure_run_batch(&cfg, kernels, K, &recs, &err) < 0) {
       fprintf(stderr, "bench_measure: %s\n", err.msg);
       exit(1);
     }
-    double wall = kc_bench_now() - t0;
+    double wall = kc_measure_now() - t0;
     size_t i;
     json_t *r;
     int ok = 0;
@@ -496,8 +496,8 @@ static void part_trials(void) {
   printf("  ratio warm/cold: %.2fx\n", tps[1] / tps[0]);
   printf("  (published anchor, not measured here: TVM/Ansor measure ~0.1-2 trials/s per device,\n"
          "   reference/measurement.md §3; their floor is min_repeat_ms and RPC, ours the build)\n");
-  kc_bench_set("measure", "trials_per_s_cold_cache", tps[0]);
-  kc_bench_set("measure", "trials_per_s_warm_cache", tps[1]);
+  kc_measure_set("measure", "trials_per_s_cold_cache", tps[0]);
+  kc_measure_set("measure", "trials_per_s_warm_cache", tps[1]);
 }
 
 int main(void) {
@@ -511,5 +511,5 @@ int main(void) {
   part_interleaved();
   part_trials();
   kc_rm_rf(tmpdir);
-  return kc_bench_write() < 0;
+  return kc_measure_write() < 0;
 }

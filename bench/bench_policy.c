@@ -25,7 +25,7 @@
 #define HANDOFF 100
 
 static double median_of(double *v, size_t n) {
-  return kc_bench_quantile(v, n, 0.5);
+  return kc_measure_quantile(v, n, 0.5);
 }
 
 /* The number a forked child wrote on the pipe (-1 when it wrote none), the child reaped. */
@@ -55,14 +55,14 @@ static double syscall_ns(const kc_seccomp_prog *prog, long nr, int iters) {
       close(l); /* nothing here notifies */
     double best = 1e9;
     for (int rep = 0; rep < 5; rep++) {
-      double t0 = kc_bench_now();
+      double t0 = kc_measure_now();
       for (int i = 0; i < iters; i++) {
         if (nr == SYS_mprotect)
           syscall(SYS_mprotect, page, 4096, PROT_READ | PROT_WRITE);
         else
           syscall(nr);
       }
-      double ns = (kc_bench_now() - t0) * 1e9 / iters;
+      double ns = (kc_measure_now() - t0) * 1e9 / iters;
       best = ns < best ? ns : best;
     }
     (void)!write(pf[1], &best, sizeof best);
@@ -83,9 +83,9 @@ static double install_us(const kc_policy *p, const kc_seccomp_prog *prog) {
     close(pf[0]);
     int l = -1;
     kc_error err;
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     int rc = prog ? kc_seccomp_prog_load(prog, &l) : kc_policy_install_seccomp(p, &l, &err);
-    double us = (kc_bench_now() - t0) * 1e6;
+    double us = (kc_measure_now() - t0) * 1e6;
     if (rc < 0)
       us = -1;
     (void)!write(pf[1], &us, sizeof us);
@@ -120,7 +120,7 @@ static int notify_round_trip(const kc_policy *p, int n, double *med, double *p99
   close(sv[0]);
   double *lat = calloc((size_t)n, sizeof *lat);
   int got = 0;
-  double last = kc_bench_now();
+  double last = kc_measure_now();
   while (got < n) {
     struct pollfd pfd = {.fd = l, .events = POLLIN};
     if (poll(&pfd, 1, 2000) <= 0)
@@ -129,14 +129,14 @@ static int notify_round_trip(const kc_policy *p, int n, double *med, double *p99
     if (kc_seccomp_notify_receive(l, &ev, &err) < 0)
       continue;
     kc_seccomp_notify_errno(l, &ev, EPERM, &err);
-    double now = kc_bench_now();
+    double now = kc_measure_now();
     lat[got++] = (now - last) * 1e6; /* answer to answer: one full round trip */
     last = now;
   }
   waitpid(pid, NULL, 0);
   close(l);
   *med = got > 10 ? median_of(lat + 1, (size_t)got - 1) : -1;
-  *p99 = got > 10 ? kc_bench_quantile(lat + 1, (size_t)got - 1, 0.99) : -1;
+  *p99 = got > 10 ? kc_measure_quantile(lat + 1, (size_t)got - 1, 0.99) : -1;
   free(lat);
   return got;
 }
@@ -152,18 +152,18 @@ static int bench_profiles(const char *const *names, const char *const *labels,
     double parse[21], comp[21], inst_full[21], inst_pre[21];
     for (int r = 0; r < 21; r++) {
       kc_policy *p;
-      double t0 = kc_bench_now();
+      double t0 = kc_measure_now();
       if (kc_policy_load(names[i], &p, &err) < 0) {
         fprintf(stderr, "bench_policy: %s\n", err.msg);
         return -1;
       }
-      double t1 = kc_bench_now();
+      double t1 = kc_measure_now();
       kc_seccomp_prog *prog;
       if (kc_seccomp_prog_compile(p, HANDOFF, &prog, &err) < 0) {
         fprintf(stderr, "bench_policy: %s\n", err.msg);
         return -1;
       }
-      double t2 = kc_bench_now();
+      double t2 = kc_measure_now();
       parse[r] = (t1 - t0) * 1e6;
       comp[r] = (t2 - t1) * 1e6;
       if (r == 0) {
@@ -191,7 +191,7 @@ static int bench_profiles(const char *const *names, const char *const *labels,
     for (size_t f = 0; f < sizeof figs / sizeof figs[0]; f++) {
       char key[64];
       snprintf(key, sizeof key, "%s_%s", labels[i], figs[f].what);
-      kc_bench_set("policy", key, figs[f].v);
+      kc_measure_set("policy", key, figs[f].v);
     }
   }
   return 0;
@@ -205,17 +205,17 @@ static void bench_filtered_calls(const char *const *names, kc_seccomp_prog **pro
   printf("\n%-8s %14s %14s   (per call, best of 5 x %d)\n", "filter", "getppid ns", "mprotect ns",
          iters);
   printf("%-8s %14.1f %14.1f\n", "none", none_g, none_m);
-  kc_bench_set("policy", "none_getppid_ns", none_g);
-  kc_bench_set("policy", "none_mprotect_ns", none_m);
+  kc_measure_set("policy", "none_getppid_ns", none_g);
+  kc_measure_set("policy", "none_mprotect_ns", none_m);
   for (int i = 0; i < 3; i += 2) {
     double g = syscall_ns(progs[i], SYS_getppid, iters);
     double m = syscall_ns(progs[i], SYS_mprotect, iters);
     printf("%-8s %14.1f %14.1f   (+%.1f, +%.1f ns)\n", names[i], g, m, g - none_g, m - none_m);
     char key[64];
     snprintf(key, sizeof key, "%s_getppid_ns", names[i]);
-    kc_bench_set("policy", key, g);
+    kc_measure_set("policy", key, g);
     snprintf(key, sizeof key, "%s_mprotect_ns", names[i]);
-    kc_bench_set("policy", key, m);
+    kc_measure_set("policy", key, m);
   }
 }
 
@@ -237,8 +237,8 @@ static int bench_notify(void) {
   int got = notify_round_trip(np, 5000, &med, &p99);
   printf("\nnotify round trip (supervisor answers errno), n=%d: median %.1f us, p99 %.1f us\n", got,
          med, p99);
-  kc_bench_set("policy", "notify_round_trip_median_us", med);
-  kc_bench_set("policy", "notify_round_trip_p99_us", p99);
+  kc_measure_set("policy", "notify_round_trip_median_us", med);
+  kc_measure_set("policy", "notify_round_trip_p99_us", p99);
   kc_policy_free(np);
   return 0;
 }
@@ -265,5 +265,5 @@ int main(void) {
     kc_seccomp_prog_free(progs[i]);
     kc_policy_free(pols[i]);
   }
-  return kc_bench_write() < 0 ? 1 : 0;
+  return kc_measure_write() < 0 ? 1 : 0;
 }

@@ -96,7 +96,7 @@ static int launch(const char *const *argv, launch_cost *c) {
   int go[2];
   if (pipe2(go, O_CLOEXEC) < 0)
     return -1;
-  double t0 = kc_bench_now();
+  double t0 = kc_measure_now();
   pid_t pid = fork();
   if (pid < 0)
     return -1;
@@ -126,7 +126,7 @@ static int launch(const char *const *argv, launch_cost *c) {
   while (wait4(pid, &st, 0, &ru) < 0)
     if (errno != EINTR)
       return -1;
-  c->wall = kc_bench_now() - t0;
+  c->wall = kc_measure_now() - t0;
   uint64_t ns = 0;
   if (clk >= 0 && read(clk, &ns, sizeof ns) == (ssize_t)sizeof ns)
     c->cpu = (double)ns * 1e-9;
@@ -199,7 +199,7 @@ static void run_rounds(row *rows, size_t runs) {
 
 /* One line per peer that ran: how far kcage is ahead (or behind) in wall and CPU time. */
 static void print_peer_ratios(row *rows) {
-  double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  double kc_cpu = kc_measure_quantile(rows[KC].cpu, rows[KC].n, 0.5);
   printf("kcage run -- /bin/true against each peer in this run (wall: median of per-round "
          "ratios; CPU: ratio of medians):\n");
   for (int k = 0; k < NROWS; k++) {
@@ -209,8 +209,8 @@ static void print_peer_ratios(row *rows) {
         printf("  %-10s not measured: %s\n", r->key, r->skip ? r->skip : "every launch failed");
       continue;
     }
-    double wall = kc_bench_quantile(r->ratio, r->n, 0.5);
-    double cpu = kc_bench_quantile(r->cpu, r->n, 0.5) / kc_cpu;
+    double wall = kc_measure_quantile(r->ratio, r->n, 0.5);
+    double cpu = kc_measure_quantile(r->cpu, r->n, 0.5) / kc_cpu;
     printf("  %-10s wall %5.2fx %-6s  CPU %5.2fx %s\n", r->key, wall,
            wall >= 1 ? "faster" : "slower", cpu, cpu >= 1 ? "less" : "more");
   }
@@ -227,22 +227,24 @@ static void print_floors(row *rows) {
   }
   if (!un || !fs || un->skip || fs->skip || !un->n || !fs->n || !rows[KC].n)
     return;
-  double fw = kc_bench_quantile(fs->wall, fs->n, 0.5), fc = kc_bench_quantile(fs->cpu, fs->n, 0.5);
-  double uw = kc_bench_quantile(un->wall, un->n, 0.5), uc = kc_bench_quantile(un->cpu, un->n, 0.5);
-  double kw = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
-  double kc = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  double fw = kc_measure_quantile(fs->wall, fs->n, 0.5),
+         fc = kc_measure_quantile(fs->cpu, fs->n, 0.5);
+  double uw = kc_measure_quantile(un->wall, un->n, 0.5),
+         uc = kc_measure_quantile(un->cpu, un->n, 0.5);
+  double kw = kc_measure_quantile(rows[KC].wall, rows[KC].n, 0.5);
+  double kc = kc_measure_quantile(rows[KC].cpu, rows[KC].n, 0.5);
   printf("the floor with kcage's file system against unshare (no file-system isolation): wall "
          "%.2fx, CPU %.2fx; kcage over that floor: wall %.2fx, CPU %.2fx (medians)\n",
          fw / uw, fc / uc, kw / fw, kc / fc);
-  kc_bench_set("run", "floor_fs_over_unshare_wall", fw / uw);
-  kc_bench_set("run", "floor_fs_over_unshare_cpu", fc / uc);
-  kc_bench_set("run", "kcage_over_floor_fs_wall", kw / fw);
-  kc_bench_set("run", "kcage_over_floor_fs_cpu", kc / fc);
+  kc_measure_set("run", "floor_fs_over_unshare_wall", fw / uw);
+  kc_measure_set("run", "floor_fs_over_unshare_cpu", fc / uc);
+  kc_measure_set("run", "kcage_over_floor_fs_wall", kw / fw);
+  kc_measure_set("run", "kcage_over_floor_fs_cpu", kc / fc);
 }
 
 static void print_rows(row *rows, size_t runs) {
-  double kc_cpu = kc_bench_quantile(rows[KC].cpu, rows[KC].n, 0.5);
-  double kc_wall = kc_bench_quantile(rows[KC].wall, rows[KC].n, 0.5);
+  double kc_cpu = kc_measure_quantile(rows[KC].cpu, rows[KC].n, 0.5);
+  double kc_wall = kc_measure_quantile(rows[KC].wall, rows[KC].n, 0.5);
   printf("launch to reap, %zu rounds, each launcher once per round in a shuffled order (ms)\n",
          runs);
   printf("%-44s %7s %7s %7s %8s %9s %9s\n", "launcher", "min", "median", "p99", "CPU med",
@@ -253,23 +255,23 @@ static void print_rows(row *rows, size_t runs) {
       printf("%-44s   skipped: %s\n", r->name, r->skip ? r->skip : "every launch failed");
       continue;
     }
-    double mn = kc_bench_quantile(r->wall, r->n, 0) * 1e3;
-    double med = kc_bench_quantile(r->wall, r->n, 0.5) * 1e3;
-    double p99 = kc_bench_quantile(r->wall, r->n, 0.99) * 1e3;
-    double cpu = kc_bench_quantile(r->cpu, r->n, 0.5) * 1e3;
+    double mn = kc_measure_quantile(r->wall, r->n, 0) * 1e3;
+    double med = kc_measure_quantile(r->wall, r->n, 0.5) * 1e3;
+    double p99 = kc_measure_quantile(r->wall, r->n, 0.99) * 1e3;
+    double cpu = kc_measure_quantile(r->cpu, r->n, 0.5) * 1e3;
     /* the median of the per-round ratios: robust to a slow stretch hitting one round */
-    double ratio = kc_bench_quantile(r->ratio, r->n, 0.5);
+    double ratio = kc_measure_quantile(r->ratio, r->n, 0.5);
     printf("%-44s %7.2f %7.2f %7.2f %8.2f %8.2fx %8.2fx\n", r->name, mn, med, p99, cpu, ratio,
            cpu / (kc_cpu * 1e3));
     char key[64];
     snprintf(key, sizeof key, "%s_median_ms", r->key);
-    kc_bench_set("run", key, med);
+    kc_measure_set("run", key, med);
     snprintf(key, sizeof key, "%s_p99_ms", r->key);
-    kc_bench_set("run", key, p99);
+    kc_measure_set("run", key, p99);
     snprintf(key, sizeof key, "%s_cpu_median_ms", r->key);
-    kc_bench_set("run", key, cpu);
+    kc_measure_set("run", key, cpu);
     snprintf(key, sizeof key, "%s_over_kcage_wall", r->key);
-    kc_bench_set("run", key, ratio);
+    kc_measure_set("run", key, ratio);
     if (r->failed)
       printf("  (%d failed launches left out)\n", r->failed);
   }
@@ -283,7 +285,7 @@ static void print_rows(row *rows, size_t runs) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--floor"))
-    return kc_bench_floor_launch(argv[2]);
+    return kc_measure_floor_launch(argv[2]);
   size_t runs = argc > 1 ? (size_t)atoi(argv[1]) : 300;
   if (runs < 10)
     runs = 10;
@@ -328,5 +330,5 @@ int main(int argc, char **argv) {
     free(rows[r].cpu);
     free(rows[r].ratio);
   }
-  return kc_bench_write() < 0;
+  return kc_measure_write() < 0;
 }

@@ -109,7 +109,7 @@ static void agent_put(lconn *a) {
 static void client_request(lconn *c) {
   char buf[128];
   snprintf(buf, sizeof buf, "[4, \"key%d\", \"\", 1]", c->key);
-  c->t_sent = kc_bench_now();
+  c->t_sent = kc_measure_now();
   send_frame(c->fd, buf, g_split);
 }
 
@@ -120,7 +120,7 @@ static void on_frame(lconn *c, const char *p, size_t n) {
       g_registered++;
     return;
   }
-  double t = kc_bench_now();
+  double t = kc_measure_now();
   if (g_nlat == g_caplat) {
     g_caplat = g_caplat ? 2 * g_caplat : 65536;
     g_lat = realloc(g_lat, g_caplat * sizeof *g_lat);
@@ -172,9 +172,9 @@ static void on_readable(lconn *c) {
 
 static void pump_until(bool (*done)(void *), void *arg, double timeout_s) {
   struct epoll_event evs[512];
-  double end = kc_bench_now() + timeout_s;
+  double end = kc_measure_now() + timeout_s;
   while (!done(arg)) {
-    if (kc_bench_now() > end) {
+    if (kc_measure_now() > end) {
       fprintf(stderr, "bench_tracker: phase timed out\n");
       exit(1);
     }
@@ -531,8 +531,8 @@ static void phase_unloaded(results *r) {
     long want = 2000;
     pump_until(leases_reached, &want, 60);
     double *l = mode == 0 ? r->lat_split : r->lat_single;
-    l[0] = kc_bench_quantile(g_lat, g_nlat, 0.5);
-    l[1] = kc_bench_quantile(g_lat, g_nlat, 0.99);
+    l[0] = kc_measure_quantile(g_lat, g_nlat, 0.5);
+    l[1] = kc_measure_quantile(g_lat, g_nlat, 0.99);
     close_clients(c, 1);
   }
   g_split = !getenv("KC_BENCH_ONE_WRITE");
@@ -550,16 +550,16 @@ static void phase_loaded(results *r, pid_t trk) {
     g_nlat = 0;
     g_leases = 0;
     double c0 = cpu_s(trk), g0 = cpu_s(getpid()), q0 = runq_s(trk) + runq_s(getpid());
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     lconn *cs = start_clients(50, 10000);
     pump_until(leases_reached, &r->want, 120);
-    rep_s[rep] = kc_bench_now() - t0;
+    rep_s[rep] = kc_measure_now() - t0;
     rep_cpu[rep] = cpu_s(trk) - c0;
     rep_gen[rep] = cpu_s(getpid()) - g0;
     rep_q[rep] = runq_s(trk) + runq_s(getpid()) - q0;
     rep_rps[rep] = (double)g_leases / rep_s[rep];
-    rep_med[rep] = kc_bench_quantile(g_lat, g_nlat, 0.5);
-    rep_p99[rep] = kc_bench_quantile(g_lat, g_nlat, 0.99);
+    rep_med[rep] = kc_measure_quantile(g_lat, g_nlat, 0.5);
+    rep_p99[rep] = kc_measure_quantile(g_lat, g_nlat, 0.99);
     close_clients(cs, 50);
   }
   int mid = 0;
@@ -588,13 +588,13 @@ static void phase_one_write(results *r, pid_t trk) {
   g_nlat = 0;
   g_leases = 0;
   double c1 = cpu_s(trk);
-  double t1 = kc_bench_now();
+  double t1 = kc_measure_now();
   lconn *cs = start_clients(50, 10000);
   pump_until(leases_reached, &r->want, 120);
-  double run1_s = kc_bench_now() - t1;
+  double run1_s = kc_measure_now() - t1;
   r->rps1 = (double)g_leases / run1_s;
   r->cpu1 = cpu_s(trk) - c1;
-  r->med1 = kc_bench_quantile(g_lat, g_nlat, 0.5);
+  r->med1 = kc_measure_quantile(g_lat, g_nlat, 0.5);
   close_clients(cs, 50);
   g_split = split_saved;
 }
@@ -619,10 +619,10 @@ static void phase_floor(results *r, pid_t trk) {
         g_nlat = 0;
         g_leases = 0;
         pid_t srv = tgt ? flp : trk;
-        double cc = cpu_s(srv), gg = cpu_s(getpid()), tt = kc_bench_now();
+        double cc = cpu_s(srv), gg = cpu_s(getpid()), tt = kc_measure_now();
         lconn *cs = start_clients(50, 10000);
         pump_until(leases_reached, &r->want, 120);
-        frps[tgt][split][rep] = (double)g_leases / (kc_bench_now() - tt);
+        frps[tgt][split][rep] = (double)g_leases / (kc_measure_now() - tt);
         fcpu[tgt][split][rep] = (cpu_s(srv) - cc) / (double)r->want;
         fgen[tgt][split][rep] = (cpu_s(getpid()) - gg) / (double)r->want;
         close_clients(cs, 50);
@@ -636,9 +636,9 @@ static void phase_floor(results *r, pid_t trk) {
   g_split = split_saved;
   for (int t = 0; t < 2; t++)
     for (int sp = 0; sp < 2; sp++) {
-      r->fmed[t][sp] = kc_bench_quantile(frps[t][sp], FR, 0.5);
-      r->fcmed[t][sp] = kc_bench_quantile(fcpu[t][sp], FR, 0.5);
-      r->fgmed[t][sp] = kc_bench_quantile(fgen[t][sp], FR, 0.5);
+      r->fmed[t][sp] = kc_measure_quantile(frps[t][sp], FR, 0.5);
+      r->fcmed[t][sp] = kc_measure_quantile(fcpu[t][sp], FR, 0.5);
+      r->fgmed[t][sp] = kc_measure_quantile(fgen[t][sp], FR, 0.5);
     }
 }
 
@@ -725,28 +725,28 @@ static void print_table(const results *r) {
 }
 
 static void record(const results *r) {
-  kc_bench_set("tracker", "lease_median_unloaded_split_s", r->lat_split[0]);
-  kc_bench_set("tracker", "lease_p99_unloaded_split_s", r->lat_split[1]);
-  kc_bench_set("tracker", "lease_median_unloaded_single_s", r->lat_single[0]);
-  kc_bench_set("tracker", "register_1000_at_once_s", r->reg_s);
-  kc_bench_set("tracker", "requests_per_s_1000_agents_50_clients", r->rps);
-  kc_bench_set("tracker", "lease_median_loaded_s", r->med);
-  kc_bench_set("tracker", "lease_p99_loaded_s", r->p99);
-  kc_bench_set("tracker", "tracker_cpu_fraction", r->trk_cpu / r->run_s);
-  kc_bench_set("tracker", "loadgen_cpu_fraction", r->gen_cpu / r->run_s);
-  kc_bench_set("tracker", "tracker_cpu_per_request_s", r->trk_cpu / (double)r->want);
-  kc_bench_set("tracker", "requests_per_s_one_write_clients", r->rps1);
-  kc_bench_set("tracker", "lease_median_loaded_one_write_s", r->med1);
-  kc_bench_set("tracker", "tracker_cpu_per_request_one_write_s", r->cpu1 / (double)r->want);
-  kc_bench_set("tracker", "runqueue_wait_fraction", r->runq / r->run_s);
-  kc_bench_set("tracker", "floor_requests_per_s_one_write", r->fmed[1][0]);
-  kc_bench_set("tracker", "floor_requests_per_s_split", r->fmed[1][1]);
-  kc_bench_set("tracker", "alternating_tracker_requests_per_s_one_write", r->fmed[0][0]);
-  kc_bench_set("tracker", "alternating_tracker_requests_per_s_split", r->fmed[0][1]);
-  kc_bench_set("tracker", "rss_kb_start", (double)r->rss[0]);
-  kc_bench_set("tracker", "rss_kb_after_200k_leases", (double)r->rss[4]);
-  kc_bench_set("tracker", "tvm_requests_per_s_reference", 1136);
-  kc_bench_set("tracker", "tvm_lease_median_s_reference", 43.99e-3);
+  kc_measure_set("tracker", "lease_median_unloaded_split_s", r->lat_split[0]);
+  kc_measure_set("tracker", "lease_p99_unloaded_split_s", r->lat_split[1]);
+  kc_measure_set("tracker", "lease_median_unloaded_single_s", r->lat_single[0]);
+  kc_measure_set("tracker", "register_1000_at_once_s", r->reg_s);
+  kc_measure_set("tracker", "requests_per_s_1000_agents_50_clients", r->rps);
+  kc_measure_set("tracker", "lease_median_loaded_s", r->med);
+  kc_measure_set("tracker", "lease_p99_loaded_s", r->p99);
+  kc_measure_set("tracker", "tracker_cpu_fraction", r->trk_cpu / r->run_s);
+  kc_measure_set("tracker", "loadgen_cpu_fraction", r->gen_cpu / r->run_s);
+  kc_measure_set("tracker", "tracker_cpu_per_request_s", r->trk_cpu / (double)r->want);
+  kc_measure_set("tracker", "requests_per_s_one_write_clients", r->rps1);
+  kc_measure_set("tracker", "lease_median_loaded_one_write_s", r->med1);
+  kc_measure_set("tracker", "tracker_cpu_per_request_one_write_s", r->cpu1 / (double)r->want);
+  kc_measure_set("tracker", "runqueue_wait_fraction", r->runq / r->run_s);
+  kc_measure_set("tracker", "floor_requests_per_s_one_write", r->fmed[1][0]);
+  kc_measure_set("tracker", "floor_requests_per_s_split", r->fmed[1][1]);
+  kc_measure_set("tracker", "alternating_tracker_requests_per_s_one_write", r->fmed[0][0]);
+  kc_measure_set("tracker", "alternating_tracker_requests_per_s_split", r->fmed[0][1]);
+  kc_measure_set("tracker", "rss_kb_start", (double)r->rss[0]);
+  kc_measure_set("tracker", "rss_kb_after_200k_leases", (double)r->rss[4]);
+  kc_measure_set("tracker", "tvm_requests_per_s_reference", 1136);
+  kc_measure_set("tracker", "tvm_lease_median_s_reference", 43.99e-3);
 }
 
 int main(void) {
@@ -765,9 +765,9 @@ int main(void) {
   results r = {.want = 10000};
   phase_unloaded(&r);
   /* 2. 1 000 agents connecting at once: connect all, then magic+UPDATE_INFO+PUT. */
-  double t0 = kc_bench_now();
+  double t0 = kc_measure_now();
   register_agents(1000);
-  r.reg_s = kc_bench_now() - t0;
+  r.reg_s = kc_measure_now() - t0;
   phase_loaded(&r, trk);
   phase_one_write(&r, trk);
   phase_floor(&r, trk);
@@ -778,6 +778,6 @@ int main(void) {
   waitpid(trk, NULL, 0);
   print_table(&r);
   record(&r);
-  kc_bench_write();
+  kc_measure_write();
   return 0;
 }

@@ -60,8 +60,8 @@ static void stats(double *v, size_t n, double *med, double *p99) {
   for (size_t i = 0; i < n; i++)
     sum += v[i];
   last_mean = n ? sum / (double)n : 0;
-  *p99 = kc_bench_quantile(v, n, 0.99);
-  *med = kc_bench_quantile(v, n, 0.5);
+  *p99 = kc_measure_quantile(v, n, 0.99);
+  *med = kc_measure_quantile(v, n, 0.5);
 }
 
 /* A sandboxed worker (memory_bytes: its limit, 0 for none); dies on failure. */
@@ -93,9 +93,9 @@ static void bench_roundtrip(size_t n, bool futex_only, double *med, double *p99)
     kc_worker_set_spin(w, 0, 0);
   double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n + 1000; i++) {
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_call_status st = echo(w, 10, "call");
-    double t1 = kc_bench_now();
+    double t1 = kc_measure_now();
     if (st != KC_CALL_COMPLETE)
       die("call not complete", NULL);
     if (i >= 1000)
@@ -125,10 +125,10 @@ static void futex_wake(_Atomic uint32_t *w) {
  * spin_s 0 is the futex-only ring */
 static uint32_t await_change(_Atomic uint32_t *w, _Atomic uint32_t *waiting, uint32_t old,
                              double spin_s) {
-  double t0 = spin_s > 0 ? kc_bench_now() : 0;
+  double t0 = spin_s > 0 ? kc_measure_now() : 0;
   uint32_t v;
   while ((v = atomic_load(w)) == old) {
-    if (spin_s <= 0 || kc_bench_now() - t0 > spin_s) {
+    if (spin_s <= 0 || kc_measure_now() - t0 > spin_s) {
       atomic_store(waiting, 1);
       if ((v = atomic_load(w)) != old)
         break;
@@ -161,10 +161,10 @@ static void bench_raw_ring(size_t n, double spin_s, double *med, double *p99) {
   }
   double *v = malloc(n * sizeof *v);
   for (uint32_t i = 1; i <= n + 1000; i++) {
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     post(&pp->req, &pp->req_waiting, i);
     await_change(&pp->rep, &pp->rep_waiting, i - 1, spin_s);
-    double t1 = kc_bench_now();
+    double t1 = kc_measure_now();
     if (i > 1000)
       v[i - 1001] = t1 - t0;
   }
@@ -191,10 +191,10 @@ static void bench_pipe(size_t n, double *med, double *p99) {
   double *v = malloc(n * sizeof *v);
   char x = 'x';
   for (size_t i = 0; i < n + 1000; i++) {
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     if (write(a[1], &x, 1) != 1 || read(b[0], &x, 1) != 1)
       die("pipe ping-pong", NULL);
-    double t1 = kc_bench_now();
+    double t1 = kc_measure_now();
     if (i >= 1000)
       v[i - 1000] = t1 - t0;
   }
@@ -266,9 +266,9 @@ static void bench_same_cpu(size_t n, int rounds, samecpu *out) {
     r_f[r] = kc / fx;
     r_fm[r] = kc_mean / fx_mean;
   }
-  out->over_kc_futex = kc_bench_quantile(r_kf, (size_t)rounds, 0.5);
-  out->over_futex = kc_bench_quantile(r_f, (size_t)rounds, 0.5);
-  out->over_futex_mean = kc_bench_quantile(r_fm, (size_t)rounds, 0.5);
+  out->over_kc_futex = kc_measure_quantile(r_kf, (size_t)rounds, 0.5);
+  out->over_futex = kc_measure_quantile(r_f, (size_t)rounds, 0.5);
+  out->over_futex_mean = kc_measure_quantile(r_fm, (size_t)rounds, 0.5);
 }
 
 /* ---- spawn to first completed call, full sandbox ---------------------------------- */
@@ -277,9 +277,9 @@ static void bench_spawn(size_t n, double *med, double *p99) {
   double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n + 3; i++) {
     kc_worker_kill(w);
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_call_status st = echo(w, 10, "spawn");
-    double t1 = kc_bench_now();
+    double t1 = kc_measure_now();
     if (st != KC_CALL_COMPLETE)
       die("first call not complete", NULL);
     if (i >= 3) /* the first spawns also start the zygote and the cgroup */
@@ -308,13 +308,13 @@ static void bench_new_pool(size_t n, double *med, double *p99) {
   double *v = malloc(n * sizeof *v);
   for (size_t i = 0; i < n; i++) {
     kc_error e = {0};
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_pool *p = new_pool(1);
     kc_future *f = kc_pool_submit(p, "echo", NULL, 0, &e);
     kc_call_result r;
     if (!f || kc_future_wait(f, -1, &r) != 1 || r.status != KC_CALL_COMPLETE)
       die("new pool: first call", &e);
-    v[i] = kc_bench_now() - t0;
+    v[i] = kc_measure_now() - t0;
     kc_future_free(f);
     kc_pool_shutdown(p, true);
   }
@@ -332,13 +332,13 @@ static void bench_timeout(size_t n, double *med, double *p99, double *late_med) 
   for (size_t i = 0; i < n; i++) {
     echo(w, 10, "warm");
     kill(kc_worker_pid(w), SIGSTOP);
-    double t0 = kc_bench_now();
+    double t0 = kc_measure_now();
     kc_call_status st = echo(w, timeout, "timeout call");
-    double t1 = kc_bench_now();
+    double t1 = kc_measure_now();
     if (st != KC_CALL_TIMEOUT)
       die("expected a timeout", NULL);
     st = echo(w, 10, "replacement");
-    double t2 = kc_bench_now();
+    double t2 = kc_measure_now();
     if (st != KC_CALL_COMPLETE)
       die("replacement call not complete", NULL);
     late[i] = t1 - t0 - timeout;
@@ -363,7 +363,7 @@ static double bench_pool(size_t n, unsigned workers) {
   double t0 = 0;
   for (size_t i = 0; i < n + WINDOW + 2000; i++) {
     if (i == 2000)
-      t0 = kc_bench_now(); /* workers started and warm */
+      t0 = kc_measure_now(); /* workers started and warm */
     kc_future **slot = &win[i % WINDOW];
     if (*slot) {
       kc_future_wait(*slot, -1, &r);
@@ -376,7 +376,7 @@ static double bench_pool(size_t n, unsigned workers) {
     if (i < n + 2000 && !(*slot = kc_pool_submit(p, "echo", NULL, 0, &e)))
       die("submit", &e);
   }
-  double t = kc_bench_now() - t0;
+  double t = kc_measure_now() - t0;
   kc_pool_shutdown(p, true);
   if (ok + 1000 < n)
     die("pool calls failed", NULL);
@@ -407,7 +407,7 @@ static double bench_map(size_t n, unsigned workers, double *faults_per_call,
   for (size_t i = 0; i < BATCH; i++)
     kc_call_result_clear(&res[i]);
   f0 = minor_faults();
-  double t0 = kc_bench_now();
+  double t0 = kc_measure_now();
   size_t done = 0;
   while (done < n) {
     size_t k = n - done < BATCH ? n - done : BATCH;
@@ -420,7 +420,7 @@ static double bench_map(size_t n, unsigned workers, double *faults_per_call,
     }
     done += k;
   }
-  double t = kc_bench_now() - t0;
+  double t = kc_measure_now() - t0;
   *faults_per_call = (double)(minor_faults() - f0) / (double)n;
   kc_pool_shutdown(p, true);
   free(args);
@@ -505,31 +505,31 @@ int main(void) {
          (double)sizeof(kc_call_result) / (double)sysconf(_SC_PAGESIZE));
   printf("%-52s %9.0fx\n", "  vs TVM PopenWorker round trip (103 us, tvm.md)", tput * 103e-6);
 
-  kc_bench_set(SEC, "roundtrip_empty_call_median_us", rt_med * 1e6);
-  kc_bench_set(SEC, "roundtrip_empty_call_p99_us", rt_p99 * 1e6);
-  kc_bench_set(SEC, "raw_spin_futex_ring_roundtrip_median_us", raw_med * 1e6);
-  kc_bench_set(SEC, "raw_spin_futex_ring_roundtrip_p99_us", raw_p99 * 1e6);
-  kc_bench_set(SEC, "pipe_pingpong_roundtrip_median_us", pipe_med * 1e6);
-  kc_bench_set(SEC, "pipe_pingpong_roundtrip_p99_us", pipe_p99 * 1e6);
-  kc_bench_set(SEC, "same_cpu_roundtrip_median_us", sc.kc * 1e6);
-  kc_bench_set(SEC, "same_cpu_kcage_futex_only_median_us", sc.kc_futex * 1e6);
-  kc_bench_set(SEC, "same_cpu_raw_futex_only_ring_median_us", sc.futex * 1e6);
-  kc_bench_set(SEC, "same_cpu_over_raw_futex_ring_of_means", sc.over_futex_mean);
-  kc_bench_set(SEC, "same_cpu_raw_spin_ring_median_us", sc.spin * 1e6);
-  kc_bench_set(SEC, "same_cpu_kcage_over_kcage_futex_only", sc.over_kc_futex);
-  kc_bench_set(SEC, "same_cpu_kcage_over_raw_futex_only", sc.over_futex);
-  kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_median_ms", sp_med * 1e3);
-  kc_bench_set(SEC, "spawn_to_first_call_full_sandbox_p99_ms", sp_p99 * 1e3);
-  kc_bench_set(SEC, "new_pool_to_first_result_median_ms", np_med * 1e3);
-  kc_bench_set(SEC, "new_pool_to_first_result_p99_ms", np_p99 * 1e3);
-  kc_bench_set(SEC, "timeout_deadline_to_replacement_ready_median_ms", to_med * 1e3);
-  kc_bench_set(SEC, "timeout_deadline_to_replacement_ready_p99_ms", to_p99 * 1e3);
-  kc_bench_set(SEC, "timeout_deadline_to_timeout_returned_median_ms", to_late * 1e3);
-  kc_bench_set(SEC, "pool2_empty_calls_per_s", tput);
-  kc_bench_set(SEC, "pool2_map_empty_calls_per_s", map_tput);
-  kc_bench_set(SEC, "pool2_map_minor_faults_per_call", map_faults);
-  kc_bench_set(SEC, "pool2_map_first_into_fresh_array_minor_faults_per_call", map_first_faults);
-  kc_bench_set(SEC, "rounds_best_of", ROUNDS);
-  kc_bench_set(SEC, "load_average_1min", loadavg());
-  return kc_bench_write() < 0;
+  kc_measure_set(SEC, "roundtrip_empty_call_median_us", rt_med * 1e6);
+  kc_measure_set(SEC, "roundtrip_empty_call_p99_us", rt_p99 * 1e6);
+  kc_measure_set(SEC, "raw_spin_futex_ring_roundtrip_median_us", raw_med * 1e6);
+  kc_measure_set(SEC, "raw_spin_futex_ring_roundtrip_p99_us", raw_p99 * 1e6);
+  kc_measure_set(SEC, "pipe_pingpong_roundtrip_median_us", pipe_med * 1e6);
+  kc_measure_set(SEC, "pipe_pingpong_roundtrip_p99_us", pipe_p99 * 1e6);
+  kc_measure_set(SEC, "same_cpu_roundtrip_median_us", sc.kc * 1e6);
+  kc_measure_set(SEC, "same_cpu_kcage_futex_only_median_us", sc.kc_futex * 1e6);
+  kc_measure_set(SEC, "same_cpu_raw_futex_only_ring_median_us", sc.futex * 1e6);
+  kc_measure_set(SEC, "same_cpu_over_raw_futex_ring_of_means", sc.over_futex_mean);
+  kc_measure_set(SEC, "same_cpu_raw_spin_ring_median_us", sc.spin * 1e6);
+  kc_measure_set(SEC, "same_cpu_kcage_over_kcage_futex_only", sc.over_kc_futex);
+  kc_measure_set(SEC, "same_cpu_kcage_over_raw_futex_only", sc.over_futex);
+  kc_measure_set(SEC, "spawn_to_first_call_full_sandbox_median_ms", sp_med * 1e3);
+  kc_measure_set(SEC, "spawn_to_first_call_full_sandbox_p99_ms", sp_p99 * 1e3);
+  kc_measure_set(SEC, "new_pool_to_first_result_median_ms", np_med * 1e3);
+  kc_measure_set(SEC, "new_pool_to_first_result_p99_ms", np_p99 * 1e3);
+  kc_measure_set(SEC, "timeout_deadline_to_replacement_ready_median_ms", to_med * 1e3);
+  kc_measure_set(SEC, "timeout_deadline_to_replacement_ready_p99_ms", to_p99 * 1e3);
+  kc_measure_set(SEC, "timeout_deadline_to_timeout_returned_median_ms", to_late * 1e3);
+  kc_measure_set(SEC, "pool2_empty_calls_per_s", tput);
+  kc_measure_set(SEC, "pool2_map_empty_calls_per_s", map_tput);
+  kc_measure_set(SEC, "pool2_map_minor_faults_per_call", map_faults);
+  kc_measure_set(SEC, "pool2_map_first_into_fresh_array_minor_faults_per_call", map_first_faults);
+  kc_measure_set(SEC, "rounds_best_of", ROUNDS);
+  kc_measure_set(SEC, "load_average_1min", loadavg());
+  return kc_measure_write() < 0;
 }

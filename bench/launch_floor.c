@@ -65,7 +65,7 @@ static void write_map(pid_t pid, const char *file) {
   close(fd);
 }
 
-int kc_bench_floor_launch(const char *what) {
+int kc_measure_floor_launch(const char *what) {
   bool fs = !strcmp(what, "fs");
   if (!fs && strcmp(what, "ns")) {
     fprintf(stderr, "floor: ns or fs, not %s\n", what);

@@ -15,21 +15,21 @@ static double now_s(void) {
   return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-void kc_bench_progress_init(kc_bench_progress *p, size_t kernels, bool tty) {
+void kc_measure_progress_init(kc_measure_progress *p, size_t kernels, bool tty) {
   memset(p, 0, sizeof *p);
   p->tty = tty;
   p->kernels = kernels;
   p->phase_t0 = now_s();
 }
 
-static void erase(kc_bench_progress *p) {
+static void erase(kc_measure_progress *p) {
   if (p->tty && p->drawn)
     fprintf(stderr, "\r\033[K");
   p->drawn = false;
 }
 
-void kc_bench_progress_start(void *ctx, const char *kernel) {
-  kc_bench_progress *p = ctx;
+void kc_measure_progress_start(void *ctx, const char *kernel) {
+  kc_measure_progress *p = ctx;
   char esc[4096];
   kc_escape(kernel, esc, sizeof esc);
   size_t l = strlen(esc);
@@ -41,8 +41,8 @@ void kc_bench_progress_start(void *ctx, const char *kernel) {
   snprintf(p->current, sizeof p->current, "%s%.*s", tail != esc ? "..." : "", (int)cap, tail);
 }
 
-void kc_bench_progress_step(void *ctx, const char *phase, size_t done, size_t total) {
-  kc_bench_progress *p = ctx;
+void kc_measure_progress_step(void *ctx, const char *phase, size_t done, size_t total) {
+  kc_measure_progress *p = ctx;
   if (strcmp(phase, p->phase)) {
     snprintf(p->phase, sizeof p->phase, "%s", phase);
     p->phase_t0 = now_s();
@@ -67,7 +67,7 @@ void kc_bench_progress_step(void *ctx, const char *phase, size_t done, size_t to
 }
 
 /* A finished kernel: off a terminal, its line ("[2/4] vadd.c: ok, 803.660 us"). */
-void kc_bench_progress_record(kc_bench_progress *p, const json_t *rec) {
+void kc_measure_progress_record(kc_measure_progress *p, const json_t *rec) {
   p->done++;
   if (p->tty || p->quiet)
     return;
@@ -84,7 +84,7 @@ void kc_bench_progress_record(kc_bench_progress *p, const json_t *rec) {
     fprintf(stderr, "kcage bench: [%zu/%zu] %s: %s\n", p->done, p->kernels, k, m);
 }
 
-void kc_bench_progress_end(kc_bench_progress *p) {
+void kc_measure_progress_end(kc_measure_progress *p) {
   erase(p);
   fflush(stderr);
 }

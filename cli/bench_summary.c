@@ -19,8 +19,8 @@ static void counts(FILE *out, json_t *recs) {
   size_t n = json_array_size(recs);
   fprintf(out, "%zu kernel%s:", n, n == 1 ? "" : "s");
   const char *sep = " ";
-  for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++) {
-    const char *name = kc_bench_status_name((kc_bench_status)s);
+  for (int s = KC_MEASURE_OK; s <= KC_MEASURE_SUSPICIOUS; s++) {
+    const char *name = kc_measure_status_name((kc_measure_status)s);
     size_t c = 0, i;
     json_t *r;
     json_array_foreach(recs, i, r) {
@@ -47,7 +47,7 @@ static json_t *fastest(json_t *recs) {
   return best;
 }
 
-void kc_bench_summary_print(FILE *out, json_t *recs, const kc_bench_table_opts *o) {
+void kc_measure_summary_print(FILE *out, json_t *recs, const kc_measure_table_opts *o) {
   counts(out, recs);
   json_t *best = fastest(recs), *r;
   if (best) {

@@ -207,7 +207,7 @@ static void print_row(FILE *out, const row *w, size_t kw, bool colour) {
   fputc('\n', out);
 }
 
-void kc_bench_table_print(FILE *out, json_t *recs, json_t *ref, const kc_bench_table_opts *o) {
+void kc_measure_table_print(FILE *out, json_t *recs, json_t *ref, const kc_measure_table_opts *o) {
   double ref_med = ref ? num(ref, "median_s") : NAN;
   size_t n = json_array_size(recs), kw = 6;
   row *rows = calloc(n ? n : 1, sizeof *rows);
@@ -229,5 +229,5 @@ void kc_bench_table_print(FILE *out, json_t *recs, json_t *ref, const kc_bench_t
   for (size_t i = 0; i < n; i++)
     print_row(out, &rows[i], kw, o->colour);
   free(rows);
-  kc_bench_summary_print(out, recs, o);
+  kc_measure_summary_print(out, recs, o);
 }

@@ -81,11 +81,11 @@ int kc_cli_no_operands(const char *cmd, int argc, char **argv);
 /* bench_table.c, bench_summary.c: `kcage bench`'s table on out, one row per record,
  * then the summary line(s).  verified: the batch had a reference; colour: SGR colours
  * (a terminal, NO_COLOR unset). */
-typedef struct kc_bench_table_opts {
+typedef struct kc_measure_table_opts {
   bool verified, colour;
-} kc_bench_table_opts;
-void kc_bench_table_print(FILE *out, json_t *recs, json_t *ref, const kc_bench_table_opts *o);
-void kc_bench_summary_print(FILE *out, json_t *recs, const kc_bench_table_opts *o);
+} kc_measure_table_opts;
+void kc_measure_table_print(FILE *out, json_t *recs, json_t *ref, const kc_measure_table_opts *o);
+void kc_measure_summary_print(FILE *out, json_t *recs, const kc_measure_table_opts *o);
 /* "803.660 us": s in the unit that suits it (s, ms, us, ns). */
 void kc_cli_fmt_seconds(char *buf, size_t len, double s);
 /* Terminal cells UTF-8 text takes (a byte that does not decode counts one). */
@@ -94,18 +94,18 @@ size_t kc_cli_display_width(const char *s);
 bool kc_cli_colour(FILE *out);
 
 /* bench_progress.c: progress on stderr, redrawn on a terminal, one line per finished
- * kernel elsewhere.  start and step are kc_bench_config's on_start and progress. */
-typedef struct kc_bench_progress {
+ * kernel elsewhere.  start and step are kc_measure_config's on_start and progress. */
+typedef struct kc_measure_progress {
   bool tty, quiet, drawn;
   size_t kernels, done;
   double phase_t0;
   char phase[16];
   char current[64];
-} kc_bench_progress;
-void kc_bench_progress_init(kc_bench_progress *p, size_t kernels, bool tty);
-void kc_bench_progress_start(void *ctx, const char *kernel);
-void kc_bench_progress_step(void *ctx, const char *phase, size_t done, size_t total);
-void kc_bench_progress_record(kc_bench_progress *p, const json_t *rec);
-void kc_bench_progress_end(kc_bench_progress *p);
+} kc_measure_progress;
+void kc_measure_progress_init(kc_measure_progress *p, size_t kernels, bool tty);
+void kc_measure_progress_start(void *ctx, const char *kernel);
+void kc_measure_progress_step(void *ctx, const char *phase, size_t done, size_t total);
+void kc_measure_progress_record(kc_measure_progress *p, const json_t *rec);
+void kc_measure_progress_end(kc_measure_progress *p);
 
 #endif

@@ -190,7 +190,7 @@ static const struct option opts[] = {{"args", 1, 0, O_ARGS},
  * interrupted batch keeps every finished record. */
 typedef struct sink {
   FILE *jf;
-  kc_bench_progress *progress;
+  kc_measure_progress *progress;
   json_t *done; /* the records so far, for the table of an interrupted batch */
   bool failed;  /* a record could not be written to --json */
   int errno_;   /* why */
@@ -200,10 +200,10 @@ static void on_record(void *ctx, const json_t *rec) {
   sink *k = ctx;
   json_array_append(k->done, (json_t *)rec);
   if (k->progress)
-    kc_bench_progress_record(k->progress, rec);
+    kc_measure_progress_record(k->progress, rec);
   if (!k->jf)
     return;
-  char *line = kc_bench_record_dumps(rec);
+  char *line = kc_measure_record_dumps(rec);
   if (!k->failed && (!line || fprintf(k->jf, "%s\n", line) < 0 || fflush(k->jf) != 0)) {
     k->failed = true;
     k->errno_ = line ? errno : ENOMEM;
@@ -212,7 +212,7 @@ static void on_record(void *ctx, const json_t *rec) {
 }
 
 static void on_signal(int sig) {
-  kc_bench_interrupt(sig);
+  kc_measure_interrupt(sig);
 }
 
 /* The long name of option c, for an error that names it. */
@@ -241,7 +241,7 @@ static int parse_memory(const char *name, const char *a, uint64_t *out) {
  * --no-isolation holds memory as an RLIMIT_AS of a plain process).  One this host cannot
  * hold is refused here, before any build or cached artifact or reference is touched:
  * the same answer whatever the batch holds. */
-static int limits_preflight(const kc_bench_config *cfg, bool sources, kc_error *err) {
+static int limits_preflight(const kc_measure_config *cfg, bool sources, kc_error *err) {
   if (!sources && cfg->no_isolation)
     return 0;
   static const char *const limits[] = {"memory", "pids"};
@@ -254,7 +254,7 @@ static int limits_preflight(const kc_bench_config *cfg, bool sources, kc_error *
 /* The cache directory (root must not use one that others can write), the compiler
  * (when a kernel is a source), the sandbox policies and the worker binary of a local
  * batch (a $KCAGE_WORKER others could change is refused here, not once per kernel). */
-static int preflight(const kc_bench_config *cfg, const char *const *kernels, size_t nk,
+static int preflight(const kc_measure_config *cfg, const char *const *kernels, size_t nk,
                      kc_error *err) {
   bool sources = false;
   for (size_t i = 0; i < nk; i++) {
@@ -290,7 +290,7 @@ static bool input_error(const kc_error *err) {
 }
 
 typedef struct bench_args {
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   const char *json_path, *auth_path;
   bool quiet;
   /* --session-constructor, split at its commas */
@@ -450,7 +450,7 @@ static int uint_option(int c, const char *a, uint64_t min, uint64_t max, uint32_
 
 /* How each kernel is timed, and the limits of its worker. */
 static int timing_option(bench_args *b, int c, const char *a) {
-  kc_bench_config *g = &b->cfg;
+  kc_measure_config *g = &b->cfg;
   switch (c) {
   case O_NUMBER:
     return uint_option(c, a, 1, UINT32_MAX, &g->number);
@@ -527,7 +527,7 @@ static int bench_option(bench_args *b, int c, const char *a, char **argv) {
 
 /* What the options must hold together, and the kernels named: 0, or the exit status. */
 static int check_usage(const bench_args *b, kc_auth_key *auth, int argc, char **argv) {
-  const kc_bench_config *cfg = &b->cfg;
+  const kc_measure_config *cfg = &b->cfg;
   if (!cfg->args) {
     kc_cli_error("bench",
                  "--args is required (e.g. --args 'f32[64,64] f32[64,64] f32[64,64]:out')");
@@ -591,31 +591,31 @@ static void close_json(FILE *jf) {
 /* The batch, here or on the tracker's device.  Local runs stop cleanly on a signal; a
  * remote run is left to the default action (the agent sees the session drop and kills
  * its own workers). */
-static int run_batch(const kc_bench_config *cfg, const kc_auth_key *auth,
+static int run_batch(const kc_measure_config *cfg, const kc_auth_key *auth,
                      const char *const *kernels, size_t nk, json_t **recs, json_t **ref,
                      kc_error *err) {
   if (cfg->tracker)
-    return kc_bench_remote_run(cfg, auth, kernels, nk, recs, err);
+    return kc_measure_remote_run(cfg, auth, kernels, nk, recs, err);
   struct sigaction sa = {.sa_handler = on_signal}, old_int, old_term;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
-  int rc = kc_bench_run_batch_ex(cfg, kernels, nk, recs, ref, err);
+  int rc = kc_measure_run_batch_ex(cfg, kernels, nk, recs, ref, err);
   sigaction(SIGINT, &old_int, NULL);
   sigaction(SIGTERM, &old_term, NULL);
   return rc;
 }
 
 static void print_table(const bench_args *b, json_t *recs, json_t *ref) {
-  kc_bench_table_opts o = {.verified = b->cfg.reference != NULL, .colour = kc_cli_colour(stdout)};
-  kc_bench_table_print(stdout, recs, ref, &o);
+  kc_measure_table_opts o = {.verified = b->cfg.reference != NULL, .colour = kc_cli_colour(stdout)};
+  kc_measure_table_print(stdout, recs, ref, &o);
 }
 
 /* A batch that did not finish: interrupted (what finished is on the file already; the
  * table shows the same), or refused. */
 static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_error *err) {
-  int sig = kc_bench_interrupted();
-  kc_bench_progress_end(k->progress);
+  int sig = kc_measure_interrupted();
+  kc_measure_progress_end(k->progress);
   if (sig) {
     if (!b->quiet && k->jf != stdout)
       print_table(b, k->done, NULL);
@@ -633,7 +633,7 @@ static int batch_failed(const bench_args *b, const sink *k, size_t nk, const kc_
  * the exit status: 0, or KC_EXIT_BENCH_FAILED when --json could not be written (a
  * caller reading the file must not take a truncated one for the whole batch). */
 static int report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
-  kc_bench_progress_end(k->progress);
+  kc_measure_progress_end(k->progress);
   if (!b->quiet && k->jf != stdout)
     print_table(b, recs, ref);
   else if (!b->cfg.reference)
@@ -662,7 +662,7 @@ static int report(const bench_args *b, sink *k, json_t *recs, json_t *ref) {
 
 int kc_cmd_bench(int argc, char **argv) {
   bench_args b = {0};
-  kc_bench_config_init(&b.cfg);
+  kc_measure_config_init(&b.cfg);
   optind = 1;
   opterr = 0;
   int c;
@@ -678,15 +678,15 @@ int kc_cmd_bench(int argc, char **argv) {
   FILE *jf = NULL;
   if (b.json_path && !(jf = open_json(b.json_path)))
     return KC_EXIT_USAGE;
-  kc_bench_config *cfg = &b.cfg;
+  kc_measure_config *cfg = &b.cfg;
   const char *const *kernels = (const char *const *)argv + optind;
   size_t nk = (size_t)(argc - optind);
-  kc_bench_progress prog;
-  kc_bench_progress_init(&prog, nk, isatty(STDERR_FILENO));
+  kc_measure_progress prog;
+  kc_measure_progress_init(&prog, nk, isatty(STDERR_FILENO));
   prog.quiet = b.quiet;
   if (prog.tty && !b.quiet) {
-    cfg->progress = kc_bench_progress_step;
-    cfg->on_start = kc_bench_progress_start;
+    cfg->progress = kc_measure_progress_step;
+    cfg->on_start = kc_measure_progress_start;
     cfg->progress_ctx = &prog;
   }
   kc_error err = {0};

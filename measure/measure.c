@@ -43,7 +43,7 @@ static uint64_t rng_next(uint64_t *st) {
   return kc_splitmix64(st);
 }
 
-void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...) {
+void kc_kmeasure_status(kc_kmeasure *m, kc_measure_status s, const char *fmt, ...) {
   m->status = s;
   va_list ap;
   va_start(ap, fmt);
@@ -58,14 +58,14 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
     return true;
   case KC_MCALL_EXCEPTION:
     if (!strncmp(c->message, "suspicious: ", 12))
-      kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s", c->message + 12);
+      kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s", c->message + 12);
     else if (!strncmp(c->message, "error: ", 7))
-      kc_kmeasure_status(m, KC_BENCH_ERROR, "%s", c->message + 7);
+      kc_kmeasure_status(m, KC_MEASURE_ERROR, "%s", c->message + 7);
     else
-      kc_kmeasure_status(m, KC_BENCH_ERROR, "%s: %s", what, c->message);
+      kc_kmeasure_status(m, KC_MEASURE_ERROR, "%s: %s", what, c->message);
     return false;
   case KC_MCALL_TIMEOUT:
-    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: no answer within the time limit", what);
+    kc_kmeasure_status(m, KC_MEASURE_TIMEOUT, "%s: no answer within the time limit", what);
     return false;
   case KC_MCALL_DIED:
     break;
@@ -73,30 +73,32 @@ static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
   const kc_result *v = &c->verdict;
   switch (v->status) {
   case KC_STATUS_MEMORY:
-    kc_kmeasure_status(m, KC_BENCH_MEMORY, "%s: the worker ran out of memory", what);
+    kc_kmeasure_status(m, KC_MEASURE_MEMORY, "%s: the worker ran out of memory", what);
     break;
   case KC_STATUS_SYSCALL:
     kc_kmeasure_status(
-        m, KC_BENCH_SYSCALL, "%s: forbidden syscall %s", what,
+        m, KC_MEASURE_SYSCALL, "%s: forbidden syscall %s", what,
         v->syscall[0]
             ? v->syscall
             : "(unnamed: SIGSYS arrived while signals were blocked, as in thread creation)");
     break;
   case KC_STATUS_PIDS:
-    kc_kmeasure_status(m, KC_BENCH_SYSCALL, "%s: tried to start a process or thread", what);
+    kc_kmeasure_status(m, KC_MEASURE_SYSCALL, "%s: tried to start a process or thread", what);
     break;
   case KC_STATUS_TIMEOUT:
-    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: %s time limit", what, v->limit ? v->limit : "the");
+    kc_kmeasure_status(m, KC_MEASURE_TIMEOUT, "%s: %s time limit", what,
+                       v->limit ? v->limit : "the");
     break;
   case KC_STATUS_SIGNALED:
-    kc_kmeasure_status(m, KC_BENCH_CRASH, "%s: killed by %s", what, kc_signal_name(v->signal));
+    kc_kmeasure_status(m, KC_MEASURE_CRASH, "%s: killed by %s", what, kc_signal_name(v->signal));
     break;
   case KC_STATUS_EXITED:
   case KC_STATUS_OK:
-    kc_kmeasure_status(m, KC_BENCH_CRASH, "%s: the worker exited (status %d)", what, v->exit_code);
+    kc_kmeasure_status(m, KC_MEASURE_CRASH, "%s: the worker exited (status %d)", what,
+                       v->exit_code);
     break;
   default:
-    kc_kmeasure_status(m, KC_BENCH_ERROR, "%s: %s", what,
+    kc_kmeasure_status(m, KC_MEASURE_ERROR, "%s: %s", what,
                        v->message[0] ? v->message : "worker failed");
   }
   return false;
@@ -122,10 +124,10 @@ static double limit_for(const kc_mctx *x, double own_s, const char **limit) {
 static void timed_out(const kc_mctx *x, kc_kmeasure *m, const char *limit, const char *what) {
   m->limit = limit;
   if (!strcmp(limit, "budget"))
-    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "%s: the measurement ran past its budget (--budget)",
+    kc_kmeasure_status(m, KC_MEASURE_TIMEOUT, "%s: the measurement ran past its budget (--budget)",
                        what);
   else
-    kc_kmeasure_status(m, KC_BENCH_TIMEOUT,
+    kc_kmeasure_status(m, KC_MEASURE_TIMEOUT,
                        "%s: a call ran past the per-call limit of %g s (--timeout)", what,
                        x->call_s);
 }
@@ -169,7 +171,7 @@ static int untimed(kc_mctx *x, kc_kmeasure *m, const void *req, size_t len, doub
   if (c.status == KC_MCALL_TIMEOUT)
     timed_out(x, m, limit, what);
   if (ok && c.value_len != want) {
-    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
+    kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s: the worker's reply has the wrong size", what);
     ok = false;
   }
   if (ok && want)
@@ -193,7 +195,7 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   if (used <= dt * 1.25 + 0.005)
     return 1;
   kc_kmeasure_status(
-      m, KC_BENCH_SUSPICIOUS,
+      m, KC_MEASURE_SUSPICIOUS,
       "%s: the worker used %.3g s of CPU in a round of %.3g s (work outside the clock)", what, used,
       dt);
   return 0;
@@ -219,7 +221,7 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * alternated within one hour.  A call whose own tensors fill that cache (a 1M vector
  * add, 12 MiB) read no better in one-call pieces either.
  *
- * A non-zero piece_bytes (kc_bench_config's) overrides all of this: pieces of as many
+ * A non-zero piece_bytes (kc_measure_config's) overrides all of this: pieces of as many
  * calls as their tensors fit in it. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes) {
@@ -274,7 +276,7 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   if (c.status == KC_MCALL_TIMEOUT)
     timed_out(x, m, limit, what);
   if (ok && (c.value_len != sizeof(kc_mreply_run) || kc_mrunner_pid(x->runner) != v->pid)) {
-    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     ok = false;
   }
   kc_mcall_clear(&c);
@@ -286,7 +288,7 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
 static int memory_gone(kc_kmeasure *m, const kc_error *err) {
   if (err->code != EFAULT)
     return -1;
-  kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
+  kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
                      "the output area of a round is gone from the worker's memory");
   return 0;
 }
@@ -404,7 +406,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   if (r <= 0)
     return r;
   if (rep.magic != KC_MPROTO_MAGIC || rep.region != region) {
-    kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s: the worker's reply is malformed", what);
     return 0;
   }
   if (x->flush_cache) {
@@ -559,16 +561,16 @@ static int load(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
     return kc_error_set(err, ENAMETOOLONG, "load request");
   double load_s = 30 + (double)(kc_args_region_bytes(x->spec, false) * x->n_slots) / 100e6;
   int r = untimed(x, m, lbuf, ln, load_s, NULL, 0, "load", err);
-  if (r == 0 && m->status == KC_BENCH_TIMEOUT && !strcmp(m->limit, "call")) {
+  if (r == 0 && m->status == KC_MEASURE_TIMEOUT && !strcmp(m->limit, "call")) {
     m->limit = NULL; /* not a kernel call */
-    kc_kmeasure_status(m, KC_BENCH_TIMEOUT, "load: no answer within %.0f s", load_s);
+    kc_kmeasure_status(m, KC_MEASURE_TIMEOUT, "load: no answer within %.0f s", load_s);
   }
   return r;
 }
 
 int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   memset(m, 0, sizeof *m);
-  m->status = KC_BENCH_OK;
+  m->status = KC_MEASURE_OK;
   m->max_abs_err = NAN;
   uint64_t st;
   if (getrandom(&st, sizeof st, 0) != sizeof st)
@@ -580,7 +582,7 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
 
   /* 1. Refuse what cannot be sealed, load, then audit what is mapped executable. */
   if (kc_audit_elf(x->artifact, m->message, sizeof m->message) < 0) {
-    m->status = KC_BENCH_SUSPICIOUS;
+    m->status = KC_MEASURE_SUSPICIOUS;
     return 0;
   }
   int r = load(x, m, err);
@@ -589,7 +591,7 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   int a = kc_audit_maps(kc_mrunner_pid(x->runner), x->artifact, kc_mrunner_plain(x->runner),
                         m->message, sizeof m->message);
   if (a < 0) {
-    m->status = a == -1 ? KC_BENCH_SUSPICIOUS : KC_BENCH_ERROR;
+    m->status = a == -1 ? KC_MEASURE_SUSPICIOUS : KC_MEASURE_ERROR;
     return 0;
   }
 

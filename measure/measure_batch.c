@@ -1,4 +1,4 @@
-/* kc_bench_run_batch: the whole `kcage bench` job.  Inputs generated once per batch
+/* kc_measure_run_batch: the whole `kcage bench` job.  Inputs generated once per batch
  * into a read-only file, builds in parallel (content-addressed cache), the reference's
  * outputs computed in their own worker, then every kernel measured in a fresh worker,
  * one after another (parallel measurements on a small machine would time each other). */
@@ -29,22 +29,22 @@
 #include "measure_internal.h"
 #include "measure_kernel.h"
 
-const char *kc_bench_status_name(kc_bench_status s) {
+const char *kc_measure_status_name(kc_measure_status s) {
   static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
                                       "crash", "syscall",     "error",        "suspicious"};
   return (unsigned)s < sizeof names / sizeof names[0] ? names[s] : "error";
 }
 
-int kc_bench_status_parse(const char *name, kc_bench_status *out) {
-  for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++)
-    if (!strcmp(name, kc_bench_status_name((kc_bench_status)s))) {
-      *out = (kc_bench_status)s;
+int kc_measure_status_parse(const char *name, kc_measure_status *out) {
+  for (int s = KC_MEASURE_OK; s <= KC_MEASURE_SUSPICIOUS; s++)
+    if (!strcmp(name, kc_measure_status_name((kc_measure_status)s))) {
+      *out = (kc_measure_status)s;
       return 0;
     }
   return -1;
 }
 
-void kc_bench_config_init(kc_bench_config *c) {
+void kc_measure_config_init(kc_measure_config *c) {
   memset(c, 0, sizeof *c);
   c->rtol = -1;
   c->atol = -1;
@@ -64,7 +64,7 @@ typedef struct item {
   char sha256[65];       /* of the bytes built or staged; "" until known */
   kc_kmeasure m;
   bool measured;
-  kc_bench_status status;
+  kc_measure_status status;
   char message[2048];
   struct timespec started, ended; /* wall clock, for the record */
   json_t *rec;                    /* once final */
@@ -102,7 +102,7 @@ static void build_helper(int fd, const item *items, size_t total, const kc_build
 /* The builds of one batch: the sources to build (jobs, each an index into items) and
  * the helpers building them. */
 typedef struct {
-  const kc_bench_config *cfg;
+  const kc_measure_config *cfg;
   kc_build_opts build; /* cfg's, with the tenant's settings */
   item *items;
   size_t total;
@@ -223,12 +223,12 @@ static void collect(build_pool *b, size_t k) {
 static void run_helpers(build_pool *b) {
   for (;;) {
     hand_out(b);
-    if (b->done == b->nj || !b->alive || kc_bench_interrupted())
+    if (b->done == b->nj || !b->alive || kc_measure_interrupted())
       return;
     struct pollfd pfd[KC_MAX_BUILD_HELPERS];
     for (size_t k = 0; k < b->nh; k++)
       pfd[k] = (struct pollfd){b->h[k].fd >= 0 && b->h[k].job >= 0 ? b->h[k].fd : -1, POLLIN, 0};
-    int pr = poll(pfd, (nfds_t)b->nh, 100); /* sliced: see kc_bench_interrupted */
+    int pr = poll(pfd, (nfds_t)b->nh, 100); /* sliced: see kc_measure_interrupted */
     if (pr < 0 && errno != EINTR)
       return;
     for (size_t k = 0; pr > 0 && k < b->nh; k++)
@@ -240,14 +240,14 @@ static void run_helpers(build_pool *b) {
 static void stop_helpers(build_pool *b) {
   for (size_t k = 0; k < b->nh; k++) {
     kc_close_fd(&b->h[k].fd);
-    if (b->h[k].pid > 0 && kc_bench_interrupted())
+    if (b->h[k].pid > 0 && kc_measure_interrupted())
       kill(b->h[k].pid, SIGKILL); /* its compiler dies with it (the sandbox's death signal) */
     if (b->h[k].pid > 0)
       waitpid(b->h[k].pid, NULL, 0);
   }
 }
 
-static void build_all(const kc_bench_config *cfg, item *items, size_t total) {
+static void build_all(const kc_measure_config *cfg, item *items, size_t total) {
   build_pool b = {.cfg = cfg, .build = cfg->build, .items = items, .total = total};
   b.build.settings = cfg->settings;
   b.jobs = calloc(total + 1, sizeof *b.jobs);
@@ -333,7 +333,7 @@ static int cached(const item *it) {
   return it->build.status == KC_BUILD_CACHED;
 }
 
-static json_t *record(const kc_bench_config *cfg, const item *it, const char *device,
+static json_t *record(const kc_measure_config *cfg, const item *it, const char *device,
                       const char *isolation, double ref_median, const char *ref_sha) {
   kc_build_opts bo = cfg->build;
   if (!bo.cc)
@@ -379,16 +379,16 @@ static bool build_verdict(item *it) {
   case KC_BUILD_CACHED:
     return true;
   case KC_BUILD_ERROR:
-    it->status = KC_BENCH_BUILD_ERROR;
+    it->status = KC_MEASURE_BUILD_ERROR;
     snprintf(it->message, sizeof it->message, "%s", it->build.message);
     return false;
   case KC_BUILD_TIMEOUT:
   case KC_BUILD_MEMORY:
-    it->status = KC_BENCH_BUILD_ERROR;
+    it->status = KC_MEASURE_BUILD_ERROR;
     snprintf(it->message, sizeof it->message, "%s", it->build.message);
     return false;
   default:
-    it->status = KC_BENCH_ERROR;
+    it->status = KC_MEASURE_ERROR;
     snprintf(it->message, sizeof it->message, "build: %s", it->build.message);
     return false;
   }
@@ -433,7 +433,7 @@ static uint32_t input_slots(const session *s) {
 /* Is the measuring worker's memory limit an RLIMIT_AS?  So it is without a memory
  * cgroup (--limits-fallback rlimit) and in a plain process (--no-isolation).  That
  * limit counts address space, not memory: the name of the option that chose it. */
-static const char *address_space_limit(const kc_bench_config *cfg) {
+static const char *address_space_limit(const kc_measure_config *cfg) {
   if (cfg->no_isolation)
     return "--no-isolation";
   const char *how = kc_cgroup_enforcement(&cfg->settings, "memory");
@@ -450,7 +450,7 @@ static uint64_t input_views_bytes(const session *s) {
  * area must never be what kills it) and KC_ROUND_OUTPUT_BYTES, never fewer than two
  * calls.  Under an RLIMIT_AS also no more than the address space the inputs and the
  * worker itself leave. */
-static uint64_t area_calls(const kc_bench_config *cfg, const session *s) {
+static uint64_t area_calls(const kc_measure_config *cfg, const session *s) {
   uint64_t mem = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t budget = mem / 4 < KC_ROUND_OUTPUT_BYTES ? mem / 4 : KC_ROUND_OUTPUT_BYTES;
   if (address_space_limit(cfg)) {
@@ -476,7 +476,7 @@ static uint32_t largest_tensor(const session *s, char *name, size_t len) {
 
 /* An RLIMIT_AS must also hold the inputs: refused up front, naming the limit,
  * rather than the worker failing to map its inputs ("Cannot allocate memory"). */
-static int check_fits_address_space(const kc_bench_config *cfg, const session *s, kc_error *err) {
+static int check_fits_address_space(const kc_measure_config *cfg, const session *s, kc_error *err) {
   const char *why = address_space_limit(cfg);
   if (!why)
     return 0;
@@ -502,7 +502,7 @@ static int check_fits_address_space(const kc_bench_config *cfg, const session *s
  * inputs, two calls' outputs) cannot fit its memory limit, rather than let the kernel
  * die of it.  Beyond that the round adapts: more input sets only up to 8 MiB, more
  * calls' outputs only up to a quarter of the limit. */
-static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *err) {
+static int check_fits(const kc_measure_config *cfg, const session *s, kc_error *err) {
   uint64_t limit = cfg->memory_bytes ? cfg->memory_bytes : (1ull << 30);
   uint64_t in = kc_args_region_bytes(&s->spec, false) * s->n_sets;
   uint64_t need = in + 2 * s->out_region + KC_WORKER_OVERHEAD;
@@ -519,7 +519,7 @@ static int check_fits(const kc_bench_config *cfg, const session *s, kc_error *er
   return check_fits_address_space(cfg, s, err);
 }
 
-static int make_session(const kc_bench_config *cfg, session *s, kc_error *err) {
+static int make_session(const kc_measure_config *cfg, session *s, kc_error *err) {
   const char *tmp = secure_getenv("TMPDIR");
   snprintf(s->dir, sizeof s->dir, "%s/kcage-bench.XXXXXX", tmp && *tmp ? tmp : "/tmp");
   if (!mkdtemp(s->dir))
@@ -559,7 +559,7 @@ static int show_kernel(const session *s, const char *staged, kc_error *err) {
   return copy_file(staged, s->kernel, NULL, err);
 }
 
-static void fill_ctx(kc_mctx *x, const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+static void fill_ctx(kc_mctx *x, const kc_measure_config *cfg, const session *s, kc_mrunner *r,
                      const char *artifact, kc_mrunner *ref) {
   memset(x, 0, sizeof *x);
   x->runner = r;
@@ -608,7 +608,7 @@ static void own_name(char *msg, size_t cap, const char *copy, const char *user) 
  * the whole batch and computes the outputs of whatever sets the parent picks after
  * each round.  A first evaluation (of all-zero inputs) finds a reference that does not
  * work with --args before any kernel is measured. */
-static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunner *r,
+static int reference_load(const kc_measure_config *cfg, const session *s, kc_mrunner *r,
                           const char *staged, kc_error *err) {
   if (show_kernel(s, staged, err) < 0)
     return -1;
@@ -660,7 +660,7 @@ static int reference_load(const kc_bench_config *cfg, const session *s, kc_mrunn
 
 /* One kernel, alone in the workers' view, in a fresh worker (a sealed worker cannot
  * load another). */
-static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+static void measure_one(const kc_measure_config *cfg, const session *s, kc_mrunner *runner,
                         kc_mrunner *ref, item *it, int *rc, kc_error *err) {
   clock_gettime(CLOCK_REALTIME, &it->started);
   *rc = 0;
@@ -682,7 +682,7 @@ static void measure_one(const kc_bench_config *cfg, const session *s, kc_mrunner
   clock_gettime(CLOCK_REALTIME, &it->ended);
 }
 
-static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner *runner,
+static int measure_all(const kc_measure_config *cfg, const session *s, kc_mrunner *runner,
                        kc_mrunner *ref, item *items, size_t n, size_t ref_index, const char *device,
                        const char *isolation, kc_error *err) {
   size_t total = n + (cfg->reference ? 1 : 0), to_measure = 0, measured = 0;
@@ -700,8 +700,9 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
       order[no++] = i;
   for (size_t k = 0; k < no; k++) {
     size_t i = order[k];
-    if (kc_bench_interrupted())
-      return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+    if (kc_measure_interrupted())
+      return kc_error_set(err, EINTR, "interrupted by %s",
+                          kc_signal_name(kc_measure_interrupted()));
     item *it = &items[i];
     if (cfg->on_start && it->staged[0])
       cfg->on_start(cfg->progress_ctx, it->path);
@@ -712,7 +713,7 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
     if (rc < 0)
       return -1;
     measured += it->staged[0] != 0;
-    if (cfg->reference && i == ref_index && it->status == KC_BENCH_OK && it->m.repeat) {
+    if (cfg->reference && i == ref_index && it->status == KC_MEASURE_OK && it->m.repeat) {
       kc_mstats st;
       kc_mstats_of(it->m.run_secs, it->m.repeat, &st);
       ref_median = st.median;
@@ -730,15 +731,15 @@ static int measure_all(const kc_bench_config *cfg, const session *s, kc_mrunner 
   return 0;
 }
 
-int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                       json_t **records, kc_error *err) {
-  return kc_bench_run_batch_ex(cfg, kernels, n, records, NULL, err);
+int kc_measure_run_batch(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                         json_t **records, kc_error *err) {
+  return kc_measure_run_batch_ex(cfg, kernels, n, records, NULL, err);
 }
 
 /* One local batch: the kernels (then the reference, unless it is one of them), their
  * session and the two runners. */
 typedef struct batch {
-  const kc_bench_config *cfg;
+  const kc_measure_config *cfg;
   const char *const *kernels;
   size_t n, total;
   item *items;
@@ -769,7 +770,7 @@ static const char *cpu_list(const cpu_set_t *set, char *buf, size_t cap) {
 
 /* --cpu: a CPU the caller itself may run on (one outside its set would be a pin the
  * caller's own placement forbids, or no CPU at all). */
-static int check_cpu_choice(const kc_bench_config *cfg, kc_error *err) {
+static int check_cpu_choice(const kc_measure_config *cfg, kc_error *err) {
   cpu_set_t mine;
   if (!cfg->pin_cpu)
     return 0;
@@ -783,7 +784,7 @@ static int check_cpu_choice(const kc_bench_config *cfg, kc_error *err) {
 
 /* What can be refused before anything is read or built. */
 static int check_batch(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   if (kc_args_parse(cfg->args, &b->s.spec, err) < 0)
     return kc_error_prefix(err, "--args");
   b->s.n_sets = cfg->sets ? cfg->sets : 4;
@@ -876,7 +877,7 @@ static int stage_items(batch *b, kc_error *err) {
 /* The kernels' runner, and the reference's (its outputs are read from its memory too:
  * nothing large on the ring); the device line says how the kernels were isolated. */
 static int start_runners(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   kc_mrunner_opts ro = {.bind_dir = b->s.view,
                         .inputs_dir = b->s.in_dir[0] ? b->s.in_dir : NULL,
                         .inputs_at = b->s.in_at,
@@ -898,7 +899,7 @@ static int start_runners(batch *b, kc_error *err) {
 
 /* The truth, from the reference in its own worker. */
 static int load_reference(batch *b, kc_error *err) {
-  const kc_bench_config *cfg = b->cfg;
+  const kc_measure_config *cfg = b->cfg;
   if (!cfg->reference)
     return 0;
   item *ri = &b->items[b->ref_index];
@@ -914,8 +915,8 @@ static int run_steps(batch *b, kc_error *err) {
   if (plan_items(b, err) < 0)
     return -1;
   build_items(b);
-  if (kc_bench_interrupted())
-    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_bench_interrupted()));
+  if (kc_measure_interrupted())
+    return kc_error_set(err, EINTR, "interrupted by %s", kc_signal_name(kc_measure_interrupted()));
   if (make_session(b->cfg, &b->s, err) < 0)
     return -1;
   b->have_session = true;
@@ -947,13 +948,13 @@ static void free_batch(batch *b) {
     close(b->s.in_fd);
 }
 
-int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                          json_t **records, json_t **reference_record, kc_error *err) {
+int kc_measure_run_batch_ex(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                            json_t **records, json_t **reference_record, kc_error *err) {
   *records = NULL;
   if (reference_record)
     *reference_record = NULL;
   if (cfg->tracker)
-    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_bench_remote_run");
+    return kc_error_set(err, EINVAL, "a batch for a tracker goes to kc_measure_remote_run");
   batch b = {.cfg = cfg, .kernels = kernels, .n = n};
   if (check_batch(&b, err) < 0)
     return -1;

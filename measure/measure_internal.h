@@ -130,7 +130,7 @@ typedef struct kc_mrunner_opts {
   size_t max_result_bytes;
   size_t max_arg_bytes;
   bool plain;           /* force the plain forked process */
-  kc_settings settings; /* the tenant's (kc_bench_config.settings) */
+  kc_settings settings; /* the tenant's (kc_measure_config.settings) */
 } kc_mrunner_opts;
 
 /* measure_handler.c: in the plain forked process only (no sandbox, no worker runtime):

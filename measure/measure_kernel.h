@@ -27,7 +27,7 @@ typedef struct kc_mctx {
   uint32_t repeat;
   double min_repeat_ms, cooldown_ms;
   bool flush_cache;
-  uint64_t piece_bytes; /* kc_bench_config's; 0 = the caches decide */
+  uint64_t piece_bytes; /* kc_measure_config's; 0 = the caches decide */
   int cpu;              /* the worker's CPU during rounds (--cpu); -1 = the scheduler's */
   uint32_t checks;
   double deadline; /* kc_now_s() clock: the whole measurement, --budget (0 = none) */
@@ -36,7 +36,7 @@ typedef struct kc_mctx {
 } kc_mctx;
 
 typedef struct kc_kmeasure {
-  kc_bench_status status;
+  kc_measure_status status;
   char message[1024];
   double *run_secs; /* repeat entries (malloc'd) */
   uint32_t repeat;  /* rounds completed */
@@ -51,7 +51,7 @@ typedef struct kc_kmeasure {
 } kc_kmeasure;
 
 /* The kernel's status and its one-sentence reason (the record's message). */
-void kc_kmeasure_status(kc_kmeasure *m, kc_bench_status s, const char *fmt, ...)
+void kc_kmeasure_status(kc_kmeasure *m, kc_measure_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Frees what kc_measure_kernel allocated in m. */
@@ -66,7 +66,7 @@ void kc_mstats_of(const double *v, uint32_t n, kc_mstats *s);
 /* One kernel's record (measure_record.c). */
 typedef struct kc_mrecord_in {
   const char *kernel;
-  kc_bench_status status;
+  kc_measure_status status;
   const char *message;
   const kc_kmeasure *m; /* NULL when it was never measured */
   double build_s;       /* NAN when not built here */
@@ -95,7 +95,7 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
                       double timeout_s, unsigned char *out, kc_error *err);
 
 /* The calls of a timed round's piece (measure.c: why and when a round runs in pieces);
- * number when it runs whole.  piece_bytes: kc_bench_config's, 0 = the caches decide. */
+ * number when it runs whole.  piece_bytes: kc_measure_config's, 0 = the caches decide. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes);
 /* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */

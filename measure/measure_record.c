@@ -76,7 +76,7 @@ static json_t *secs_array(const double *v, uint32_t n) {
 
 static void set_timing(json_t *o, const kc_mrecord_in *in) {
   const kc_kmeasure *m = in->m;
-  bool timed = in->status == KC_BENCH_OK && m && m->repeat > 0;
+  bool timed = in->status == KC_MEASURE_OK && m && m->repeat > 0;
   kc_mstats s;
   kc_mstats_of(timed ? m->run_secs : NULL, timed ? m->repeat : 0, &s);
   json_object_set_new(o, "run_secs", timed ? secs_array(m->run_secs, m->repeat) : json_null());
@@ -98,8 +98,8 @@ static void set_timing(json_t *o, const kc_mrecord_in *in) {
   json_object_set_new(o, "unstable",
                       timed ? json_boolean(isfinite(s.cv) && s.cv > max_cv) : json_null());
   json_object_set_new(o, "timeout",
-                      in->status == KC_BENCH_TIMEOUT && m && m->limit ? json_string(m->limit)
-                                                                      : json_null());
+                      in->status == KC_MEASURE_TIMEOUT && m && m->limit ? json_string(m->limit)
+                                                                        : json_null());
 }
 
 static json_t *str_or_null(const char *s) {
@@ -122,11 +122,11 @@ static void set_problem(json_t *o, const kc_mrecord_in *in) {
 json_t *kc_mrecord(const kc_mrecord_in *in) {
   json_t *o = json_object();
   json_object_set_new(o, "kernel", json_string(in->kernel));
-  json_object_set_new(o, "status", json_string(kc_bench_status_name(in->status)));
+  json_object_set_new(o, "status", json_string(kc_measure_status_name(in->status)));
   json_object_set_new(o, "message",
                       in->message && in->message[0] ? json_string(in->message) : json_null());
   set_timing(o, in);
-  kc_bench_record_set_reference(o, in->reference_median_s);
+  kc_measure_record_set_reference(o, in->reference_median_s);
   /* Whether the inputs could have been known in advance (README, threat model). */
   json_object_set_new(o, "seed",
                       !in->seed_set                     ? json_string("secret")
@@ -142,7 +142,7 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
   json_object_set_new(o, "ended_at", json_string(t));
   /* How many timed calls were compared with the reference, out of how many. */
   json_object_set_new(o, "checked_calls",
-                      in->m && in->status == KC_BENCH_OK
+                      in->m && in->status == KC_MEASURE_OK
                           ? json_pack("{s:I, s:I}", "verified", (json_int_t)in->m->checked_calls,
                                       "timed", (json_int_t)in->m->timed_calls)
                           : json_null());
@@ -152,7 +152,7 @@ json_t *kc_mrecord(const kc_mrecord_in *in) {
   return o;
 }
 
-void kc_bench_record_set_reference(json_t *rec, double reference_median_s) {
+void kc_measure_record_set_reference(json_t *rec, double reference_median_s) {
   json_t *m = json_object_get(rec, "median_s");
   double med = json_is_number(m) ? json_number_value(m) : NAN;
   json_object_set_new(rec, "reference_median_s", num_or_null(reference_median_s));
@@ -179,7 +179,7 @@ static void quantise(json_t *v) {
   }
 }
 
-char *kc_bench_record_dumps(const json_t *rec) {
+char *kc_measure_record_dumps(const json_t *rec) {
   json_t *c = json_deep_copy(rec);
   if (!c)
     return NULL;

@@ -25,11 +25,11 @@
 
 static volatile sig_atomic_t interrupted;
 
-void kc_bench_interrupt(int sig) {
+void kc_measure_interrupt(int sig) {
   interrupted = sig > 0 ? sig : SIGINT;
 }
 
-int kc_bench_interrupted(void) {
+int kc_measure_interrupted(void) {
   return interrupted;
 }
 

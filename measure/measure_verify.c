@@ -86,7 +86,7 @@ static int read_call(const kc_round_view *v, kc_kmeasure *m, uint64_t i, unsigne
     return 1;
   if (err->code != EFAULT)
     return -1;
-  kc_kmeasure_status(m, KC_BENCH_SUSPICIOUS,
+  kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
                      "the outputs of call %llu are gone from the worker's memory",
                      (unsigned long long)i);
   return 0;
@@ -110,7 +110,7 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
       if (a->t[t].out && v->timed && !kc_poison_equal(o, a->t[t].nbytes, word) &&
           poison_partly(o, a->t[t].nbytes, word)) {
         kc_kmeasure_status(
-            m, KC_BENCH_SUSPICIOUS,
+            m, KC_MEASURE_SUSPICIOUS,
             "timed run: the worker said the round was done while output %u of call %llu of %llu "
             "was only partly written (it ended the round before finishing its work)",
             t, (unsigned long long)i, (unsigned long long)v->number);
@@ -134,13 +134,13 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
       }
       if (v->timed)
         kc_kmeasure_status(
-            m, KC_BENCH_SUSPICIOUS,
+            m, KC_MEASURE_SUSPICIOUS,
             "timed run: the worker said the round was done, but output %u of call %llu of %llu "
             "was never written (it skipped calls, or ended the round before finishing them)",
             t, (unsigned long long)i, (unsigned long long)v->number);
       else
         kc_kmeasure_status(
-            m, KC_BENCH_SUSPICIOUS,
+            m, KC_MEASURE_SUSPICIOUS,
             "verify: output %u is still the poison (the kernel skipped its work, or its result "
             "depends on the output's old contents)",
             t);
@@ -155,7 +155,7 @@ static int check_complete(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, ui
       uint64_t off = kc_args_offset(a, t);
       if (a->t[t].out && memcmp(cur + off, first + off, a->t[t].nbytes)) {
         kc_kmeasure_status(
-            m, KC_BENCH_SUSPICIOUS,
+            m, KC_MEASURE_SUSPICIOUS,
             "%s: output %u for input set %u changed between two calls (it depends on the "
             "poison or is not deterministic)",
             v->timed ? "timed run" : "verify", t, (unsigned)(i % v->in.n_data));
@@ -206,7 +206,7 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
   uint64_t off = kc_args_offset(x->spec, t);
   if (kc_poison_equal(got + off, ts->nbytes, kc_poison_word(v->poison_seed, sets[k]))) {
     kc_kmeasure_status(
-        m, KC_BENCH_SUSPICIOUS,
+        m, KC_MEASURE_SUSPICIOUS,
         "%s: output %u is still the poison (the kernel skipped its work, or its result depends "
         "on the output's old contents)",
         v->timed ? "timed run" : "verify", t);
@@ -214,7 +214,7 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
   }
   if (sets[k] == v->in.dup && got0 && !memcmp(got + off, got0 + off, ts->nbytes)) {
     kc_kmeasure_status(
-        m, KC_BENCH_SUSPICIOUS,
+        m, KC_MEASURE_SUSPICIOUS,
         "%s: output %u of call %llu, whose inputs are a near-copy of call 0's, is call 0's "
         "answer (a cache keyed on part of the input)",
         v->timed ? "timed run" : "verify", t, (unsigned long long)sets[k]);
@@ -225,7 +225,7 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
     if (q != k &&
         kc_tensor_close(ts, got + off, ref + q * v->region + off, x->rtol, x->atol, &e2)) {
       kc_kmeasure_status(
-          m, KC_BENCH_SUSPICIOUS,
+          m, KC_MEASURE_SUSPICIOUS,
           "%s: output %u of call %llu is the answer for call %llu (a memoised or stale result)",
           v->timed ? "timed run" : "verify", t, (unsigned long long)sets[k],
           (unsigned long long)sets[q]);
@@ -235,12 +235,12 @@ static void explain(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, const ui
   m->max_abs_err = e;
   if (v->timed) /* it passed the untimed round: it behaves differently when timed */
     kc_kmeasure_status(
-        m, KC_BENCH_SUSPICIOUS,
+        m, KC_MEASURE_SUSPICIOUS,
         "timed run: output %u differs from the reference (max abs err %.3g), after passing the "
         "untimed checks",
         t, e);
   else
-    kc_kmeasure_status(m, KC_BENCH_WRONG_RESULT,
+    kc_kmeasure_status(m, KC_MEASURE_WRONG_RESULT,
                        "verify: output %u differs from the reference (max abs err %.3g)", t, e);
 }
 

@@ -27,7 +27,7 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-static kc_cgroup *cg_alloc(const kc_cg_host *h) {
+static kc_cgroup *cg_alloc(const kc_cgroup_host *h) {
   kc_cgroup *cg = calloc(1, sizeof *cg);
   if (!cg)
     return NULL;
@@ -41,28 +41,28 @@ static kc_cgroup *cg_alloc(const kc_cg_host *h) {
 }
 
 /* skip_cpu: leave the cpu-only v1 hierarchy out (see cpu_only). */
-/* h: its kcage/ parents already made (kc_cg_host_for). */
-static int cg_open(const kc_cg_host *h, const char *name, bool create, bool skip_cpu,
+/* h: its kcage/ parents already made (kc_cgroup_host_for). */
+static int cg_open(const kc_cgroup_host *h, const char *name, bool create, bool skip_cpu,
                    kc_cgroup **out, kc_error *err) {
   kc_cgroup *cg = cg_alloc(h);
   if (!cg)
     return kc_error_set(err, ENOMEM, "cgroup");
   snprintf(cg->name, sizeof cg->name, "%s", name);
   if (h->have_v2) {
-    cg->v2_fd = kc_cg_leaf_fd(h->v2.base, name, create, err);
+    cg->v2_fd = kc_cgroup_leaf_fd(h->v2.base, name, create, err);
     if (cg->v2_fd < 0 && create)
       goto fail;
     if (h->mode == KC_CGROUP_V2)
       cg->ctrl |= h->v2.ctrl;
   }
   for (int i = 0; i < h->nv1; i++) {
-    if (skip_cpu && kc_cg_cpu_only(&h->v1[i], h->mode))
+    if (skip_cpu && kc_cgroup_cpu_only(&h->v1[i], h->mode))
       continue;
-    int fd = kc_cg_leaf_fd(h->v1[i].base, name, create, err);
+    int fd = kc_cgroup_leaf_fd(h->v1[i].base, name, create, err);
     if (fd < 0 && create)
       goto fail;
     if (fd >= 0)
-      kc_cg_add_v1(cg, fd, h->v1[i].ctrl);
+      kc_cgroup_add_v1(cg, fd, h->v1[i].ctrl);
   }
   *out = cg;
   return 0;
@@ -71,8 +71,8 @@ fail:
   return -1;
 }
 
-int kc_cg_open_existing(const char *name, kc_cgroup **out, kc_error *err) {
-  return cg_open(kc_cg_host_get(), name, false, false, out, err);
+int kc_cgroup_open_existing(const char *name, kc_cgroup **out, kc_error *err) {
+  return cg_open(kc_cgroup_host_get(), name, false, false, out, err);
 }
 
 int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, const kc_settings *s,
@@ -80,12 +80,12 @@ int kc_cgroup_create(const char *name, const kc_cgroup_limits *lim, const kc_set
   *out = NULL;
   if (!name || !*name || strchr(name, '/') || strlen(name) > 200 || name[0] == '.')
     return kc_error_set(err, EINVAL, "cgroup name '%s'", name ? name : "(null)");
-  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, err);
+  const kc_cgroup_host *h = kc_cgroup_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, err);
   if (!h)
     return kc_error_prefix(err, "create cgroup %s", name);
   char leaf[NAME_MAX + 1];
-  snprintf(leaf, sizeof leaf, "%lu.%d.%llu.%u.%s", kc_cg_pidns(), (int)getpid(),
-           kc_cg_starttime(getpid()), atomic_fetch_add(&seq, 1), name);
+  snprintf(leaf, sizeof leaf, "%lu.%d.%llu.%u.%s", kc_cgroup_pidns(), (int)getpid(),
+           kc_cgroup_starttime(getpid()), atomic_fetch_add(&seq, 1), name);
   kc_cgroup *cg = NULL;
   bool no_cpu = !lim || lim->cpus == 0; /* a CPU limit given later joins then */
   if (cg_open(h, leaf, true, no_cpu, &cg, err) < 0)
@@ -118,7 +118,7 @@ kc_cgroup_mode kc_cgroup_mode_of(const kc_cgroup *cg) {
 int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err) {
   if (pid <= 0)
     return kc_error_set(err, EINVAL, "attach pid %d", (int)pid);
-  if (kc_cg_fallback_attach(cg, pid, err) < 0)
+  if (kc_cgroup_fallback_attach(cg, pid, err) < 0)
     return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
   if (cg->mode == KC_CGROUP_NONE) {
     if (cg->npids < KC_CG_NONE_PIDS)
@@ -129,9 +129,9 @@ int kc_cgroup_attach(kc_cgroup *cg, pid_t pid, kc_error *err) {
    * look "placed".  Writing the v2 cgroup.procs again after CLONE_INTO_CGROUP is a
    * no-op. */
   for (int i = 0; i < cg->nv1; i++)
-    if (kc_cg_writef(cg->v1_fd[i], "cgroup.procs", err, "%d", (int)pid) < 0)
+    if (kc_cgroup_writef(cg->v1_fd[i], "cgroup.procs", err, "%d", (int)pid) < 0)
       return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
-  if (cg->v2_fd >= 0 && kc_cg_writef(cg->v2_fd, "cgroup.procs", err, "%d", (int)pid) < 0)
+  if (cg->v2_fd >= 0 && kc_cgroup_writef(cg->v2_fd, "cgroup.procs", err, "%d", (int)pid) < 0)
     return kc_error_prefix(err, "attach %d to cgroup %s", (int)pid, cg->name);
   return 0;
 }
@@ -159,29 +159,29 @@ static int kill_listed(int dirfd) {
 /* v1 has no cgroup.kill: freeze (no more forks), SIGKILL everyone, thaw so the
  * signals are acted on. */
 static void freeze_kill_thaw(int fz) {
-  if (kc_cg_write(fz, "freezer.state", "FROZEN", NULL) == 0) {
+  if (kc_cgroup_write(fz, "freezer.state", "FROZEN", NULL) == 0) {
     char st[32] = "";
     for (int i = 0; i < 200; i++) { /* bounded: a task in D state may never freeze */
-      if (kc_cg_read(fz, "freezer.state", st, sizeof st) > 0 && !strncmp(st, "FROZEN", 6))
+      if (kc_cgroup_read_file(fz, "freezer.state", st, sizeof st) > 0 && !strncmp(st, "FROZEN", 6))
         break;
       sleep_us(i < 20 ? 50 : 500);
     }
   }
   kill_listed(fz);
-  kc_cg_write(fz, "freezer.state", "THAWED", NULL);
+  kc_cgroup_write(fz, "freezer.state", "THAWED", NULL);
 }
 
 static bool all_empty(const kc_cgroup *cg) {
-  if (cg->v2_fd >= 0 && !kc_cg_empty(cg->v2_fd, true))
+  if (cg->v2_fd >= 0 && !kc_cgroup_empty(cg->v2_fd, true))
     return false;
   for (int i = 0; i < cg->nv1; i++)
-    if (!kc_cg_empty(cg->v1_fd[i], false))
+    if (!kc_cgroup_empty(cg->v1_fd[i], false))
       return false;
   return true;
 }
 
 static bool pid_gone(pid_t pid) {
-  return kc_cg_starttime(pid) == 0; /* exited (zombie or reaped) */
+  return kc_cgroup_starttime(pid) == 0; /* exited (zombie or reaped) */
 }
 
 static int kill_none(kc_cgroup *cg, kc_error *err) {
@@ -216,7 +216,7 @@ static int events_populated(int evfd) {
 
 static bool v1_empty(const kc_cgroup *cg) {
   for (int i = 0; i < cg->nv1; i++)
-    if (!kc_cg_empty(cg->v1_fd[i], false))
+    if (!kc_cgroup_empty(cg->v1_fd[i], false))
       return false;
   return true;
 }
@@ -225,20 +225,20 @@ int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
   if (cg->mode == KC_CGROUP_NONE)
     return kill_none(cg, err);
   long long deadline = (long long)kc_now_ns() + KC_KILL_TIMEOUT_NS;
-  int fz = kc_cg_dirfd(cg, KC_CG_FREEZER);
+  int fz = kc_cgroup_dirfd(cg, KC_CG_FREEZER);
   /* Waiting for "populated 0": short sleeps, not poll(POLLPRI) on cgroup.events - the
    * kernel rate-limits that notification to one per ~10 ms, so a cgroup populated a
    * moment ago would be seen empty late (measured: 8.5 ms vs 0.3 ms mean). */
   kc_cleanup_close int evfd =
       cg->v2_fd >= 0 ? openat(cg->v2_fd, "cgroup.events", O_RDONLY | O_CLOEXEC) : -1;
-  bool have_kill = cg->v2_fd >= 0 && kc_cg_write(cg->v2_fd, "cgroup.kill", "1", NULL) == 0;
+  bool have_kill = cg->v2_fd >= 0 && kc_cgroup_write(cg->v2_fd, "cgroup.kill", "1", NULL) == 0;
   if (have_kill)
     cg->v2_killed = true;
   if (!have_kill && fz >= 0)
     freeze_kill_thaw(fz);
   for (long us = 25, round = 0;; round++) {
     int pop = evfd >= 0 ? events_populated(evfd) : -1;
-    bool v2_done = pop == 0 || (pop < 0 && (cg->v2_fd < 0 || kc_cg_empty(cg->v2_fd, true)));
+    bool v2_done = pop == 0 || (pop < 0 && (cg->v2_fd < 0 || kc_cgroup_empty(cg->v2_fd, true)));
     if (v2_done && v1_empty(cg))
       return 0;
     long long left = deadline - (long long)kc_now_ns();
@@ -250,7 +250,7 @@ int kc_cgroup_kill(kc_cgroup *cg, kc_error *err) {
     if (round % 8 == 7 || (round == 0 && !have_kill && fz < 0)) {
       if (round % 8 == 7) {
         if (have_kill)
-          kc_cg_write(cg->v2_fd, "cgroup.kill", "1", NULL);
+          kc_cgroup_write(cg->v2_fd, "cgroup.kill", "1", NULL);
         else if (fz >= 0)
           freeze_kill_thaw(fz);
       }
@@ -270,22 +270,22 @@ void kc_cgroup_destroy(kc_cgroup *cg) {
     return;
   if (cg->mode != KC_CGROUP_NONE && !all_empty(cg))
     kc_cgroup_kill(cg, NULL);
-  const kc_cg_host *h = cg->host;
+  const kc_cgroup_host *h = cg->host;
   if (cg->peak_fd >= 0)
     close(cg->peak_fd);
   if (cg->v2_fd >= 0) {
     close(cg->v2_fd);
-    kc_cleanup_close int b = kc_cg_base_fd(h->v2.base);
+    kc_cleanup_close int b = kc_cgroup_base_fd(h->v2.base);
     if (b >= 0)
-      kc_cg_rmdir_tree(b, cg->name);
+      kc_cgroup_rmdir_tree(b, cg->name);
   }
   for (int i = 0; i < cg->nv1; i++)
     close(cg->v1_fd[i]);
   if (cg->nv1)
     for (int i = 0; i < h->nv1; i++) {
-      kc_cleanup_close int b = kc_cg_base_fd(h->v1[i].base);
+      kc_cleanup_close int b = kc_cgroup_base_fd(h->v1[i].base);
       if (b >= 0)
-        kc_cg_rmdir_tree(b, cg->name);
+        kc_cgroup_rmdir_tree(b, cg->name);
     }
   free(cg);
 }

@@ -20,7 +20,7 @@
  * (AUTO) and each mode a tenant's settings name, each made once and kept.  A tenant's
  * mode is then a choice of one of these, never a change to what another tenant uses. */
 #define KC_CG_NMODES (KC_CGROUP_HYBRID + 1)
-static kc_cg_host hosts[KC_CG_NMODES];
+static kc_cgroup_host hosts[KC_CG_NMODES];
 static bool forced_done[KC_CG_NMODES], forced_ok[KC_CG_NMODES];
 static pthread_once_t auto_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t hosts_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -111,7 +111,7 @@ static bool own_cgroup(const char *ctrl_name, char *out, size_t n) {
  * chown) we nest under our own cgroup.  This deliberately escapes a limit-free harness
  * cgroup such as this host's memory:/process_api/<id>; the sandbox sets its own
  * limits. */
-static void set_base(kc_cg_hier *h, const char *mnt, const char *mnt_root, const char *ctrl) {
+static void set_base(kc_cgroup_hier *h, const char *mnt, const char *mnt_root, const char *ctrl) {
   char own[PATH_MAX];
   h->delegated = false;
   if (access(mnt, W_OK) != 0 && own_cgroup(ctrl, own, sizeof own)) {
@@ -238,7 +238,7 @@ static void read_mounts(cg_mounts *cm) {
 }
 
 /* The hierarchies mode m uses: v2's, and v1's with a controller it needs. */
-static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode m,
+static void fill_hierarchies(kc_cgroup_host *h, const cg_mounts *cm, kc_cgroup_mode m,
                              unsigned v2_ctrl) {
   if (m == KC_CGROUP_V2 || m == KC_CGROUP_HYBRID) {
     h->have_v2 = true;
@@ -254,7 +254,7 @@ static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode 
     for (int i = 0; i < cm->nv1 && h->nv1 < KC_CG_V1_MAX; i++) {
       if (!(cm->v1[i].ctrl & want_ctrl))
         continue;
-      kc_cg_hier *hh = &h->v1[h->nv1++];
+      kc_cgroup_hier *hh = &h->v1[h->nv1++];
       hh->ctrl = cm->v1[i].ctrl;
       set_base(hh, cm->v1[i].path, cm->v1[i].root, ctrl_name(cm->v1[i].ctrl));
       h->v1_ctrl |= cm->v1[i].ctrl;
@@ -267,14 +267,14 @@ static void fill_hierarchies(kc_cg_host *h, const cg_mounts *cm, kc_cgroup_mode 
 /* Back to "nothing found", field by field: the struct is ~26 KB of path buffers, and a
  * memset of it cost 7 page faults in every process that runs a sandbox.  h is zeroed
  * or from an earlier detect_into (nv1 and have_v2 say what it filled). */
-static void host_reset(kc_cg_host *h) {
+static void host_reset(kc_cgroup_host *h) {
   h->mode = KC_CGROUP_NONE;
   if (h->have_v2)
-    h->v2 = (kc_cg_hier){.ctrl = 0};
+    h->v2 = (kc_cgroup_hier){.ctrl = 0};
   h->have_v2 = false;
   h->v2.ctrl = 0;
   for (int i = 0; i < h->nv1; i++) /* set_base fills an entry before nv1 counts it */
-    h->v1[i] = (kc_cg_hier){.ctrl = 0};
+    h->v1[i] = (kc_cgroup_hier){.ctrl = 0};
   h->nv1 = 0;
   h->v1_ctrl = 0;
   h->kernel_major = h->kernel_minor = 0;
@@ -283,7 +283,7 @@ static void host_reset(kc_cg_host *h) {
     h->why[i][0] = '\0';
 }
 
-static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
+static bool detect_into(kc_cgroup_host *h, kc_cgroup_mode want, bool forced) {
   host_reset(h);
   struct utsname u;
   if (uname(&u) == 0)
@@ -324,8 +324,8 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
   if (m == KC_CGROUP_NONE)
     return true;
   fill_hierarchies(h, &cm, m, v2_ctrl);
-  kc_cg_why_set(h, h->v1_ctrl | h->v2.ctrl,
-                "this host has no cgroup hierarchy with that controller");
+  kc_cgroup_why_set(h, h->v1_ctrl | h->v2.ctrl,
+                    "this host has no cgroup hierarchy with that controller");
   return true;
 }
 
@@ -335,34 +335,34 @@ static bool detect_into(kc_cg_host *h, kc_cgroup_mode want, bool forced) {
  * A tenant that wants another mode says so in its own settings (kc_settings;
  * kcage run --cgroup). */
 static void detect_once(void) {
-  kc_cg_host *host = &hosts[KC_CGROUP_AUTO];
+  kc_cgroup_host *host = &hosts[KC_CGROUP_AUTO];
   detect_into(host, KC_CGROUP_NONE, false);
   /* Unusable (not root, no delegation): behave as "none" rather than fail later; the
    * reason is kept for the refusal of a limit. */
   kc_error e = {0};
-  if (host->mode != KC_CGROUP_NONE && kc_cg_bases_ready(host, &e) < 0) {
+  if (host->mode != KC_CGROUP_NONE && kc_cgroup_bases_ready(host, &e) < 0) {
     detect_into(host, KC_CGROUP_NONE, true);
-    kc_cg_why_set(host, 0, "%s", e.msg);
+    kc_cgroup_why_set(host, 0, "%s", e.msg);
   }
   if (host->mode == KC_CGROUP_NONE)
-    kc_cg_why_set(host, 0, "%s", "this host has no cgroup hierarchy with that controller");
+    kc_cgroup_why_set(host, 0, "%s", "this host has no cgroup hierarchy with that controller");
 }
 
-const kc_cg_host *kc_cg_host_get(void) {
+const kc_cgroup_host *kc_cgroup_host_get(void) {
   pthread_once(&auto_once, detect_once);
   return &hosts[KC_CGROUP_AUTO];
 }
 
 /* Mode m exactly as the caller chose it: made once, then shared by every tenant that
  * chose it. */
-static const kc_cg_host *host_forced(kc_cgroup_mode m, kc_error *err) {
-  kc_cg_host *h = &hosts[m];
+static const kc_cgroup_host *host_forced(kc_cgroup_mode m, kc_error *err) {
+  kc_cgroup_host *h = &hosts[m];
   pthread_mutex_lock(&hosts_lock);
   if (!forced_done[m]) {
     forced_done[m] = true;
     forced_ok[m] = detect_into(h, m, true);
     if (forced_ok[m] && m == KC_CGROUP_NONE)
-      kc_cg_why_set(h, 0, "%s", "cgroups are off (the caller chose mode none)");
+      kc_cgroup_why_set(h, 0, "%s", "cgroups are off (the caller chose mode none)");
   }
   bool ok = forced_ok[m];
   pthread_mutex_unlock(&hosts_lock);
@@ -372,16 +372,16 @@ static const kc_cg_host *host_forced(kc_cgroup_mode m, kc_error *err) {
       err->code = ENOTSUP;
     return NULL;
   }
-  if (m != KC_CGROUP_NONE && kc_cg_bases_ready(h, err) < 0) {
+  if (m != KC_CGROUP_NONE && kc_cgroup_bases_ready(h, err) < 0) {
     kc_error_prefix(err, "cgroup mode %s", kc_cgroup_mode_name(m));
     return NULL;
   }
   return h;
 }
 
-const kc_cg_host *kc_cg_host_for(kc_cgroup_mode m, kc_error *err) {
+const kc_cgroup_host *kc_cgroup_host_for(kc_cgroup_mode m, kc_error *err) {
   if (m == KC_CGROUP_AUTO)
-    return kc_cg_host_get();
+    return kc_cgroup_host_get();
   if ((unsigned)m >= KC_CG_NMODES) {
     kc_error_set(err, EINVAL, "cgroup mode %d", (int)m);
     return NULL;
@@ -390,12 +390,12 @@ const kc_cg_host *kc_cg_host_for(kc_cgroup_mode m, kc_error *err) {
 }
 
 kc_cgroup_mode kc_cgroup_mode_for(const kc_settings *s) {
-  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
+  const kc_cgroup_host *h = kc_cgroup_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
   return h ? h->mode : KC_CGROUP_AUTO;
 }
 
 kc_cgroup_mode kc_cgroup_detect(void) {
-  return kc_cg_host_get()->mode;
+  return kc_cgroup_host_get()->mode;
 }
 
 const char *kc_cgroup_mode_name(kc_cgroup_mode m) {
@@ -469,7 +469,7 @@ static unsigned v2_enable(const char *base, unsigned want) {
 }
 
 /* The clause of a refusal for a base we could not create: why, and whose cgroup. */
-static int base_error(kc_error *err, int e, const kc_cg_hier *h) {
+static int base_error(kc_error *err, int e, const kc_cgroup_hier *h) {
   char parent[PATH_MAX];
   snprintf(parent, sizeof parent, "%s", h->base);
   char *slash = strrchr(parent, '/');
@@ -520,7 +520,7 @@ static int base_make(const char *base) {
   return access(base, W_OK | X_OK);
 }
 
-static int bases_ready_locked(kc_cg_host *host, kc_error *err) {
+static int bases_ready_locked(kc_cgroup_host *host, kc_error *err) {
   if (host->have_v2) {
     if (base_make(host->v2.base) < 0)
       return base_error(err, errno, &host->v2);
@@ -530,10 +530,10 @@ static int bases_ready_locked(kc_cg_host *host, kc_error *err) {
         v2_leave_parent(host->v2.base);
       host->v2.ctrl = v2_enable(host->v2.base, want);
       if (want & ~host->v2.ctrl)
-        kc_cg_why_set(host, host->v2.ctrl,
-                      "the controller cannot be enabled below %s (the delegating parent must "
-                      "enable it, and no other process may stay in that cgroup)",
-                      host->v2.base);
+        kc_cgroup_why_set(host, host->v2.ctrl,
+                          "the controller cannot be enabled below %s (the delegating parent must "
+                          "enable it, and no other process may stay in that cgroup)",
+                          host->v2.base);
     }
   }
   /* A v1 hierarchy that is not delegated to us is dropped: its limit is refused, the
@@ -545,7 +545,7 @@ static int bases_ready_locked(kc_cg_host *host, kc_error *err) {
     }
     kc_error e = {0};
     base_error(&e, errno, &host->v1[i]);
-    kc_cg_why_set(host, host->v1_ctrl & ~host->v1[i].ctrl, "%s", e.msg);
+    kc_cgroup_why_set(host, host->v1_ctrl & ~host->v1[i].ctrl, "%s", e.msg);
     host->v1_ctrl &= ~host->v1[i].ctrl;
     memmove(&host->v1[i], &host->v1[i + 1], (size_t)(host->nv1 - i - 1) * sizeof host->v1[0]);
     host->nv1--;
@@ -553,7 +553,7 @@ static int bases_ready_locked(kc_cg_host *host, kc_error *err) {
   return 0;
 }
 
-int kc_cg_bases_ready(kc_cg_host *host, kc_error *err) {
+int kc_cgroup_bases_ready(kc_cgroup_host *host, kc_error *err) {
   pthread_mutex_lock(&bases_lock);
   int rc = 0;
   if (!host->bases_done) {
@@ -565,11 +565,11 @@ int kc_cg_bases_ready(kc_cg_host *host, kc_error *err) {
   return rc;
 }
 
-int kc_cg_why_index(unsigned c) {
+int kc_cgroup_why_index(unsigned c) {
   return c & KC_CG_MEMORY ? 0 : c & KC_CG_CPU ? 1 : 2;
 }
 
-void kc_cg_why_set(kc_cg_host *h, unsigned have, const char *fmt, ...) {
+void kc_cgroup_why_set(kc_cgroup_host *h, unsigned have, const char *fmt, ...) {
   static const unsigned ctl[3] = {KC_CG_MEMORY, KC_CG_CPU, KC_CG_PIDS};
   char buf[sizeof h->why[0]];
   va_list ap;
@@ -581,12 +581,12 @@ void kc_cg_why_set(kc_cg_host *h, unsigned have, const char *fmt, ...) {
       snprintf(h->why[i], sizeof h->why[i], "%s", buf);
 }
 
-unsigned long kc_cg_pidns(void) {
+unsigned long kc_cgroup_pidns(void) {
   struct stat st;
   return stat("/proc/self/ns/pid", &st) == 0 ? (unsigned long)st.st_ino : 0;
 }
 
-unsigned long long kc_cg_starttime(pid_t pid) {
+unsigned long long kc_cgroup_starttime(pid_t pid) {
   char buf[1024];
   if (kc_read_proc(pid, "stat", buf, sizeof buf) < 0)
     return 0;

@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 /* Can h's cgroups hold limit c? */
-bool kc_cg_host_has(const kc_cg_host *h, unsigned c) {
+bool kc_cgroup_host_has(const kc_cgroup_host *h, unsigned c) {
   if (!h || h->mode == KC_CGROUP_NONE)
     return false;
   return (h->mode == KC_CGROUP_V2 ? h->v2.ctrl : h->v1_ctrl) & c;
@@ -33,10 +33,10 @@ static unsigned ctrl_of(const char *which) {
   return 0;
 }
 
-static const char *enforcement(const kc_cg_host *h, kc_limits_fallback f, unsigned c) {
+static const char *enforcement(const kc_cgroup_host *h, kc_limits_fallback f, unsigned c) {
   if (!c)
     return NULL;
-  if (kc_cg_host_has(h, c))
+  if (kc_cgroup_host_has(h, c))
     return "cgroup";
   if (c != KC_CG_CPU && f == KC_LIMITS_FALLBACK_RLIMIT)
     return "rlimit";
@@ -54,14 +54,14 @@ static const char *delegation_hint(void) {
 }
 
 const char *kc_cgroup_enforcement(const kc_settings *s, const char *which) {
-  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
+  const kc_cgroup_host *h = kc_cgroup_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, NULL);
   return enforcement(h, s ? s->limits_fallback : KC_LIMITS_FALLBACK_NONE,
                      which ? ctrl_of(which) : 0);
 }
 
-static int refusal(const kc_cg_host *h, const char *which, kc_error *err) {
+static int refusal(const kc_cgroup_host *h, const char *which, kc_error *err) {
   unsigned c = ctrl_of(which);
-  const char *why = c && h ? h->why[kc_cg_why_index(c)] : "";
+  const char *why = c && h ? h->why[kc_cgroup_why_index(c)] : "";
   /* ENOTSUP without its strerror: the line already says everything. */
   kc_error_set(err, 0, "%s limit cannot be enforced: %s; run kcage in a delegated cgroup (%s)%s",
                which, why[0] ? why : "no usable cgroup", delegation_hint(),
@@ -73,7 +73,7 @@ static int refusal(const kc_cg_host *h, const char *which, kc_error *err) {
 
 int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err) {
   kc_error e = {0};
-  const kc_cg_host *h = kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, &e);
+  const kc_cgroup_host *h = kc_cgroup_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, &e);
   if (!h) {
     kc_error_set(err, e.code, "%s limit cannot be enforced: %s", which, e.msg);
     return -1;
@@ -81,21 +81,21 @@ int kc_cgroup_refusal(const kc_settings *s, const char *which, kc_error *err) {
   return refusal(h, which, err);
 }
 
-int kc_cg_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err) {
-  const kc_cg_host *h = cg->host;
+int kc_cgroup_fallback_limits(kc_cgroup *cg, const kc_cgroup_limits *lim, kc_error *err) {
+  const kc_cgroup_host *h = cg->host;
   cg->rl_as = 0;
   cg->rl_nproc = 0;
-  if (lim->memory_bytes && !kc_cg_host_has(h, KC_CG_MEMORY)) {
+  if (lim->memory_bytes && !kc_cgroup_host_has(h, KC_CG_MEMORY)) {
     if (!enforcement(h, cg->fallback, KC_CG_MEMORY))
       return refusal(h, "memory", err);
     cg->rl_as = lim->memory_bytes;
   }
-  if (lim->pids && !kc_cg_host_has(h, KC_CG_PIDS)) {
+  if (lim->pids && !kc_cgroup_host_has(h, KC_CG_PIDS)) {
     if (!enforcement(h, cg->fallback, KC_CG_PIDS))
       return refusal(h, "pids", err);
     cg->rl_nproc = lim->pids;
   }
-  if (lim->cpus > 0 && !kc_cg_host_has(h, KC_CG_CPU))
+  if (lim->cpus > 0 && !kc_cgroup_host_has(h, KC_CG_CPU))
     return refusal(h, "cpus", err);
   return 0;
 }
@@ -121,7 +121,7 @@ static int lower(pid_t pid, int res, rlim_t v, kc_error *err) {
   return 0;
 }
 
-int kc_cg_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err) {
+int kc_cgroup_fallback_attach(const kc_cgroup *cg, pid_t pid, kc_error *err) {
   if (cg->rl_as && lower(pid, RLIMIT_AS, (rlim_t)cg->rl_as, err) < 0)
     return kc_error_prefix(err, "memory limit as RLIMIT_AS");
   if (cg->rl_nproc && lower(pid, RLIMIT_NPROC, (rlim_t)cg->rl_nproc, err) < 0)

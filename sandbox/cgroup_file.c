@@ -15,7 +15,7 @@
 
 #include "kcage/cleanup.h"
 
-int kc_cg_write(int dirfd, const char *file, const char *val, kc_error *err) {
+int kc_cgroup_write(int dirfd, const char *file, const char *val, kc_error *err) {
   kc_cleanup_close int fd = openat(dirfd, file, O_WRONLY | O_CLOEXEC);
   if (fd < 0)
     return kc_error_set(err, errno, "open %s", file);
@@ -28,16 +28,16 @@ int kc_cg_write(int dirfd, const char *file, const char *val, kc_error *err) {
   return 0;
 }
 
-int kc_cg_writef(int dirfd, const char *file, kc_error *err, const char *fmt, ...) {
+int kc_cgroup_writef(int dirfd, const char *file, kc_error *err, const char *fmt, ...) {
   char buf[128];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(buf, sizeof buf, fmt, ap);
   va_end(ap);
-  return kc_cg_write(dirfd, file, buf, err);
+  return kc_cgroup_write(dirfd, file, buf, err);
 }
 
-ssize_t kc_cg_read(int dirfd, const char *file, char *buf, size_t size) {
+ssize_t kc_cgroup_read_file(int dirfd, const char *file, char *buf, size_t size) {
   kc_cleanup_close int fd = openat(dirfd, file, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return -1;
@@ -57,9 +57,9 @@ ssize_t kc_cg_read(int dirfd, const char *file, char *buf, size_t size) {
   return (ssize_t)off;
 }
 
-int64_t kc_cg_read_key(int dirfd, const char *file, const char *key) {
+int64_t kc_cgroup_read_key(int dirfd, const char *file, const char *key) {
   char buf[4096];
-  if (dirfd < 0 || kc_cg_read(dirfd, file, buf, sizeof buf) < 0)
+  if (dirfd < 0 || kc_cgroup_read_file(dirfd, file, buf, sizeof buf) < 0)
     return -1;
   size_t kl = strlen(key);
   for (char *line = buf; line && *line;) {
@@ -71,9 +71,9 @@ int64_t kc_cg_read_key(int dirfd, const char *file, const char *key) {
   return -1;
 }
 
-int64_t kc_cg_read_u64(int dirfd, const char *file) {
+int64_t kc_cgroup_read_u64(int dirfd, const char *file) {
   char buf[64];
-  if (dirfd < 0 || kc_cg_read(dirfd, file, buf, sizeof buf) <= 0)
+  if (dirfd < 0 || kc_cgroup_read_file(dirfd, file, buf, sizeof buf) <= 0)
     return -1;
   if (!strncmp(buf, "max", 3))
     return INT64_MAX;
@@ -85,7 +85,7 @@ static void sleep_us(long us) {
   nanosleep(&ts, NULL);
 }
 
-int kc_cg_rmdir_tree(int parent_fd, const char *name) {
+int kc_cgroup_rmdir_tree(int parent_fd, const char *name) {
   int fd = openat(parent_fd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? 0 : -1;
@@ -98,7 +98,7 @@ int kc_cg_rmdir_tree(int parent_fd, const char *name) {
   while ((e = readdir(d))) {
     if (e->d_type != DT_DIR || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
       continue;
-    kc_cg_rmdir_tree(dirfd(d), e->d_name);
+    kc_cgroup_rmdir_tree(dirfd(d), e->d_name);
   }
   /* A killed task leaves its cgroup a moment after it is reaped; v1 also keeps
    * dying css for a while.  Retry for up to ~1 s. */
@@ -112,15 +112,15 @@ int kc_cg_rmdir_tree(int parent_fd, const char *name) {
   return -1;
 }
 
-bool kc_cg_empty(int dfd, bool v2) {
+bool kc_cgroup_empty(int dfd, bool v2) {
   char buf[256];
   if (v2) {
-    int64_t p = kc_cg_read_key(dfd, "cgroup.events", "populated");
+    int64_t p = kc_cgroup_read_key(dfd, "cgroup.events", "populated");
     if (p >= 0)
       return p == 0;
   }
   /* v1 (or a v2 without cgroup.events): no pid here nor in any child cgroup. */
-  if (kc_cg_read(dfd, "cgroup.procs", buf, sizeof buf) < 0)
+  if (kc_cgroup_read_file(dfd, "cgroup.procs", buf, sizeof buf) < 0)
     return errno == ENOENT;
   if (buf[0])
     return false;
@@ -137,7 +137,7 @@ bool kc_cg_empty(int dfd, bool v2) {
     if (e->d_type != DT_DIR || !strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
       continue;
     kc_cleanup_close int sub = openat(dirfd(d), e->d_name, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (sub >= 0 && !kc_cg_empty(sub, v2))
+    if (sub >= 0 && !kc_cgroup_empty(sub, v2))
       return false;
   }
   return true;

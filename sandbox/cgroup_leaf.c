@@ -10,13 +10,13 @@
 
 #include "kcage/cleanup.h"
 
-int kc_cg_base_fd(const char *base) {
+int kc_cgroup_base_fd(const char *base) {
   return open(base, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 }
 
 /* mkdir (create) or just open the leaf under base. */
-int kc_cg_leaf_fd(const char *base, const char *name, bool create, kc_error *err) {
-  kc_cleanup_close int b = kc_cg_base_fd(base);
+int kc_cgroup_leaf_fd(const char *base, const char *name, bool create, kc_error *err) {
+  kc_cleanup_close int b = kc_cgroup_base_fd(base);
   if (b < 0)
     return create ? kc_error_set(err, errno, "open %s", base) : -1;
   if (create && mkdirat(b, name, 0755) < 0)
@@ -33,14 +33,14 @@ int kc_cg_leaf_fd(const char *base, const char *name, bool create, kc_error *err
  * it, a sandbox's processes stay in their parent's cpu cgroup and weigh like any child
  * process.  Only a hierarchy that holds nothing else we need is left out: pure v1
  * counts CPU time in cpuacct (hybrid in the unified cpu.stat). */
-bool kc_cg_cpu_only(const kc_cg_hier *hh, kc_cgroup_mode mode) {
+bool kc_cgroup_cpu_only(const kc_cgroup_hier *hh, kc_cgroup_mode mode) {
   unsigned need = KC_CG_MEMORY | KC_CG_PIDS | KC_CG_FREEZER;
   if (mode == KC_CGROUP_V1)
     need |= KC_CG_CPUACCT;
   return (hh->ctrl & KC_CG_CPU) && !(hh->ctrl & need);
 }
 
-void kc_cg_add_v1(kc_cgroup *cg, int fd, unsigned ctrl) {
+void kc_cgroup_add_v1(kc_cgroup *cg, int fd, unsigned ctrl) {
   cg->v1_fd[cg->nv1] = fd;
   cg->v1_ctrl[cg->nv1] = ctrl;
   cg->ctrl |= ctrl;

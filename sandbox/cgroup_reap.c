@@ -24,7 +24,7 @@ static bool owner_gone(const char *leaf, unsigned long ns) {
   int used = 0;
   if (sscanf(leaf, "%lu.%d.%llu.%u.%n", &lns, &pid, &st, &s, &used) != 4 || used == 0 || pid <= 0)
     return false; /* not a name we made: leave it alone */
-  return lns == ns && kc_cg_starttime(pid) != st;
+  return lns == ns && kc_cgroup_starttime(pid) != st;
 }
 
 static int reap_base(const char *base, unsigned long ns, int *reaped, kc_error *err) {
@@ -42,7 +42,7 @@ static int reap_base(const char *base, unsigned long ns, int *reaped, kc_error *
     if (e->d_type != DT_DIR || e->d_name[0] == '.' || !owner_gone(e->d_name, ns))
       continue;
     kc_cgroup *cg = NULL;
-    if (kc_cg_open_existing(e->d_name, &cg, err) < 0)
+    if (kc_cgroup_open_existing(e->d_name, &cg, err) < 0)
       return -1;
     kc_cgroup_kill(cg, NULL);
     kc_cgroup_destroy(cg); /* every hierarchy, so later bases see it gone */
@@ -52,11 +52,11 @@ static int reap_base(const char *base, unsigned long ns, int *reaped, kc_error *
 }
 
 int kc_cgroup_reap_stale(kc_error *err) {
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cgroup_host *h = kc_cgroup_host_get();
   if (h->mode == KC_CGROUP_NONE)
     return 0;
   int reaped = 0;
-  unsigned long ns = kc_cg_pidns();
+  unsigned long ns = kc_cgroup_pidns();
   if (h->have_v2 && reap_base(h->v2.base, ns, &reaped, err) < 0)
     return -1;
   for (int i = 0; i < h->nv1; i++)

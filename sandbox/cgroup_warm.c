@@ -19,7 +19,7 @@
 /* Where the zygote goes: a hierarchy that is not the v1 cpu one, so that it and the
  * sandboxes it forks keep their caller's cpu cgroup (a sandbox joins a cpu cgroup of
  * its own only for a CPU limit; cgroup.c).  Hybrid: the controller-less unified one. */
-static const char *warm_base(const kc_cg_host *h) {
+static const char *warm_base(const kc_cgroup_host *h) {
   if (h->mode == KC_CGROUP_NONE)
     return NULL;
   if (h->mode == KC_CGROUP_HYBRID || (h->have_v2 && !h->nv1))
@@ -31,7 +31,7 @@ static const char *warm_base(const kc_cg_host *h) {
 }
 
 void kc_cgroup_warm_attach(pid_t pid) {
-  const char *base = warm_base(kc_cg_host_get());
+  const char *base = warm_base(kc_cgroup_host_get());
   if (!base)
     return;
   char p[PATH_MAX + 32];

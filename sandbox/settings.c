@@ -13,7 +13,7 @@ int kc_settings_check(const kc_settings *s, kc_error *err) {
   uint32_t base, count;
   if (kc_sandbox_ids_range(s, &base, &count, err) < 0)
     return -1;
-  if (!kc_cg_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, err))
+  if (!kc_cgroup_host_for(s ? s->cgroup_mode : KC_CGROUP_AUTO, err))
     return -1;
   if (s && s->policy_dir) {
     if (!s->policy_dir[0])

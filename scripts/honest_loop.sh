@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # No false alarms, N times over: every honest kernel (the honest examples with their
-# ARGS and reference, and tests/kbench/honest/MANIFEST, each its own reference) must
+# ARGS and reference, and tests/measure/honest/MANIFEST, each its own reference) must
 # come out `ok` in every run.  Usage: scripts/honest_loop.sh [build-dir] [runs]
 set -uo pipefail
 build=${1:-build}
 runs=${2:-20}
 ex=examples/kernels
-hon=tests/kbench/honest
+hon=tests/measure/honest
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 ok=0

@@ -177,7 +177,7 @@ int kc_tracker_call(kc_tracker_conn *c, const json_t *msg, double timeout_s, jso
   double deadline = kc_deadline(timeout_s);
   kc_cleanup_free char *frame = NULL;
   size_t len;
-  if (kc_trk_frame_encode(msg, &frame, &len, err) < 0)
+  if (kc_tracker_frame_encode(msg, &frame, &len, err) < 0)
     return -1;
   if (kc_write_all(c->fd, frame, len, deadline, err) < 0)
     return kc_error_prefix(err, "tracker");

@@ -79,7 +79,7 @@ typedef struct {
   double v;
 } series;
 
-/* One verdict counter per kc_bench_status, plus one for anything else. */
+/* One verdict counter per kc_measure_status, plus one for anything else. */
 #define N_VERDICTS 16
 typedef struct {
   _Atomic uint64_t verdicts[N_VERDICTS];
@@ -225,8 +225,8 @@ void kc_metrics_verdict(const char *status) {
   shared_counts *sh = g_shared;
   if (!sh || !status)
     return;
-  kc_bench_status st;
-  size_t i = kc_bench_status_parse(status, &st) == 0 && (size_t)st < N_VERDICTS - 1
+  kc_measure_status st;
+  size_t i = kc_measure_status_parse(status, &st) == 0 && (size_t)st < N_VERDICTS - 1
                  ? (size_t)st
                  : N_VERDICTS - 1;
   atomic_fetch_add(&sh->verdicts[i], 1);
@@ -330,9 +330,9 @@ static void render(text *t) {
   if (this_daemon() == FOR_AGENT && g_shared) {
     put(t, "# HELP %s_verdicts_total kernels measured, by status\n", g_prefix);
     put(t, "# TYPE %s_verdicts_total counter\n", g_prefix);
-    for (int s = KC_BENCH_OK; s <= KC_BENCH_SUSPICIOUS; s++)
+    for (int s = KC_MEASURE_OK; s <= KC_MEASURE_SUSPICIOUS; s++)
       put(t, "%s_verdicts_total{status=\"%s\"} %llu\n", g_prefix,
-          kc_bench_status_name((kc_bench_status)s),
+          kc_measure_status_name((kc_measure_status)s),
           (unsigned long long)atomic_load(&g_shared->verdicts[s]));
   }
 }

@@ -32,7 +32,7 @@ static bool valid_port(const json_t *v) {
   return atoi(s) <= 65535;
 }
 
-static int parse_put(json_t *a, kc_trk_msg *m, kc_error *err) {
+static int parse_put(json_t *a, kc_tracker_msg *m, kc_error *err) {
   size_t n = json_array_size(a);
   if (n != 3 && n != 4)
     return bad(err, "PUT: expected [3, key, [port, matchkey], custom_addr]");
@@ -57,7 +57,7 @@ static int parse_put(json_t *a, kc_trk_msg *m, kc_error *err) {
   return 0;
 }
 
-static int parse_request(json_t *a, kc_trk_msg *m, kc_error *err) {
+static int parse_request(json_t *a, kc_tracker_msg *m, kc_error *err) {
   if (json_array_size(a) != 4)
     return bad(err, "REQUEST: expected [4, key, user, priority]");
   json_t *key = json_array_get(a, 1), *user = json_array_get(a, 2), *prio = json_array_get(a, 3);
@@ -91,7 +91,7 @@ static bool deeper_than(const json_t *v, int max) {
   return false;
 }
 
-static int parse_update_info(json_t *a, kc_trk_msg *m, kc_error *err) {
+static int parse_update_info(json_t *a, kc_tracker_msg *m, kc_error *err) {
   if (json_array_size(a) != 2)
     return bad(err, "UPDATE_INFO: expected [5, {...}]");
   json_t *info = json_array_get(a, 1);
@@ -115,7 +115,7 @@ static int parse_update_info(json_t *a, kc_trk_msg *m, kc_error *err) {
   return 0;
 }
 
-int kc_trk_msg_parse(const void *buf, size_t len, kc_trk_msg *m, kc_error *err) {
+int kc_tracker_msg_parse(const void *buf, size_t len, kc_tracker_msg *m, kc_error *err) {
   memset(m, 0, sizeof *m);
   json_error_t jerr;
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
@@ -168,7 +168,7 @@ out:
   return rc;
 }
 
-void kc_trk_msg_clear(kc_trk_msg *m) {
+void kc_tracker_msg_clear(kc_tracker_msg *m) {
   if (m->root)
     json_decref(m->root);
   memset(m, 0, sizeof *m);
@@ -190,7 +190,7 @@ static int fill_cb(const char *buf, size_t size, void *data) {
   return 0;
 }
 
-int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err) {
+int kc_tracker_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err) {
   /* Two passes through jansson's callback writer: no temporary copy of the text. */
   size_t n = 0;
   json_dump_callback(value, count_cb, &n, KC_TRACKER_JSON_FLAGS);

@@ -35,7 +35,7 @@ static void upload_name(char *out, size_t len, const char *prefix, size_t i, con
 }
 
 struct remote_ctx {
-  const kc_bench_config *cfg;
+  const kc_measure_config *cfg;
   const kc_auth_key *auth;
   const char *const *kernels;
   size_t n;
@@ -63,7 +63,7 @@ static int upload_all(kc_session *s, struct remote_ctx *x, json_t *names, char *
 /* What a record says about the problem and the bytes measured is the client's own
  * knowledge: the agent's names for the files and its word about them are replaced. */
 static void own_problem(const struct remote_ctx *x) {
-  const kc_bench_config *cfg = x->cfg;
+  const kc_measure_config *cfg = x->cfg;
   bool ref = cfg->reference != NULL;
   for (size_t i = 0; i < x->n; i++) {
     json_t *r = json_array_get(x->records, i);
@@ -82,7 +82,7 @@ static void own_problem(const struct remote_ctx *x) {
 }
 
 static int run_on(kc_session *s, struct remote_ctx *x, const char *peer, kc_error *err) {
-  const kc_bench_config *cfg = x->cfg;
+  const kc_measure_config *cfg = x->cfg;
   json_t *names = json_array();
   char refname[160];
   if (upload_all(s, x, names, refname, sizeof refname, err) < 0) {
@@ -124,8 +124,8 @@ static int remote_session(int fd, const kc_lease *lease, void *vctx, kc_error *e
   return rc;
 }
 
-int kc_bench_remote_run(const kc_bench_config *cfg, const kc_auth_key *auth,
-                        const char *const *kernels, size_t n, json_t **records, kc_error *err) {
+int kc_measure_remote_run(const kc_measure_config *cfg, const kc_auth_key *auth,
+                          const char *const *kernels, size_t n, json_t **records, kc_error *err) {
   char host[KC_TRACKER_MAX_ADDR];
   uint16_t port;
   *records = NULL;

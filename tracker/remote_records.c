@@ -102,18 +102,18 @@ static int copy_extra(json_t *out, const char *k, json_t *v, size_t *nextra) {
 
 static json_t *decode_one(const json_t *rec, const char *kernel, const char *peer, size_t i,
                           kc_error *err) {
-  kc_bench_status st;
+  kc_measure_status st;
   const char *status = json_string_value(json_object_get(rec, "status"));
   json_t *msg = json_object_get(rec, "message"), *dev = json_object_get(rec, "device");
   if (!json_is_object(rec))
     return bad(err, peer, i, "not an object"), NULL;
-  if (!status || kc_bench_status_parse(status, &st) < 0)
+  if (!status || kc_measure_status_parse(status, &st) < 0)
     return bad(err, peer, i, "unknown status"), NULL;
   if (msg && !json_is_null(msg) && !string_ok(msg, MAX_MESSAGE))
     return bad(err, peer, i, "message is not a short string"), NULL;
   if (!string_ok(dev, MAX_DEVICE))
     return bad(err, peer, i, "device is not a short string"), NULL;
-  json_t *out = json_pack("{s:s, s:s, s:O}", "kernel", kernel, "status", kc_bench_status_name(st),
+  json_t *out = json_pack("{s:s, s:s, s:O}", "kernel", kernel, "status", kc_measure_status_name(st),
                           "message", msg ? msg : json_null());
   const char *k;
   json_t *v;

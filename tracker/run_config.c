@@ -1,4 +1,4 @@
-/* The remote run config: the kc_bench_config fields a client sends an agent, encoded and
+/* The remote run config: the kc_measure_config fields a client sends an agent, encoded and
  * decoded here only, so every option `kcage bench` takes reaches the device or is
  * refused.  The decoder reads a network peer's message: every number is range-checked
  * before any cast, every string is bounded, and the fields only the agent may choose
@@ -12,7 +12,7 @@
 
 #define MAX_CONFIG_STRING 4096
 
-json_t *kc_run_config_encode(const kc_bench_config *cfg) {
+json_t *kc_run_config_encode(const kc_measure_config *cfg) {
   json_t *c = json_pack("{s:s, s:I, s:f, s:f, s:I, s:I, s:f, s:f, s:b, s:f, s:I, s:I, s:I}", "args",
                         cfg->args ? cfg->args : "", "seed", (json_int_t)cfg->seed, "rtol",
                         cfg->rtol, "atol", cfg->atol, "number", (json_int_t)cfg->number, "repeat",
@@ -86,8 +86,8 @@ static void decode_build(const json_t *c, kc_build_opts *b, const char **bad) {
   b->no_cache = flag(c, "no_cache", bad);
 }
 
-int kc_run_config_decode(const json_t *c, kc_bench_config *cfg, kc_error *err) {
-  kc_bench_config_init(cfg);
+int kc_run_config_decode(const json_t *c, kc_measure_config *cfg, kc_error *err) {
+  kc_measure_config_init(cfg);
   if (!json_is_object(c))
     return kc_error_set(err, EPROTO, "run: config must be an object");
   if (json_object_get(c, "no_isolation") || json_object_get(c, "isolation"))
@@ -142,7 +142,7 @@ static void clamp_bytes(json_t *clamped, const char *name, uint64_t *v, uint64_t
   *v = (uint64_t)d;
 }
 
-json_t *kc_run_config_clamp(kc_bench_config *cfg, const kc_run_caps *caps) {
+json_t *kc_run_config_clamp(kc_measure_config *cfg, const kc_run_caps *caps) {
   json_t *clamped = json_object();
   clamp_bytes(clamped, "memory_bytes", &cfg->memory_bytes, caps->max_memory_bytes);
   clamp_bytes(clamped, "build_memory_bytes", &cfg->build.memory_bytes, caps->max_memory_bytes);

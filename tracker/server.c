@@ -79,7 +79,7 @@ static size_t frame_value(char *buf, size_t cap, size_t at, const json_t *v) {
   return l && at + l <= cap ? at + l : 0;
 }
 
-static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+static int handle_put(kc_tracker_server *s, struct conn *c, kc_tracker_msg *m) {
   if (c->nres >= MAX_PUTS_PER_CONN)
     return -1;
   struct keyq *k = srv_key_find(s, m->key, true);
@@ -137,7 +137,7 @@ static int handle_put(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   return 0;
 }
 
-static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+static int handle_request(kc_tracker_server *s, struct conn *c, kc_tracker_msg *m) {
   if (c->nreq >= MAX_REQS_PER_CONN)
     return -1;
   struct keyq *k = srv_key_find(s, m->key, true);
@@ -169,7 +169,7 @@ static int handle_request(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
   return 0;
 }
 
-static int handle_update_info(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+static int handle_update_info(kc_tracker_server *s, struct conn *c, kc_tracker_msg *m) {
   json_t *info = json_deep_copy(m->info);
   if (!info)
     return -1;
@@ -202,7 +202,7 @@ static json_t *summary(kc_tracker_server *s) {
   return json_pack("[i, {s:o, s:o}]", KC_TRK_SUCCESS, "queue_info", q, "server_info", si);
 }
 
-static int handle_msg(kc_tracker_server *s, struct conn *c, kc_trk_msg *m) {
+static int handle_msg(kc_tracker_server *s, struct conn *c, kc_tracker_msg *m) {
   switch (m->code) {
   case KC_TRK_PING:
     srv_reply_code(s, c, KC_TRK_SUCCESS);
@@ -288,14 +288,14 @@ static void on_readable(kc_tracker_server *s, struct conn *c) {
       }
       return;
     }
-    kc_trk_msg m;
-    if (rc < 0 || kc_trk_msg_parse(p, len, &m, &err) < 0) {
+    kc_tracker_msg m;
+    if (rc < 0 || kc_tracker_msg_parse(p, len, &m, &err) < 0) {
       kc_log(KC_LOG_DEBUG, "kcage tracker", "%s: %s", c->peer, err.msg);
       srv_conn_drop(s, c, "bad_message");
       return;
     }
     rc = handle_msg(s, c, &m);
-    kc_trk_msg_clear(&m);
+    kc_tracker_msg_clear(&m);
     if (rc < 0)
       srv_conn_drop(s, c, "refused_message");
     if (c->dead || s->stopping)

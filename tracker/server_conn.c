@@ -172,7 +172,7 @@ void srv_conn_flush(kc_tracker_server *s, struct conn *c) {
 int srv_reply_json(kc_tracker_server *s, struct conn *c, json_t *v) {
   char *buf;
   size_t len;
-  int rc = kc_trk_frame_encode(v, &buf, &len, NULL);
+  int rc = kc_tracker_frame_encode(v, &buf, &len, NULL);
   json_decref(v);
   if (rc < 0) {
     srv_conn_kill(s, c);

@@ -430,7 +430,7 @@ static int kernel_paths(const struct serve_state *st, json_t *ks, char **paths, 
 }
 
 /* What the operator's caps changed: the config's limits and the session timeout. */
-static json_t *clamp_all(const struct serve_state *st, kc_bench_config *cfg) {
+static json_t *clamp_all(const struct serve_state *st, kc_measure_config *cfg) {
   json_t *clamped = kc_run_config_clamp(cfg, &st->caps);
   if (st->o->asked_timeout_s != st->o->timeout_s)
     json_object_set_new(
@@ -460,7 +460,7 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
     return kc_error_set(err, EPROTO, "run: expected kernels");
   if ((refj && !json_is_null(refj) && !ref) || (ref && !valid_name(ref)))
     return kc_error_set(err, EPROTO, "run: bad reference name");
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   if (kc_run_config_decode(json_object_get(m, "config"), &cfg, err) < 0)
     return -1;
   size_t n = json_array_size(ks);
@@ -478,7 +478,7 @@ static int do_run(struct serve_state *st, json_t *m, json_t **records, kc_error 
   cfg.settings = st->o->settings; /* the agent's: nothing a client sends chooses them */
   json_t *clamped = clamp_all(st, &cfg);
   if (rc == 0)
-    rc = kc_bench_run_batch(&cfg, (const char *const *)paths, n, records, err);
+    rc = kc_measure_run_batch(&cfg, (const char *const *)paths, n, records, err);
   if (rc == 0)
     stamp_records(st, *records, ks, clamped);
   json_decref(clamped);

@@ -78,15 +78,15 @@ static int pool(const kc_settings *tenant) {
 /* A bench batch: build the kernel in a sandbox, check it, time it. */
 static int batch(const kc_settings *tenant, const char *kernel, const char *args) {
   kc_error err = {0};
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.settings = *tenant;
   cfg.args = args;
   cfg.repeat = 3;
   json_t *records = NULL; /* jansson: one record per kernel */
-  if (kc_bench_run_batch(&cfg, &kernel, 1, &records, &err) < 0)
+  if (kc_measure_run_batch(&cfg, &kernel, 1, &records, &err) < 0)
     return fail("bench", &err);
-  char *line = kc_bench_record_dumps(json_array_get(records, 0));
+  char *line = kc_measure_record_dumps(json_array_get(records, 0));
   printf("bench: %s\n", line ? line : "?");
   const char *st = json_string_value(json_object_get(json_array_get(records, 0), "status"));
   int ok = st && !strcmp(st, "ok");

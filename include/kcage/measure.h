@@ -109,19 +109,19 @@ int kc_build_kernel(const kc_build_opts *o, const char *source, kc_build_result 
 /* ---------------------------------------------------------------------------------
  * The batch (`kcage bench`).
  * ------------------------------------------------------------------------------- */
-typedef enum kc_bench_status {
-  KC_BENCH_OK,
-  KC_BENCH_BUILD_ERROR,
-  KC_BENCH_WRONG_RESULT,
-  KC_BENCH_TIMEOUT,
-  KC_BENCH_MEMORY,
-  KC_BENCH_CRASH,
-  KC_BENCH_SYSCALL,
-  KC_BENCH_ERROR,
-  KC_BENCH_SUSPICIOUS,
-} kc_bench_status;
-const char *kc_bench_status_name(kc_bench_status s);
-int kc_bench_status_parse(const char *name, kc_bench_status *out);
+typedef enum kc_measure_status {
+  KC_MEASURE_OK,
+  KC_MEASURE_BUILD_ERROR,
+  KC_MEASURE_WRONG_RESULT,
+  KC_MEASURE_TIMEOUT,
+  KC_MEASURE_MEMORY,
+  KC_MEASURE_CRASH,
+  KC_MEASURE_SYSCALL,
+  KC_MEASURE_ERROR,
+  KC_MEASURE_SUSPICIOUS,
+} kc_measure_status;
+const char *kc_measure_status_name(kc_measure_status s);
+int kc_measure_status_parse(const char *name, kc_measure_status *out);
 
 /* How a kernel is called. */
 typedef enum kc_kernel_abi {
@@ -136,7 +136,7 @@ int kc_abi_parse(const char *name, kc_kernel_abi *out);
  * module's entry function). */
 const char *kc_abi_default_entry(kc_kernel_abi a);
 
-typedef struct kc_bench_config {
+typedef struct kc_measure_config {
   const char *args;      /* the --args text (required) */
   uint64_t seed;         /* used only with seed_set */
   bool seed_set;         /* false: inputs from a secret seed (getrandom), per run */
@@ -157,8 +157,8 @@ typedef struct kc_bench_config {
   bool no_isolation;     /* run kernels in a plain process: no namespaces, no cgroup
                             (--no-isolation only; records say "isolation": "none") */
   kc_build_opts build;
-  /* Remote runs: the caller sends the batch to kc_bench_remote_run (kcage/tracker.h)
-   * when tracker is set; kc_bench_run_batch refuses a config with tracker set. */
+  /* Remote runs: the caller sends the batch to kc_measure_remote_run (kcage/tracker.h)
+   * when tracker is set; kc_measure_run_batch refuses a config with tracker set. */
   const char *tracker; /* "HOST:PORT" */
   const char *key;
   int priority;
@@ -193,9 +193,9 @@ typedef struct kc_bench_config {
   /* The tenant's cgroup mode, limits fallback, id range and policy directory, for the
    * builds and the measuring workers alike (build.settings is replaced by it). */
   kc_settings settings;
-} kc_bench_config;
+} kc_measure_config;
 
-void kc_bench_config_init(kc_bench_config *c);
+void kc_measure_config_init(kc_measure_config *c);
 
 /* Run the batch.  *records: a JSON array with one object per kernel, in input order,
  * with the fields of docs/contracts.md (kernel, status, message, run_secs, median_s,
@@ -205,22 +205,22 @@ void kc_bench_config_init(kc_bench_config *c);
  * started_at, ended_at (README.md).  Returns 0 when
  * the batch ran, whatever the kernels did; -1 with err for bad input (bad --args, a
  * missing file, a reference that does not work with --args) or a setup failure. */
-int kc_bench_run_batch(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                       json_t **records, kc_error *err);
+int kc_measure_run_batch(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                         json_t **records, kc_error *err);
 
 /* Same, plus the reference's own record (its timing, for speed-ups; NULL without
  * --reference) in *reference_record when that is not NULL. */
-int kc_bench_run_batch_ex(const kc_bench_config *cfg, const char *const *kernels, size_t n,
-                          json_t **records, json_t **reference_record, kc_error *err);
+int kc_measure_run_batch_ex(const kc_measure_config *cfg, const char *const *kernels, size_t n,
+                            json_t **records, json_t **reference_record, kc_error *err);
 
 /* One record as one JSON Lines line (no newline; free() it): every number in its
  * shortest round-trip form, times rounded to 12 significant digits first. */
-char *kc_bench_record_dumps(const json_t *record);
+char *kc_measure_record_dumps(const json_t *record);
 /* Stop the running batch (async-signal-safe: for SIGINT/SIGTERM handlers): the
- * measuring worker and every build are killed, kc_bench_run_batch returns -1 soon
- * (kc_bench_interrupted() then says so); records already delivered stay valid. */
-void kc_bench_interrupt(int sig);
-int kc_bench_interrupted(void); /* the signal number given, or 0 */
+ * measuring worker and every build are killed, kc_measure_run_batch returns -1 soon
+ * (kc_measure_interrupted() then says so); records already delivered stay valid. */
+void kc_measure_interrupt(int sig);
+int kc_measure_interrupted(void); /* the signal number given, or 0 */
 
 KC_PUBLIC_END
 

@@ -1,7 +1,7 @@
 /* The settings of one tenant: how its sandboxes use the host's cgroups, whether a limit
  * the cgroups cannot hold may become an rlimit, which host ids its sandboxes take and
  * where its policies are found.  They travel in the caller's config (kc_sandbox_config,
- * kc_worker_opts, kc_bench_config, kc_agent_opts), never in process-wide state, so one
+ * kc_worker_opts, kc_measure_config, kc_agent_opts), never in process-wide state, so one
  * process can serve tenants with different settings at the same time.  All zero (as
  * the configs' init functions leave them) means the defaults below. */
 #ifndef KCAGE_SETTINGS_H

@@ -157,7 +157,7 @@ int kc_tracker_request_and_run(const char *tracker_host, uint16_t tracker_port, 
  * and gets a hello without that acknowledgement refuses the session: a limit the
  * tenant asked for is never silently dropped (an older agent ignores the field).
  * Any failure: {"op":"error","message":M[,"code":"session_timeout"]} and the agent
- * closes.  The config object carries kc_bench_config's fields by name (args, seed,
+ * closes.  The config object carries kc_measure_config's fields by name (args, seed,
  * rtol, atol, entry, number, repeat, min_repeat_ms, cooldown_ms, flush_cache,
  * timeout_s, memory_bytes, sets, checks).
  * ------------------------------------------------------------------------------- */
@@ -255,11 +255,11 @@ void kc_agent_free(kc_agent *a);
 /* ---------------------------------------------------------------------------------
  * `kcage bench --tracker` (tracker/remote_bench.c and its codecs).
  * ------------------------------------------------------------------------------- */
-struct kc_bench_config;
+struct kc_measure_config;
 /* Run a batch on a device leased from cfg->tracker under cfg->key; same contract as
- * kc_bench_run_batch.  auth: a key the agent must prove (NULL = none). */
-int kc_bench_remote_run(const struct kc_bench_config *cfg, const kc_auth_key *auth,
-                        const char *const *kernels, size_t n, json_t **records, kc_error *err);
+ * kc_measure_run_batch.  auth: a key the agent must prove (NULL = none). */
+int kc_measure_remote_run(const struct kc_measure_config *cfg, const kc_auth_key *auth,
+                          const char *const *kernels, size_t n, json_t **records, kc_error *err);
 KC_PUBLIC_END
 
 #ifdef __cplusplus

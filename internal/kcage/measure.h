@@ -43,7 +43,7 @@ bool kc_tensor_close(const kc_tensor_spec *t, const void *got, const void *want,
 
 /* Set reference_median_s and speedup (reference / median_s; null when either is
  * missing) on a record. */
-void kc_bench_record_set_reference(json_t *record, double reference_median_s);
+void kc_measure_record_set_reference(json_t *record, double reference_median_s);
 
 /* kcage bench's handler inside the sandboxed worker: the "measure" built-in of the
  * kcage-worker program (measure/worker_main.c). */

@@ -41,7 +41,7 @@ enum {
 /* ---------------------------------------------------------------------------------
  * Messages: decoding and strict validation (tracker/proto.c).
  * ------------------------------------------------------------------------------- */
-typedef struct kc_trk_msg {
+typedef struct kc_tracker_msg {
   int code;
   json_t *root;            /* owns everything below */
   const char *key;         /* PUT, REQUEST */
@@ -51,16 +51,16 @@ typedef struct kc_trk_msg {
   double priority;         /* REQUEST */
   json_t *info;            /* UPDATE_INFO: the object */
   const char *stop_key;    /* STOP */
-} kc_trk_msg;
+} kc_tracker_msg;
 
 /* Parse one frame payload (no length prefix).  Returns 0, or -1 with err for anything
  * that is not a well-formed TVM tracker message (bad JSON, unknown code, wrong shape,
- * over-long strings).  On success msg->root must be released with kc_trk_msg_clear. */
-int kc_trk_msg_parse(const void *buf, size_t len, kc_trk_msg *msg, kc_error *err);
-void kc_trk_msg_clear(kc_trk_msg *msg);
+ * over-long strings).  On success msg->root must be released with kc_tracker_msg_clear. */
+int kc_tracker_msg_parse(const void *buf, size_t len, kc_tracker_msg *msg, kc_error *err);
+void kc_tracker_msg_clear(kc_tracker_msg *msg);
 
 /* Encode `value` as one frame (length prefix + JSON) into a malloc'd buffer. */
-int kc_trk_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err);
+int kc_tracker_frame_encode(const json_t *value, char **out, size_t *out_len, kc_error *err);
 
 /* "HOST:PORT", "[v6]:PORT" or "HOST" (port = default_port). */
 int kc_parse_hostport(const char *s, uint16_t default_port, char *host, size_t host_len,
@@ -115,10 +115,10 @@ int kc_session_serve(int fd, const kc_session_serve_opts *o, kc_error *err);
 
 /* The run config on the wire (tracker/run_config.c): every option of the batch that the
  * device honours.  decode fills cfg from c (strings point into c) or refuses it. */
-json_t *kc_run_config_encode(const struct kc_bench_config *cfg);
-int kc_run_config_decode(const json_t *c, struct kc_bench_config *cfg, kc_error *err);
+json_t *kc_run_config_encode(const struct kc_measure_config *cfg);
+int kc_run_config_decode(const json_t *c, struct kc_measure_config *cfg, kc_error *err);
 /* Lower cfg's limits to the caps; returns {"name": {"asked": X, "cap": Y}, ...}. */
-json_t *kc_run_config_clamp(struct kc_bench_config *cfg, const kc_run_caps *caps);
+json_t *kc_run_config_clamp(struct kc_measure_config *cfg, const kc_run_caps *caps);
 /* An agent's {"op":"records"} reply as hostile input: n records rebuilt and checked,
  * named after kernels[i], or -1 with an error naming peer. */
 int kc_remote_records_decode(const json_t *reply, const char *const *kernels, size_t n,

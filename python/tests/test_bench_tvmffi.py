@@ -243,7 +243,7 @@ def test_dlpack_abi_refuses_a_tvm_module(modules, tmp_path):
 def test_input_writer_is_caught(tmp_path):
     """A hand-written TVM-FFI kernel (built from source by kcage) that uses an input as
     scratch: the read-only input mapping names it, as for a DLPack kernel."""
-    src = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "kbench", "tvmffi")
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "tests", "measure", "tvmffi")
     recs = _sandbox_or_skip(*bench(
         tmp_path, "--abi", "tvm-ffi", "--entry", "add", "--args",
         "f32[1000] f32[1000] f32[1000]:out", "--reference", os.path.join(src, "add.c"),

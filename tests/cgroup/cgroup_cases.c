@@ -52,7 +52,7 @@ static double now_s(void) {
 
 /* Does leaf `name` exist in any hierarchy kcage uses? */
 static bool dir_exists(const char *name) {
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cgroup_host *h = kc_cgroup_host_get();
   char p[PATH_MAX * 2];
   struct stat st;
   if (h->have_v2) {
@@ -69,7 +69,7 @@ static bool dir_exists(const char *name) {
 }
 
 static bool pid_dead(pid_t pid) {
-  return kc_cg_starttime(pid) == 0;
+  return kc_cgroup_starttime(pid) == 0;
 }
 
 /* A killed task leaves its cgroup (cgroup_exit) a little before it becomes a zombie
@@ -356,7 +356,7 @@ static int case_cpu_limit_later(char *msg, size_t n) {
   CHECK(pid > 0, "spawn: %s", err.msg);
   v1_cpu_path(getpid(), mine, sizeof mine);
   v1_cpu_path(pid, its, sizeof its);
-  bool v1_cpu = kc_cg_host_get()->v1_ctrl & KC_CG_CPU;
+  bool v1_cpu = kc_cgroup_host_get()->v1_ctrl & KC_CG_CPU;
   CHECK(!v1_cpu || !strcmp(mine, its), "no CPU limit, yet in cpu cgroup %s (we are in %s)", its,
         mine);
   kc_cgroup_limits lim = {.cpus = 0.2};
@@ -564,7 +564,7 @@ out:
 /* Nothing of ours is left under kcage/ (only meaningful where nobody else runs kcage:
  * the qemu guest). */
 int kc_cgt_no_leftovers(char *msg, size_t n) {
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cgroup_host *h = kc_cgroup_host_get();
   const char *bases[KC_CG_V1_MAX + 1];
   int nb = 0;
   if (h->have_v2)

@@ -49,7 +49,7 @@ static void test_detect(void **state) {
   else if (exists("/sys/fs/cgroup/cgroup.controllers"))
     assert_int_equal(m, KC_CGROUP_V2);
   assert_string_equal(kc_cgroup_mode_name(KC_CGROUP_HYBRID), "hybrid");
-  const kc_cg_host *h = kc_cg_host_get();
+  const kc_cgroup_host *h = kc_cgroup_host_get();
   if (m == KC_CGROUP_HYBRID) {
     assert_true(h->have_v2);
     assert_true(h->v1_ctrl & KC_CG_MEMORY);

@@ -24,13 +24,13 @@
 
 static void config(const uint8_t *data, size_t size) {
   json_t *c = json_loadb((const char *)data, size, JSON_DECODE_ANY, NULL);
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   kc_error err;
   if (c && kc_run_config_decode(c, &cfg, &err) == 0) {
     kc_run_caps caps = {.max_memory_bytes = 1u << 28, .max_timeout_s = 5, .max_session_s = 60};
     json_decref(kc_run_config_clamp(&cfg, &caps));
     json_t *again = kc_run_config_encode(&cfg);
-    kc_bench_config back;
+    kc_measure_config back;
     if (!again || kc_run_config_decode(again, &back, &err) < 0)
       abort(); /* what we accept, we can send on */
     json_decref(again);

@@ -1,6 +1,6 @@
 /* libFuzzer target: everything the tracker and its clients decode from the network.
  * Input byte 0 selects:
- *   'J' the rest is one frame payload: kc_trk_msg_parse, and as a reply to a client:
+ *   'J' the rest is one frame payload: kc_tracker_msg_parse, and as a reply to a client:
  *       kc_tracker_text_summary (what `kcage query` does with a SUMMARY);
  *   else the whole input is a byte stream fed in odd-sized chunks through the bounded
  *       frame reader, each complete frame parsed as a message. */
@@ -13,15 +13,15 @@
 #include "kcage/tracker.h"
 
 static void parse_one(const char *p, size_t n) {
-  kc_trk_msg m;
+  kc_tracker_msg m;
   kc_error err;
-  if (kc_trk_msg_parse(p, n, &m, &err) == 0) {
+  if (kc_tracker_msg_parse(p, n, &m, &err) == 0) {
     /* Re-encoding what we accepted must work: replies echo these values. */
     char *out;
     size_t len;
-    if (kc_trk_frame_encode(m.root, &out, &len, &err) == 0)
+    if (kc_tracker_frame_encode(m.root, &out, &len, &err) == 0)
       free(out);
-    kc_trk_msg_clear(&m);
+    kc_tracker_msg_clear(&m);
   }
 }
 

@@ -17,14 +17,14 @@ int main(int argc, char **argv) {
     return 1;
   }
   kc_policy_free(p);
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.args = argv[2];
   cfg.repeat = 2;
   cfg.min_repeat_ms = 1;
   const char *k[] = {argv[1]};
   json_t *rec = NULL; /* jansson: part of the public API */
-  if (kc_bench_run_batch(&cfg, k, 1, &rec, &err) < 0) {
+  if (kc_measure_run_batch(&cfg, k, 1, &rec, &err) < 0) {
     fprintf(stderr, "consumer: %s\n", err.msg);
     return 1;
   }

@@ -21,8 +21,8 @@
 
 static void test_run_config_roundtrip(void **state) {
   (void)state;
-  kc_bench_config a, b;
-  kc_bench_config_init(&a);
+  kc_measure_config a, b;
+  kc_measure_config_init(&a);
   a.args = "f32[4] f32[4]:out";
   a.seed = UINT64_MAX - 7;
   a.seed_set = true;
@@ -91,7 +91,7 @@ static void test_run_config_roundtrip(void **state) {
   assert_non_null(strstr(err.msg, "sandbox"));
   json_decref(c);
   /* Defaults survive the trip too. */
-  kc_bench_config_init(&a);
+  kc_measure_config_init(&a);
   a.args = "f32[]";
   c = kc_run_config_encode(&a);
   assert_int_equal(kc_run_config_decode(c, &b, &err), 0);
@@ -128,7 +128,7 @@ static void test_run_config_hostile(void **state) {
   for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
     json_t *c = json_loads(bad[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
     assert_non_null(c);
-    kc_bench_config cfg;
+    kc_measure_config cfg;
     kc_error err = {0};
     if (kc_run_config_decode(c, &cfg, &err) == 0)
       fail_msg("accepted %s", bad[i]);
@@ -138,8 +138,8 @@ static void test_run_config_hostile(void **state) {
 
 static void test_run_config_clamp(void **state) {
   (void)state;
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.memory_bytes = 1000000000000000ull; /* 1e15 */
   cfg.timeout_s = 0;                      /* the default, 10 s */
   cfg.build.timeout_s = 5;
@@ -154,7 +154,7 @@ static void test_run_config_clamp(void **state) {
   assert_true(json_number_value(json_object_get(json_object_get(cl, "timeout_s"), "cap")) == 3);
   json_decref(cl);
   /* Under the caps nothing changes and nothing is said. */
-  kc_bench_config_init(&cfg);
+  kc_measure_config_init(&cfg);
   cfg.memory_bytes = 64u << 20;
   cfg.build.memory_bytes = 64u << 20;
   cfg.timeout_s = 1;

@@ -18,7 +18,7 @@
 #include "kcage/measure.h"
 
 /* The kernels of MANIFEST (only those named in `only`, when given) through one batch;
- * piece_bytes as kc_bench_config's. */
+ * piece_bytes as kc_measure_config's. */
 static void run_manifest(const char *const *only, uint64_t piece_bytes) {
   FILE *f = fopen(KC_EXAMPLES_DIR "/MANIFEST", "r");
   assert_non_null(f);
@@ -51,8 +51,8 @@ static void run_manifest(const char *const *only, uint64_t piece_bytes) {
 
   char cache[512];
   snprintf(cache, sizeof cache, "%s/examples", KC_TEST_CACHE_DIR);
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.args = args;
   cfg.reference = KC_EXAMPLES_DIR "/reference.c";
   cfg.atol = 1e-4;
@@ -65,7 +65,7 @@ static void run_manifest(const char *const *only, uint64_t piece_bytes) {
   cfg.piece_bytes = piece_bytes;
   json_t *recs = NULL;
   kc_error err = {0};
-  if (kc_bench_run_batch(&cfg, paths, n, &recs, &err) < 0)
+  if (kc_measure_run_batch(&cfg, paths, n, &recs, &err) < 0)
     fail_msg("batch: %s", err.msg);
   assert_int_equal(json_array_size(recs), n);
 

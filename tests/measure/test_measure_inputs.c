@@ -126,8 +126,8 @@ static void test_fallback(void **state) {
  * through it), nothing of it in /dev/shm after. */
 static void test_batch_leaves_nothing(void **state) {
   (void)state;
-  kc_bench_config cfg;
-  kc_bench_config_init(&cfg);
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
   cfg.args = "f32[32,32] f32[32,32] f32[32,32]:out";
   cfg.timeout_s = 60;
   cfg.memory_bytes = 512u << 20;
@@ -138,7 +138,7 @@ static void test_batch_leaves_nothing(void **state) {
   const char *k[] = {KC_EXAMPLES_DIR "/naive.c", KC_EXAMPLES_DIR "/wrong_result.c"};
   json_t *recs = NULL;
   kc_error err = {0};
-  assert_int_equal(kc_bench_run_batch(&cfg, k, 2, &recs, &err), 0);
+  assert_int_equal(kc_measure_run_batch(&cfg, k, 2, &recs, &err), 0);
   assert_string_equal(json_string_value(json_object_get(json_array_get(recs, 0), "status")), "ok");
   assert_string_equal(json_string_value(json_object_get(json_array_get(recs, 1), "status")),
                       "wrong_result");

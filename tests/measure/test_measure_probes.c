@@ -21,8 +21,8 @@
 
 static char cache[512];
 
-static void init_cfg(kc_bench_config *cfg, const char *args, const char *reference) {
-  kc_bench_config_init(cfg);
+static void init_cfg(kc_measure_config *cfg, const char *args, const char *reference) {
+  kc_measure_config_init(cfg);
   cfg->args = args;
   cfg->reference = reference;
   cfg->timeout_s = 60; /* generous: 2 loaded vCPUs */
@@ -32,10 +32,10 @@ static void init_cfg(kc_bench_config *cfg, const char *args, const char *referen
   cfg->build.cache_dir = cache;
 }
 
-static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
+static json_t *run(kc_measure_config *cfg, const char *const *k, size_t n) {
   json_t *recs = NULL;
   kc_error err = {0};
-  if (kc_bench_run_batch(cfg, k, n, &recs, &err) < 0)
+  if (kc_measure_run_batch(cfg, k, n, &recs, &err) < 0)
     fail_msg("batch: %s", err.msg);
   return recs;
 }
@@ -47,7 +47,7 @@ static const char *status_of(json_t *r) {
 /* The probe beside the honest 64x64 matmul it imitates (--sets 16, --checks 8, as in the
  * attack that once got through): not `ok`, or no faster than half the honest time. */
 static void probe_vs_honest(const char *probe, const char *want_status) {
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   init_cfg(&cfg, "f32[64,64] f32[64,64] f32[64,64]:out", KC_HONEST_DIR "/mm_f32.c");
   cfg.sets = 16;
   cfg.checks = 8;
@@ -114,7 +114,7 @@ static void test_honest_speeds(void **state) {
   int bad = 0;
   for (int a = 0; a < 2; a++)
     for (int rep = 0; rep < 4; rep++) {
-      kc_bench_config cfg;
+      kc_measure_config cfg;
       init_cfg(&cfg, args[a], mm);
       const char *k[] = {mm, mm};
       json_t *recs = run(&cfg, k, 2);

@@ -196,9 +196,9 @@ static void test_status_names(void **state) {
   static const char *const names[] = {"ok",    "build_error", "wrong_result", "timeout",   "memory",
                                       "crash", "syscall",     "error",        "suspicious"};
   for (int i = 0; i < 9; i++) {
-    kc_bench_status s;
-    assert_string_equal(kc_bench_status_name((kc_bench_status)i), names[i]);
-    assert_int_equal(kc_bench_status_parse(names[i], &s), 0);
+    kc_measure_status s;
+    assert_string_equal(kc_measure_status_name((kc_measure_status)i), names[i]);
+    assert_int_equal(kc_measure_status_parse(names[i], &s), 0);
     assert_int_equal(s, i);
   }
 }

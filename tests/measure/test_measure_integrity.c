@@ -242,16 +242,16 @@ static void test_observe_placement(void **state) {
   assert_int_equal(kc_observe_last_cpu(pid), -1);
 }
 
-static json_t *run(kc_bench_config *cfg, const char *const *k, size_t n) {
+static json_t *run(kc_measure_config *cfg, const char *const *k, size_t n) {
   json_t *recs = NULL;
   kc_error err = {0};
-  if (kc_bench_run_batch(cfg, k, n, &recs, &err) < 0)
+  if (kc_measure_run_batch(cfg, k, n, &recs, &err) < 0)
     fail_msg("batch: %s", err.msg);
   return recs;
 }
 
-static void init_cfg(kc_bench_config *cfg, const char *args) {
-  kc_bench_config_init(cfg);
+static void init_cfg(kc_measure_config *cfg, const char *args) {
+  kc_measure_config_init(cfg);
   cfg->args = args;
   cfg->timeout_s = 60; /* generous: 2 loaded vCPUs */
   cfg->memory_bytes = 512u << 20;
@@ -275,7 +275,7 @@ static void test_plain_inherits_caller_code(void **state) {
   assert_int_equal(system(cmd), 0);
   void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
   assert_non_null(dl);
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   init_cfg(&cfg, "f32[32,32] f32[32,32] f32[32,32]:out");
   cfg.reference = KC_EXAMPLES_DIR "/reference.c";
   cfg.no_isolation = true;
@@ -436,7 +436,7 @@ static void test_round_no_repeats(void **state) {
  * non-zero (status `error`) when it sees more, next to two other candidates. */
 static void test_view(void **state) {
   (void)state;
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   init_cfg(&cfg, "f32[32,32] f32[32,32] f32[32,32]:out");
   cfg.reference = KC_EXAMPLES_DIR "/reference.c";
   const char *k[] = {KC_EXAMPLES_DIR "/tiled.c", KC_PROBES_DIR "/view_probe.c",
@@ -455,7 +455,7 @@ static void test_view(void **state) {
  * round happens to fool its sample. */
 static void test_memo_one_call_rounds(void **state) {
   (void)state;
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   init_cfg(&cfg, "f32[4096] f32[4096] f32[4096]:out");
   cfg.reference = KC_HONEST_DIR "/vadd_f32.c";
   cfg.number = 1;
@@ -478,7 +478,7 @@ static void test_memo_one_call_rounds(void **state) {
 /* seed ("secret" unless given), isolation, and the verified calls out of the timed ones. */
 static void test_record_fields(void **state) {
   (void)state;
-  kc_bench_config cfg;
+  kc_measure_config cfg;
   init_cfg(&cfg, "f32[16,16] f32[16,16] f32[16,16]:out");
   cfg.reference = KC_EXAMPLES_DIR "/reference.c";
   const char *k[] = {KC_EXAMPLES_DIR "/tiled.c"};
@@ -508,7 +508,7 @@ static void test_record_fields(void **state) {
   json_decref(recs);
 }
 
-/* No false alarms: every honest kernel of tests/kbench/honest/MANIFEST, its own
+/* No false alarms: every honest kernel of tests/measure/honest/MANIFEST, its own
  * reference (a separate worker), `ok` in each of three batches. */
 static void test_honest(void **state) {
   (void)state;
@@ -523,7 +523,7 @@ static void test_honest(void **state) {
     char path[700];
     snprintf(path, sizeof path, "%s/%s", KC_HONEST_DIR, name);
     for (int rep = 0; rep < 3; rep++) {
-      kc_bench_config cfg;
+      kc_measure_config cfg;
       init_cfg(&cfg, args);
       cfg.reference = path;
       const char *k[] = {path};

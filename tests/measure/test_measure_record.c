@@ -13,10 +13,10 @@
 
 #include "measure_kernel.h"
 
-/* The number printed for v, as kc_bench_record_dumps writes it. */
+/* The number printed for v, as kc_measure_record_dumps writes it. */
 static void printed(double v, char *out, size_t cap) {
   json_t *o = json_pack("{s:f}", "x", v);
-  char *s = kc_bench_record_dumps(o);
+  char *s = kc_measure_record_dumps(o);
   assert_non_null(s);
   assert_int_equal(strncmp(s, "{\"x\":", 5), 0);
   snprintf(out, cap, "%.*s", (int)(strlen(s) - 6), s + 5);
@@ -83,10 +83,10 @@ static void test_stats(void **state) {
 }
 
 static json_t *rec(double max_cv, double *secs, uint32_t n, double ref) {
-  kc_kmeasure m = {.status = KC_BENCH_OK, .run_secs = secs, .repeat = n, .number = 3};
+  kc_kmeasure m = {.status = KC_MEASURE_OK, .run_secs = secs, .repeat = n, .number = 3};
   m.max_abs_err = 0;
   kc_mrecord_in in = {.kernel = "k.c",
-                      .status = KC_BENCH_OK,
+                      .status = KC_MEASURE_OK,
                       .m = &m,
                       .build_s = NAN,
                       .device = "d",

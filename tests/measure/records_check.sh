@@ -1,4 +1,4 @@
-# Sourced by the kbench case scripts: when a case ends, every JSON Lines record it made
+# Sourced by the measure case scripts: when a case ends, every JSON Lines record it made
 # (each *.jsonl under $tmp) is validated against docs/record.schema.json, and a record
 # that does not fit fails the case.  Without python's jsonschema the check is skipped
 # (said once on stdout); the case's own result stands.
