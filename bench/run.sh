@@ -19,8 +19,13 @@ if [ -x "$build/venv/bin/python" ]; then
   KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.1" "$build/venv/bin/python" bench/bench_python.py ||
     { echo "bench: bench_python failed" >&2; status=1; }
   echo
+  # kcage agent against TVM's rpc_server, driven by TVM's own client and RPCRunner
+  echo "== bench_tvm_rpc"
+  KCAGE_LIB="$(cd "$build" && pwd)/libkcage.so.1" "$build/venv/bin/python" bench/bench_tvm_rpc.py ||
+    { echo "bench: bench_tvm_rpc failed" >&2; status=1; }
+  echo
 else
-  echo "== bench_python: skipped (no $build/venv: run make python)"
+  echo "== bench_python, bench_tvm_rpc: skipped (no $build/venv: run make python)"
 fi
 echo "all figures: $KC_BENCH_DIR/results.json"
 exit $status

@@ -258,3 +258,37 @@ int kc_cgroup_reset_peak(kc_cgroup *cg, kc_error *err) {
     cg->peak_unknown = false;
   return 0;
 }
+
+/* cpu.idle where the kernel has it (5.15+, v1 and v2): an idle group runs only on CPU
+ * time its non-idle siblings leave; else the smallest weight the controller takes. */
+static int write_idle(const kc_cgroup *cg, int fd, bool idle, kc_error *err) {
+  kc_error e = {0};
+  if (kc_cgroup_writef(fd, "cpu.idle", &e, "%d", idle ? 1 : 0) == 0)
+    return 0;
+  if (e.code != ENOENT) {
+    *err = e;
+    return -1;
+  }
+  if (cg->mode == KC_CGROUP_V2)
+    return kc_cgroup_writef(fd, "cpu.weight", err, "%d", idle ? 1 : 100);
+  return kc_cgroup_writef(fd, "cpu.shares", err, "%d", idle ? 2 : 1024);
+}
+
+int kc_cgroup_set_cpu_idle(kc_cgroup *cg, bool idle, kc_error *err) {
+  kc_error local = {0};
+  if (!err)
+    err = &local;
+  if (!cg || cg->mode == KC_CGROUP_NONE)
+    return kc_error_set(err, ENOTSUP, "cpu priority: no cgroup");
+  int fd = kc_cgroup_dirfd(cg, KC_CG_CPU);
+  /* A v1 cgroup without a CPU limit stays out of the cpu hierarchy: joined here, so
+   * that its priority is set beside its siblings' in kcage/, not against the host's. */
+  if (fd < 0 && cg->mode != KC_CGROUP_V2) {
+    if (join_cpu(cg, -1, KC_CPU_PERIOD_US, err) < 0)
+      return -1;
+    fd = kc_cgroup_dirfd(cg, KC_CG_CPU);
+  }
+  if (fd < 0)
+    return kc_error_set(err, ENOTSUP, "cpu priority: no cpu controller");
+  return write_idle(cg, fd, idle, err) < 0 ? kc_error_prefix(err, "cgroup %s", cg->name) : 0;
+}

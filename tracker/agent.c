@@ -80,6 +80,9 @@ struct kc_agent {
   int standby_ctl;
   char standby_dir[512];
   double standby_next, standby_backoff;
+  /* The standby is started as soon as the last one is handed its session, its cgroup
+   * idle meanwhile; false once the host showed it cannot be (then only while idle). */
+  bool standby_ahead;
 };
 
 void kc_agent_opts_init(kc_agent_opts *o) {
@@ -189,6 +192,7 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   a->child_pidfd = -1;
   a->standby_ctl = -1;
   a->standby_backoff = 1;
+  a->standby_ahead = true;
   a->missing_since = -1;
   a->stop_pipe[0] = a->stop_pipe[1] = -1;
   if (pipe2(a->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || bind_listen(a, err) < 0) {
@@ -354,6 +358,9 @@ static void check_pending(kc_agent *a) {
  * session process dies is reparented here and reaped, never left as a zombie. */
 static void standby_gone(kc_agent *a, bool failed);
 
+/* A standby's exit when, started beside a running session, it could not run idle. */
+#define STANDBY_EXIT_NOT_IDLE 3
+
 static void reap_orphans(kc_agent *a) {
   pid_t p;
   int st;
@@ -362,8 +369,14 @@ static void reap_orphans(kc_agent *a) {
       a->child_reaped = true;
       a->child_status = st;
     }
-    if (p == a->standby)
-      standby_gone(a, true);
+    if (p != a->standby)
+      continue;
+    if (WIFEXITED(st) && WEXITSTATUS(st) == STANDBY_EXIT_NOT_IDLE) {
+      kc_log(KC_LOG_INFO, "kcage agent",
+             "TVM standby: the host cannot run it idle; started only between sessions");
+      a->standby_ahead = false;
+    }
+    standby_gone(a, true);
   }
 }
 
@@ -471,6 +484,8 @@ static void child_setup(kc_agent *a) {
     close(a->hs[i].fd);
   if (a->standby_ctl >= 0)
     close(a->standby_ctl);
+  if (a->child_pidfd >= 0)
+    close(a->child_pidfd); /* a standby started beside a running session */
 }
 
 /* One session in its own process: TVM's or kcage's, by what the client sends first. */
@@ -598,13 +613,14 @@ static void standby_main(kc_agent *a, int ctl) {
                           .caps = a->o.caps,
                           .policies = a->o.tvm_policies,
                           .npolicies = a->o.n_tvm_policies,
+                          .ahead = a->child > 0,
                           .settings = a->o.settings};
   kc_tvm_standby *sb = NULL;
   kc_error err = {0};
   if (kc_tvm_standby_start(&to, &sb, &err) < 0) {
     char shown[KC_ERROR_MSG_MAX * 4];
     kc_log(KC_LOG_WARN, "kcage agent", "TVM standby: %s", kc_escape(err.msg, shown, sizeof shown));
-    _exit(2);
+    _exit(to.ahead && err.code == ENOTSUP ? STANDBY_EXIT_NOT_IDLE : 2);
   }
   struct pollfd p[2] = {
       {.fd = ctl, .events = POLLIN},
@@ -628,10 +644,17 @@ static void standby_main(kc_agent *a, int ctl) {
   _exit(serve_child(a, fd, h.timeout_s, h.asked_s, h.deadline, sb));
 }
 
-/* While idle, with TVM sessions served: the next session's process and sandbox. */
+/* May the next session's standby start now? */
+static bool standby_due(const kc_agent *a) {
+  return a->python && !(a->o.auth && a->o.auth->len) && a->standby <= 0 &&
+         (a->child <= 0 || a->standby_ahead);
+}
+
+/* With TVM sessions served: the next session's process and sandbox, started as soon as
+ * the last one was handed its session.  TVM's import takes seconds of CPU; a session
+ * that starts later than that after the last one finds TVM's server loop waiting. */
 static void start_standby(kc_agent *a) {
-  if (!a->python || (a->o.auth && a->o.auth->len) || a->standby > 0 || a->child > 0 ||
-      kc_now_s() < a->standby_next)
+  if (!standby_due(a) || kc_now_s() < a->standby_next)
     return;
   int sv[2];
   snprintf(a->standby_dir, sizeof a->standby_dir, "%s/session-XXXXXX", a->base_dir);
@@ -837,7 +860,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       wake = kc_fmin(wake, a->next_check);
     if (a->child > 0 && a->child_deadline >= 0)
       wake = kc_fmin(wake, a->child_deadline + 2.01);
-    if (a->python && a->standby <= 0 && a->child <= 0)
+    if (standby_due(a))
       wake = kc_fmin(wake, a->standby_next);
     for (size_t i = 0; i < a->nhs; i++)
       wake = kc_fmin(wake, a->hs[i].deadline);

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "clock.h"
+#include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
 #include "kcage/log.h"
@@ -391,6 +392,8 @@ int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
   if (rc == 0)
     rc = spawn_session(&r, fd, envp, wall_limit(&r), &sb, err);
   if (rc == 0) {
+    /* beside the next session's standby in kcage/, which only gets what this leaves */
+    kc_cgroup_set_cpu_idle(kc_sandbox_cgroup(sb), false, NULL);
     rc = finish(&r, sb, fd, &in, err);
   } else {
     char msg[KC_ERROR_MSG_MAX + 64];
@@ -448,6 +451,12 @@ int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_er
     rc = kc_error_set(err, errno, "socketpair");
   if (rc == 0)
     rc = spawn_session(&s->r, sv[1], envp, 0, &s->sb, err);
+  /* TVM's import (seconds of CPU) only on what the running session leaves: started
+   * while a session runs, a standby that cannot be made idle is not started at all. */
+  kc_error idle_err = {0};
+  if (rc == 0 && kc_cgroup_set_cpu_idle(kc_sandbox_cgroup(s->sb), true, &idle_err) < 0 && o->ahead)
+    rc = kc_error_set(err, ENOTSUP, "a standby beside a running session must run idle: %s",
+                      idle_err.msg);
   if (sv[1] >= 0)
     close(sv[1]);
   s->ctl = sv[0];
@@ -489,6 +498,13 @@ int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, 
   }
   /* A tenant that asks for limits or a policy of its own gets a sandbox made for them. */
   if (in.nargs > 1 && !strcmp(in.args[0], "kcage.sandbox")) {
+    kc_tvm_standby_drop(s);
+    return kc_tvm_session_serve(fd, o, err);
+  }
+  /* Its ordinary CPU share back before the tenant's first call; a standby that cannot
+   * have it is dropped for a sandbox made now. */
+  kc_error prio = {0};
+  if (kc_cgroup_set_cpu_idle(kc_sandbox_cgroup(s->sb), false, &prio) < 0 && prio.code != ENOTSUP) {
     kc_tvm_standby_drop(s);
     return kc_tvm_session_serve(fd, o, err);
   }

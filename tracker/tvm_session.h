@@ -38,6 +38,7 @@ typedef struct kc_tvm_serve_opts {
   const char *const *policies; /* names a tenant may choose; [0] is the default */
   size_t npolicies;
   bool verbose;
+  bool ahead;           /* a standby started while a session runs: it must be able to run idle */
   kc_settings settings; /* the agent's (the operator's), never the client's */
 } kc_tvm_serve_opts;
 
@@ -52,7 +53,10 @@ int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err);
 
 /* A sandbox started ahead of its session: TVM's server loop with TVM imported, under
  * the first policy and the operator's caps, waiting for its socket (fd 0 is a
- * socketpair).  o must live until the sandbox is handed its session. */
+ * socketpair), its cgroup idle (kc_cgroup_set_cpu_idle) until then, so that a standby
+ * started while another session runs takes none of that session's CPU time; with
+ * o->ahead, ENOTSUP when it cannot be idle.  o must live until the sandbox is handed
+ * its session. */
 typedef struct kc_tvm_standby kc_tvm_standby;
 int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_error *err);
 int kc_tvm_standby_pid(const kc_tvm_standby *s); /* the sandbox's init, to watch */

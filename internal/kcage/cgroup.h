@@ -92,6 +92,11 @@ bool kc_cgroup_uses_rlimits(const kc_cgroup *cg);
 /* The RLIMIT_AS that stands in for cg's memory limit; 0 when none (or cg is NULL). */
 uint64_t kc_cgroup_rlimit_memory(const kc_cgroup *cg);
 
+/* Run cg's processes only on CPU time that kcage's other cgroups leave (idle), or give
+ * them their ordinary share back.  Kept outside the sandbox's reach: the caller owns the
+ * cgroup.  -1/ENOTSUP when the host has no cpu controller for it. */
+int kc_cgroup_set_cpu_idle(kc_cgroup *cg, bool idle, kc_error *err);
+
 /* Kill, remove every directory, free.  Safe with NULL. */
 void kc_cgroup_destroy(kc_cgroup *cg);
 /* Remove kcage cgroups whose owning process is gone (after a SIGKILLed kcage): kill

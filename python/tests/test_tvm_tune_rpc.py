@@ -1,9 +1,12 @@
-"""MetaSchedule tunes a small matmul with RPCRunner through kcage's tracker to TVM's
-rpc_server, once with TVM's own popen_pool and once after kcage.tvm.install(): every
-trial valid in both.  Minutes on 2 vCPUs."""
+"""MetaSchedule tunes a small matmul with RPCRunner through kcage's tracker, to TVM's
+rpc_server (key "tune") and to a kcage agent (key "tune-ka", each trial's session in
+its own sandbox), each once with TVM's own popen_pool and once after
+kcage.tvm.install(): every trial valid in all four.  The best latencies are printed;
+bench/bench_tvm_rpc.py compares them.  Minutes on 2 vCPUs."""
 
 import os
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -30,18 +33,38 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _searchable_by_others(path):
+    p = os.path.realpath(path)
+    while p != "/":
+        if not os.stat(p).st_mode & stat.S_IXOTH:
+            return False
+        p = os.path.dirname(p)
+    return True
+
+
 @pytest.fixture(scope="module")
 def device():
-    """kcage's tracker with TVM's rpc_server registered under key "tune"."""
+    """kcage's tracker with TVM's rpc_server registered under key "tune" and a kcage
+    agent under "tune-ka" (None when this Python cannot run in the agent's sandboxes)."""
     pytest.importorskip("tvm")
     port = _free_port()
     trk = subprocess.Popen([_kcage(), "tracker", "--host", "127.0.0.1", "--port", str(port),
                             "--port-end", str(port + 1)], stderr=subprocess.DEVNULL,
                            stdout=subprocess.DEVNULL)
-    srv = subprocess.Popen([sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1",
-                            "--port", str(_free_port()), "--port-end", "65535", "--tracker",
-                            "127.0.0.1:%d" % port, "--key", "tune"],
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    procs = [trk]
+    procs.append(subprocess.Popen(
+        [sys.executable, "-m", "tvm.exec.rpc_server", "--host", "127.0.0.1", "--port",
+         str(_free_port()), "--port-end", "65535", "--tracker", "127.0.0.1:%d" % port, "--key",
+         "tune"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    keys = ["tune"]
+    # As root the agent's sandboxes run as host ids of their own: they cannot run a
+    # Python under a directory that others cannot enter.
+    if os.geteuid() != 0 or _searchable_by_others(sys.prefix):
+        procs.append(subprocess.Popen(
+            [_kcage(), "agent", "--tracker", "127.0.0.1:%d" % port, "--key", "tune-ka", "--host",
+             "127.0.0.1", "--port", "0", "--tvm-python", sys.executable, "--max-memory", "1G",
+             "--max-session", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        keys.append("tune-ka")
     try:
         from kcage import tracker  # pylint: disable=import-outside-toplevel
 
@@ -49,18 +72,25 @@ def device():
         deadline = time.time() + 60
         while True:
             try:
-                if t.summary()["queue_info"].get("tune", {}).get("free", 0) >= 1:
+                q = t.summary()["queue_info"]
+                if all(q.get(k, {}).get("free", 0) >= 1 for k in keys):
                     break
             except RuntimeError:
                 pass
-            assert time.time() < deadline, "TVM's rpc_server never registered"
+            assert time.time() < deadline, "a device server never registered: %r" % keys
             time.sleep(0.2)
-        yield port
+        yield {"port": port, "keys": keys}
     finally:
-        srv.kill()
-        srv.wait()
-        trk.kill()
-        trk.wait()
+        for p in reversed(procs):
+            p.kill()
+            p.wait()
+
+
+def _key(device, which):
+    if which == "agent" and "tune-ka" not in device["keys"]:
+        pytest.skip("%s cannot be entered by the agent's sandboxes (host ids of their own)"
+                    % sys.prefix)
+    return "tune-ka" if which == "agent" else "tune"
 
 
 def _matmul():
@@ -86,7 +116,7 @@ def _unnamed_handlers_off():
                 lg.removeHandler(hd)
 
 
-def _tune(work_dir, port):
+def _tune(work_dir, port, key):
     import tvm  # pylint: disable=import-outside-toplevel
     from tvm.s_tir import meta_schedule as ms  # pylint: disable=import-outside-toplevel
 
@@ -95,7 +125,7 @@ def _tune(work_dir, port):
     target = tvm.target.Target({"kind": "llvm", "num-cores": 1})
     runner = ms.runner.RPCRunner(
         rpc_config=ms.runner.RPCConfig(tracker_host="127.0.0.1", tracker_port=port,
-                                       tracker_key="tune", session_timeout_sec=300),
+                                       tracker_key=key, session_timeout_sec=300),
         evaluator_config=ms.runner.EvaluatorConfig(number=3, repeat=1, min_repeat_ms=10))
     db = ms.tune_tir(mod, target, str(work_dir), max_trials_global=TRIALS,
                      num_trials_per_iter=min(TRIALS, 8), cost_model="random",
@@ -111,20 +141,23 @@ def _tune(work_dir, port):
     return min(min(float(s) for s in r.run_secs) for r in records)
 
 
-def test_tune_rpc_with_tvm_pool(tmp_path, device):
-    best = _tune(tmp_path, device)
-    print("best latency, TVM's popen_pool: %.3g s" % best)
+@pytest.mark.parametrize("which", ["rpc_server", "agent"])
+def test_tune_rpc_with_tvm_pool(tmp_path, device, which):
+    best = _tune(tmp_path, device["port"], _key(device, which))
+    print("best latency via %s, TVM's popen_pool: %.3g s" % (which, best))
     assert best > 0
 
 
-def test_tune_rpc_in_kcage(tmp_path, device, kc):
+@pytest.mark.parametrize("which", ["rpc_server", "agent"])
+def test_tune_rpc_in_kcage(tmp_path, device, kc, which):
     import kcage.tvm  # pylint: disable=import-outside-toplevel
 
+    key = _key(device, which)
     kcage.tvm.install()
     try:
         kcage.tvm.calls.clear()
-        best = _tune(tmp_path, device)
-        print("best latency, kcage.tvm.install(): %.3g s" % best)
+        best = _tune(tmp_path, device["port"], key)
+        print("best latency via %s, kcage.tvm.install(): %.3g s" % (which, best))
         assert best > 0
         assert kcage.tvm.calls.get("run", 0) >= TRIALS // 2  # RPCRunner's pool: kcage's
         assert kcage.tvm.calls.get("build", 0) >= TRIALS // 2
