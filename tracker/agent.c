@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent_internal.h"
 #include "fnum.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
@@ -40,51 +41,6 @@
 
 void kc_inputs_sweep(void); /* measure/inputs_file.c */
 
-/* TVM's handshake, read without blocking: every connection has its own deadline, so
- * idle ones cost a slot each and delay nobody. */
-#define MAX_HANDSHAKES 64
-#define HANDSHAKE_S 2.0
-#define HANDSHAKE_MAX_KEY 4096
-struct handshake {
-  int fd;
-  double deadline;
-  size_t got;
-  char buf[8 + HANDSHAKE_MAX_KEY + 1];
-};
-
-struct kc_agent {
-  kc_agent_opts o;
-  int lfd;
-  uint16_t port;
-  int stop_pipe[2];
-  kc_tracker_conn *trk;
-  double next_connect, backoff;
-  char matchkey[KC_TRACKER_MAX_MATCHKEY];
-  bool put_pending; /* a fresh matchkey still has to be PUT */
-  double next_check, missing_since;
-  pid_t child;
-  bool child_reaped;
-  int child_status; /* its wait status, once reaped */
-  int child_pidfd;
-  double child_deadline;
-  char child_dir[512];
-  char base_dir[300]; /* $TMPDIR/kcage-agent-<pid>: every session's scratch lives here */
-  char device[KC_TRACKER_MAX_KEY + 300];
-  struct handshake hs[MAX_HANDSHAKES]; /* connections still in TVM's handshake */
-  size_t nhs;
-  kc_tvm_python *python; /* NULL: TVM RPC sessions are refused, for python_why */
-  char python_why[KC_ERROR_MSG_MAX];
-  /* The next session's process, started while the agent is idle with TVM's server loop
-   * already imported in a fresh sandbox: it is handed the next client's socket. */
-  pid_t standby;
-  int standby_ctl;
-  char standby_dir[512];
-  double standby_next, standby_backoff;
-  /* The standby is started as soon as the last one is handed its session, its cgroup
-   * idle meanwhile; false once the host showed it cannot be (then only while idle). */
-  bool standby_ahead;
-};
-
 void kc_agent_opts_init(kc_agent_opts *o) {
   memset(o, 0, sizeof *o);
   o->tracker_port = KC_TRACKER_DEFAULT_PORT;
@@ -92,8 +48,7 @@ void kc_agent_opts_init(kc_agent_opts *o) {
   o->port_end = 9199;
 }
 
-static void logf_(kc_agent *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void logf_(kc_agent *a, const char *fmt, ...) {
+void kc__agent_log(kc_agent *a, const char *fmt, ...) {
   if (!a->o.verbose)
     return;
   char msg[1024];
@@ -110,7 +65,7 @@ static void drop_peer(const char *why) {
   kc_log(KC_LOG_WARN, "kcage agent", "dropped a client: %s", why);
 }
 
-static void new_matchkey(kc_agent *a) {
+void kc__agent_new_matchkey(kc_agent *a) {
   uint64_t r = 0;
   if (getrandom(&r, sizeof r, 0) != sizeof r)
     r = (uint64_t)getpid() ^ (uint64_t)(kc_now_s() * 1e9);
@@ -126,7 +81,7 @@ static int bind_listen(kc_agent *a, kc_error *err) {
                               &a->port, err);
 }
 
-static int rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
+int kc__agent_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
   (void)sb, (void)flag, (void)ftw;
   remove(p);
   return 0;
@@ -227,7 +182,7 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
     return -1;
   }
   probe_python(a);
-  new_matchkey(a);
+  kc__agent_new_matchkey(a);
   *out = a;
   return 0;
 }
@@ -236,12 +191,12 @@ uint16_t kc_agent_port(const kc_agent *a) {
   return a->port;
 }
 
-static int g_chld_fd = -1;
+int kc__agent_chld_fd = -1;
 static void on_sigchld(int sig) {
   (void)sig;
   int e = errno;
   char c = 'c';
-  if (g_chld_fd >= 0 && write(g_chld_fd, &c, 1) < 0) {
+  if (kc__agent_chld_fd >= 0 && write(kc__agent_chld_fd, &c, 1) < 0) {
   }
   errno = e;
 }
@@ -256,7 +211,7 @@ void kc_agent_stop(kc_agent *a) {
 
 static void drop_tracker(kc_agent *a, const char *why) {
   if (a->trk)
-    logf_(a, "lost the tracker: %s", why);
+    kc__agent_log(a, "lost the tracker: %s", why);
   kc_tracker_close(a->trk);
   a->trk = NULL;
   a->next_connect = kc_now_s() + a->backoff;
@@ -289,8 +244,18 @@ static int do_put(kc_agent *a, kc_error *err) {
   a->put_pending = false;
   a->missing_since = -1;
   a->next_check = kc_now_s() + a->o.check_s;
-  logf_(a, "registered %s with the tracker", a->matchkey);
+  kc__agent_log(a, "registered %s with the tracker", a->matchkey);
   return 0;
+}
+
+/* Back in the tracker's pool with a fresh matchkey, after a session. */
+void kc__agent_back_in_pool(kc_agent *a) {
+  kc__agent_new_matchkey(a);
+  if (a->trk) {
+    kc_error err = {0};
+    if (do_put(a, &err) < 0)
+      drop_tracker(a, err.msg);
+  }
 }
 
 static void connect_tracker(kc_agent *a) {
@@ -310,7 +275,7 @@ static void connect_tracker(kc_agent *a) {
     drop_tracker(a, err.msg);
     return;
   }
-  logf_(a, "connected to tracker %s:%u", a->o.tracker_host, a->o.tracker_port);
+  kc__agent_log(a, "connected to tracker %s:%u", a->o.tracker_host, a->o.tracker_port);
   a->backoff = 0.05;
   a->put_pending = true; /* a new tracker knows nothing of our old matchkey */
   if (a->child > 0)
@@ -345,370 +310,11 @@ static void check_pending(kc_agent *a) {
   if (a->missing_since < 0)
     a->missing_since = now;
   else if (now - a->missing_since >= a->o.reput_s) {
-    logf_(a, "matchkey %s was taken but not used; re-registering", a->matchkey);
-    new_matchkey(a);
+    kc__agent_log(a, "matchkey %s was taken but not used; re-registering", a->matchkey);
+    kc__agent_new_matchkey(a);
     if (do_put(a, &err) < 0)
       drop_tracker(a, err.msg);
   }
-}
-
-/* ---- sessions -------------------------------------------------------------------- */
-
-/* The agent is a child subreaper: whatever a session's pool leaves behind when the
- * session process dies is reparented here and reaped, never left as a zombie. */
-static void standby_gone(kc_agent *a, bool failed);
-
-/* A standby's exit when, started beside a running session, it could not run idle. */
-#define STANDBY_EXIT_NOT_IDLE 3
-
-static void reap_orphans(kc_agent *a) {
-  pid_t p;
-  int st;
-  while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
-    if (p == a->child) {
-      a->child_reaped = true;
-      a->child_status = st;
-    }
-    if (p != a->standby)
-      continue;
-    if (WIFEXITED(st) && WEXITSTATUS(st) == STANDBY_EXIT_NOT_IDLE) {
-      kc_log(KC_LOG_INFO, "kcage agent",
-             "TVM standby: the host cannot run it idle; started only between sessions");
-      a->standby_ahead = false;
-    }
-    standby_gone(a, true);
-  }
-}
-
-/* How a session process ended, for the operator: a client that never proved the key,
- * or a session whose records someone on the path changed. */
-#define SESSION_EXIT_AUTH 4
-#define SESSION_EXIT_TAMPERED 5
-
-static void end_session(kc_agent *a) {
-  if (a->child <= 0)
-    return;
-  kill(-a->child, SIGKILL); /* anything the session left behind in its group */
-  if (!a->child_reaped) {
-    kill(a->child, SIGKILL);
-    waitpid(a->child, &a->child_status, 0);
-  }
-  if (WIFEXITED(a->child_status) && WEXITSTATUS(a->child_status) == SESSION_EXIT_AUTH)
-    kc_metrics_conn_closed("auth");
-  if (WIFEXITED(a->child_status) && WEXITSTATUS(a->child_status) == SESSION_EXIT_TAMPERED)
-    kc_metrics_conn_closed("tampered");
-  a->child_reaped = false;
-  a->child_status = 0;
-  reap_orphans(a);
-  if (a->child_pidfd >= 0)
-    close(a->child_pidfd);
-  a->child_pidfd = -1;
-  a->child = 0;
-  if (a->child_dir[0])
-    nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-  a->child_dir[0] = '\0';
-  kc_metrics_session(0);
-  kc_log(KC_LOG_INFO, "kcage agent", "session ended");
-  /* Back in the pool with a fresh matchkey. */
-  new_matchkey(a);
-  if (a->trk) {
-    kc_error err = {0};
-    if (do_put(a, &err) < 0)
-      drop_tracker(a, err.msg);
-  }
-}
-
-/* The operator's --max-session: a session without a timeout, or with a longer one,
- * gets the cap (and its records say so). */
-static double session_timeout(const kc_agent *a, double asked) {
-  double cap = a->o.caps.max_session_s;
-  return cap > 0 && (asked <= 0 || asked > cap) ? cap : asked;
-}
-
-/* What the client sent first after the handshake: a TVM RPC packet (1) or a kcage frame
- * (0, whose decoder then refuses anything else); -1 when nothing came by `by`. */
-static int first_request(int fd, double by) {
-  unsigned char head[8];
-  if (kc_tvm_peek(fd, head, sizeof head, by, NULL) < 0)
-    return -1;
-  return kc_tvm_is_rpc(head, sizeof head);
-}
-
-static int serve_tvm(kc_agent *a, int fd, double timeout_s, double asked_s, double deadline,
-                     kc_tvm_standby *standby) {
-  if (a->o.auth && a->o.auth->len) {
-    /* TVM's clients cannot prove the key: serving them would drop the agent's guard */
-    kc_tvm_standby_drop(standby);
-    kc_tvm_refuse(fd, "kcage agent: this device agent requires authentication (--auth-key), "
-                      "which TVM's RPC clients cannot give: use kcage's client");
-    return 1;
-  }
-  kc_tvm_serve_opts to = {.python = a->python,
-                          .unavailable = a->python_why,
-                          .dir = a->child_dir,
-                          .timeout_s = timeout_s,
-                          .asked_timeout_s = asked_s,
-                          .deadline = kc_now_s() + 10,
-                          .session_deadline = deadline,
-                          .caps = a->o.caps,
-                          .policies = a->o.tvm_policies,
-                          .npolicies = a->o.n_tvm_policies,
-                          .settings = a->o.settings,
-                          .verbose = a->o.verbose};
-  kc_error err = {0};
-  int rc =
-      standby ? kc_tvm_standby_serve(standby, fd, &to, &err) : kc_tvm_session_serve(fd, &to, &err);
-  if (rc < 0) {
-    char shown[KC_ERROR_MSG_MAX * 4];
-    logf_(a, "TVM RPC session failed: %s", kc_escape(err.msg, shown, sizeof shown));
-    return 1;
-  }
-  return 0;
-}
-
-/* In a forked child: nothing of the agent's that a session must not hold. */
-static void child_setup(kc_agent *a) {
-  setpgid(0, 0);
-  prctl(PR_SET_PDEATHSIG, SIGKILL); /* an agent that dies takes its session along */
-  signal(SIGTERM, SIG_DFL);
-  signal(SIGCHLD, SIG_DFL);
-  g_chld_fd = -1;
-  close(a->stop_pipe[0]);
-  close(a->stop_pipe[1]);
-  signal(SIGINT, SIG_DFL);
-  if (a->lfd >= 0)
-    close(a->lfd);
-  if (a->trk)
-    close(kc_tracker_fd(a->trk));
-  for (size_t i = 0; i < a->nhs; i++)
-    close(a->hs[i].fd);
-  if (a->standby_ctl >= 0)
-    close(a->standby_ctl);
-  if (a->child_pidfd >= 0)
-    close(a->child_pidfd); /* a standby started beside a running session */
-}
-
-/* One session in its own process: TVM's or kcage's, by what the client sends first. */
-static int serve_child(kc_agent *a, int fd, double timeout_s, double asked_s, double deadline,
-                       kc_tvm_standby *standby) {
-  /* Everything the session's batch writes (bench's inputs and staged kernels, build
-   * scratch) lands under the session dir, which the agent removes however the
-   * session ends - also when it is killed at its timeout. */
-  setenv("TMPDIR", a->child_dir, 1);
-  /* Under a key, a peer that sends nothing is a peer that proves nothing: it gets the
-   * proof's deadline, not the 10 s a first request otherwise may take. */
-  bool keyed = a->o.auth && a->o.auth->len;
-  double by = kc_now_s() +
-              (keyed ? (a->o.auth_timeout_s > 0 ? a->o.auth_timeout_s : KC_AUTH_TIMEOUT_S) : 10);
-  if (deadline >= 0 && deadline < by)
-    by = deadline;
-  int first = first_request(fd, by);
-  if (first == 1)
-    return serve_tvm(a, fd, timeout_s, asked_s, deadline, standby);
-  if (first < 0 && keyed) {
-    kc_tvm_standby_drop(standby);
-    kc_log(KC_LOG_WARN, "kcage agent",
-           "session failed: authentication: the client sent nothing within the auth timeout");
-    return SESSION_EXIT_AUTH;
-  }
-  kc_tvm_standby_drop(standby);
-  kc_session_serve_opts so = {.device = a->device,
-                              .dir = a->child_dir,
-                              .workers = a->o.workers,
-                              .deadline = deadline,
-                              .timeout_s = timeout_s,
-                              .asked_timeout_s = asked_s,
-                              .caps = a->o.caps,
-                              .auth = a->o.auth && a->o.auth->len ? a->o.auth : NULL,
-                              .auth_timeout_s = a->o.auth_timeout_s,
-                              .settings = a->o.settings};
-  kc_error err = {0};
-  int rc = kc_session_serve(fd, &so, &err);
-  if (rc < 0) { /* the operator sees why a session ended early: a refused key, a record
-                 * that failed authentication (someone on the path), a timeout */
-    char shown[KC_ERROR_MSG_MAX * 4];
-    kc_log(KC_LOG_WARN, "kcage agent", "session failed: %s",
-           kc_escape(err.msg, shown, sizeof shown));
-  }
-  return rc == 0               ? 0
-         : err.code == EACCES  ? SESSION_EXIT_AUTH
-         : err.code == EBADMSG ? SESSION_EXIT_TAMPERED
-                               : 1;
-}
-
-/* The session's start in the agent: the matchkey is spent, the deadline watched. */
-static void begin_session(kc_agent *a, pid_t pid, double deadline, double timeout_s) {
-  a->child = pid;
-  a->child_deadline = deadline;
-  a->child_pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
-  /* The matchkey just used is spent: a second client with it gets MISMATCH. */
-  new_matchkey(a);
-  kc_metrics_session(1);
-  kc_log(KC_LOG_INFO, "kcage agent", "session started (pid %d, timeout %g s)", pid, timeout_s);
-}
-
-/* What the agent tells its standby with the client's socket. */
-struct handoff {
-  double timeout_s, asked_s, deadline;
-};
-
-static void standby_gone(kc_agent *a, bool failed) {
-  if (a->standby_ctl >= 0)
-    close(a->standby_ctl);
-  a->standby_ctl = -1;
-  a->standby = 0;
-  if (!failed)
-    return;
-  if (a->standby_dir[0])
-    nftw(a->standby_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
-  a->standby_dir[0] = '\0';
-  /* A Python that cannot start its server loop is not restarted in a tight loop. */
-  a->standby_next = kc_now_s() + a->standby_backoff;
-  a->standby_backoff = kc_fmin(a->standby_backoff * 2, 60);
-}
-
-static void kill_standby(kc_agent *a) {
-  if (a->standby <= 0)
-    return;
-  kill(a->standby, SIGKILL);
-  waitpid(a->standby, NULL, 0);
-  standby_gone(a, true);
-}
-
-/* The client's socket to the standby, which becomes the session: its pid, or 0 (none,
- * or it died: the caller starts a session of its own). */
-static pid_t hand_to_standby(kc_agent *a, int fd, double timeout_s, double asked_s,
-                             double deadline) {
-  if (a->standby <= 0)
-    return 0;
-  struct handoff h = {timeout_s, asked_s, deadline};
-  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-  struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  if (sendmsg(a->standby_ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof h) {
-    kill_standby(a);
-    return 0;
-  }
-  pid_t pid = a->standby;
-  snprintf(a->child_dir, sizeof a->child_dir, "%s", a->standby_dir);
-  a->standby_dir[0] = '\0';
-  a->standby_backoff = 1;
-  standby_gone(a, false);
-  return pid;
-}
-
-/* The standby's process: its sandbox started, then the session it is handed. */
-static void standby_main(kc_agent *a, int ctl) {
-  snprintf(a->child_dir, sizeof a->child_dir, "%s", a->standby_dir);
-  kc_tvm_serve_opts to = {.python = a->python,
-                          .dir = a->child_dir,
-                          .deadline = kc_now_s() + 10,
-                          .session_deadline = -1,
-                          .caps = a->o.caps,
-                          .policies = a->o.tvm_policies,
-                          .npolicies = a->o.n_tvm_policies,
-                          .ahead = a->child > 0,
-                          .settings = a->o.settings};
-  kc_tvm_standby *sb = NULL;
-  kc_error err = {0};
-  if (kc_tvm_standby_start(&to, &sb, &err) < 0) {
-    char shown[KC_ERROR_MSG_MAX * 4];
-    kc_log(KC_LOG_WARN, "kcage agent", "TVM standby: %s", kc_escape(err.msg, shown, sizeof shown));
-    _exit(to.ahead && err.code == ENOTSUP ? STANDBY_EXIT_NOT_IDLE : 2);
-  }
-  struct pollfd p[2] = {
-      {.fd = ctl, .events = POLLIN},
-      {.fd = (int)syscall(SYS_pidfd_open, kc_tvm_standby_pid(sb), 0), .events = POLLIN}};
-  while (poll(p, 2, -1) < 0 && errno == EINTR) {
-  }
-  struct handoff h;
-  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-  struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  int fd = -1;
-  if (p[1].revents || recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof h || !cm ||
-      cm->cmsg_type != SCM_RIGHTS) {
-    kc_tvm_standby_drop(sb); /* its sandbox died, or the agent */
-    _exit(2);
-  }
-  memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-  close(ctl);
-  _exit(serve_child(a, fd, h.timeout_s, h.asked_s, h.deadline, sb));
-}
-
-/* May the next session's standby start now? */
-static bool standby_due(const kc_agent *a) {
-  return a->python && !(a->o.auth && a->o.auth->len) && a->standby <= 0 &&
-         (a->child <= 0 || a->standby_ahead);
-}
-
-/* With TVM sessions served: the next session's process and sandbox, started as soon as
- * the last one was handed its session.  TVM's import takes seconds of CPU; a session
- * that starts later than that after the last one finds TVM's server loop waiting. */
-static void start_standby(kc_agent *a) {
-  if (!standby_due(a) || kc_now_s() < a->standby_next)
-    return;
-  int sv[2];
-  snprintf(a->standby_dir, sizeof a->standby_dir, "%s/session-XXXXXX", a->base_dir);
-  if (!mkdtemp(a->standby_dir) || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-    a->standby_dir[0] = '\0';
-    a->standby_next = kc_now_s() + 5;
-    return;
-  }
-  chmod(a->standby_dir, 0711);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    child_setup(a);
-    standby_main(a, sv[1]);
-  }
-  close(sv[1]);
-  if (pid < 0) {
-    close(sv[0]);
-    standby_gone(a, true);
-    return;
-  }
-  a->standby = pid;
-  a->standby_ctl = sv[0];
-}
-
-static void start_session(kc_agent *a, int fd, double asked_s) {
-  double timeout_s = session_timeout(a, asked_s);
-  double deadline = timeout_s > 0 ? kc_now_s() + timeout_s : -1;
-  pid_t handed = hand_to_standby(a, fd, timeout_s, asked_s, deadline);
-  if (handed > 0) {
-    close(fd);
-    begin_session(a, handed, deadline, timeout_s);
-    return;
-  }
-  snprintf(a->child_dir, sizeof a->child_dir, "%s/session-XXXXXX", a->base_dir);
-  if (!mkdtemp(a->child_dir)) {
-    a->child_dir[0] = '\0';
-    close(fd);
-    return;
-  }
-  chmod(a->child_dir, 0711);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fd);
-    return;
-  }
-  if (pid == 0) {
-    child_setup(a);
-    _exit(serve_child(a, fd, timeout_s, asked_s, deadline, NULL));
-  }
-  close(fd);
-  begin_session(a, pid, deadline, timeout_s);
 }
 
 static void hs_drop(kc_agent *a, size_t i) {
@@ -767,7 +373,7 @@ static void hs_done(kc_agent *a, int fd, char *key) {
     return;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  start_session(a, fd, timeout_s);
+  kc__agent_start_session(a, fd, timeout_s);
 }
 
 /* Read what has arrived of handshake i; false when it is over (done or dropped). */
@@ -831,7 +437,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
   a->backoff = 0.05;
   a->next_connect = 0;
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  g_chld_fd = a->stop_pipe[1];
+  kc__agent_chld_fd = a->stop_pipe[1];
   struct sigaction sa = {.sa_handler = on_sigchld, .sa_flags = SA_RESTART | SA_NOCLDSTOP};
   sigaction(SIGCHLD, &sa, NULL);
   bool stop = false;
@@ -846,10 +452,10 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     }
     if (a->trk && a->child <= 0 && kc_now_s() >= a->next_check)
       check_pending(a);
-    start_standby(a);
+    kc__agent_start_standby(a);
     if (a->child > 0 && a->child_deadline >= 0 && kc_now_s() > a->child_deadline + 2) {
-      logf_(a, "session past its deadline; killing it");
-      end_session(a);
+      kc__agent_log(a, "session past its deadline; killing it");
+      kc__agent_end_session(a);
     }
 
     now = kc_now_s();
@@ -860,7 +466,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       wake = kc_fmin(wake, a->next_check);
     if (a->child > 0 && a->child_deadline >= 0)
       wake = kc_fmin(wake, a->child_deadline + 2.01);
-    if (standby_due(a))
+    if (kc__agent_standby_due(a))
       wake = kc_fmin(wake, a->standby_next);
     for (size_t i = 0; i < a->nhs; i++)
       wake = kc_fmin(wake, a->hs[i].deadline);
@@ -892,9 +498,9 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       if (stop)
         break;
     }
-    reap_orphans(a);
+    kc__agent_reap(a);
     if (p[3].revents || (a->child > 0 && a->child_reaped))
-      end_session(a);
+      kc__agent_end_session(a);
     if (p[2].revents && a->trk) {
       /* The tracker never speaks first: readable means it closed or reset. */
       char b[64];
@@ -906,8 +512,8 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     if (p[1].revents)
       on_connection(a);
   }
-  end_session(a);
-  kill_standby(a);
+  kc__agent_end_session(a);
+  kc__agent_kill_standby(a);
   return 0;
 }
 
@@ -920,13 +526,13 @@ void kc_agent_free(kc_agent *a) {
       kill(a->child, SIGKILL);
       waitpid(a->child, NULL, 0);
     }
-    reap_orphans(a);
+    kc__agent_reap(a);
     if (a->child_dir[0])
-      nftw(a->child_dir, rm_cb, 16, FTW_DEPTH | FTW_PHYS);
+      nftw(a->child_dir, kc__agent_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
   }
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
-  kill_standby(a);
+  kc__agent_kill_standby(a);
   while (a->nhs)
     hs_drop(a, 0);
   if (a->base_dir[0])
