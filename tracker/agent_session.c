@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent_internal.h"
 #include "fnum.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
@@ -35,8 +36,6 @@
 #include "safe_fs.h"
 #include "tvm_session.h"
 #include "tvm_wire.h"
-#include "agent_internal.h"
-
 
 /* ---- sessions -------------------------------------------------------------------- */
 

@@ -94,18 +94,25 @@ static int load_on_all_threads(scmp_filter_ctx ctx) {
   return 0;
 }
 
-/* No thread or process after this: clone, clone3, fork and vfork trap (those the base
- * policy already reports stay the listener's, see above). */
-int kc_runtime_seal_threads(void) {
+/* An empty filter to add traps to, with SIGSYS answered by sigsys_handler; NULL and
+ * errno when either cannot be had. */
+static scmp_filter_ctx trap_filter(void) {
   struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
   sigemptyset(&sa.sa_mask);
   if (sigaction(SIGSYS, &sa, NULL) < 0)
-    return -1;
+    return NULL;
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx) {
+  if (!ctx)
     errno = ENOMEM;
+  return ctx;
+}
+
+/* No thread or process after this: clone, clone3, fork and vfork trap (those the base
+ * policy already reports stay the listener's, see above). */
+int kc_runtime_seal_threads(void) {
+  scmp_filter_ctx ctx = trap_filter();
+  if (!ctx)
     return -1;
-  }
   const int nrs[] = {SCMP_SYS(clone), SCMP_SYS(clone3), SCMP_SYS(fork), SCMP_SYS(vfork)};
   int rc = 0;
   for (size_t i = 0; i < sizeof nrs / sizeof nrs[0] && !rc; i++)
@@ -120,15 +127,9 @@ int kc_runtime_seal_threads(void) {
 }
 
 int kc_runtime_seal_exec(void) {
-  struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGSYS, &sa, NULL) < 0)
+  scmp_filter_ctx ctx = trap_filter();
+  if (!ctx)
     return -1;
-  scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
-  if (!ctx) {
-    errno = ENOMEM;
-    return -1;
-  }
   /* no_new_privs is already set by the worker's lockdown, and `measure` forbids the
    * prctl that libseccomp would make to set it again (load_on_all_threads) */
   int rc = 0;
