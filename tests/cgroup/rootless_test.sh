@@ -46,6 +46,15 @@ mkdir -p "$tmp/home" "$tmp/k"
 cp "$kernels"/*.c "$kernels/ARGS" "$tmp/k/"
 chown -R "$user:" "$tmp/home" "$tmp/k"
 uid=$(id -u "$user")
+# A checkout under a directory only root may enter (/root, a mktemp -d) is out of the
+# user's reach: the user then runs an install of this build, and copies of the hostile
+# programs, from $tmp, as a plain user would.
+if ! setpriv --reuid="$user" --regid="$user" --clear-groups test -x "$kcage"; then
+  cmake --install "$(dirname "$kcage")" --prefix "$tmp/prefix" >/dev/null
+  kcage=$tmp/prefix/bin/kcage
+  cp -r "$hostile" "$tmp/hostile"
+  hostile=$tmp/hostile
+fi
 
 # as_user [delegated] CMD...: CMD as the user (in the delegated cgroups when asked).
 as_user() {
