@@ -162,14 +162,14 @@ def trials_per_minute(stack, key, inputs):
 
 
 def _tree(pid):
-    pids, todo = [], [pid]
-    while todo:
-        p = todo.pop()
+    pids, unseen = [], [pid]
+    while unseen:
+        p = unseen.pop()
         pids.append(p)
         try:
             for t in os.listdir("/proc/%d/task" % p):
                 with open("/proc/%d/task/%s/children" % (p, t)) as f:
-                    todo += [int(c) for c in f.read().split()]
+                    unseen += [int(c) for c in f.read().split()]
         except OSError:
             pass
     return pids
