@@ -1,10 +1,11 @@
-/* The public view of a policy's limits: a small struct of its own, so an embedder (and
+/* The public view of a policy's limits, as the kc_limits a run takes, so an embedder (and
  * the Python package) reads them without the internal kc_policy_spec's layout. */
+#include "kcage/sandbox.h"
 #include "policy_internal.h"
 
 #include <string.h>
 
-void kc_policy_get_limits(const kc_policy *p, kc_policy_limits *out) {
+void kc_policy_get_limits(const kc_policy *p, kc_limits *out) {
   memset(out, 0, sizeof *out);
   if (!p)
     return;

@@ -35,17 +35,6 @@ void kc_policy_free(kc_policy *p);
 /* Print the resolved policy (includes expanded) in policy syntax. */
 int kc_policy_dump(const kc_policy *p, FILE *out, kc_error *err);
 
-/* A policy's default limits, from its `limit` lines (0 = none): what a worker or run
- * made without explicit limits gets. */
-typedef struct kc_policy_limits {
-  uint64_t memory_bytes;
-  double cpu_s, wall_s;
-  uint32_t pids;
-  double cpus;
-  uint64_t output_bytes;
-} kc_policy_limits;
-void kc_policy_get_limits(const kc_policy *p, kc_policy_limits *out);
-
 /* Name of a syscall number on this architecture ("" when unknown). */
 const char *kc_syscall_name(int nr, char *buf, size_t len);
 

@@ -30,6 +30,9 @@ typedef struct kc_limits {
   double cpus;           /* CPU bandwidth in CPUs (cfs quota / cpu.max) */
   uint64_t output_bytes; /* cap on captured stdout+stderr */
 } kc_limits;
+/* A policy's default limits, from its `limit` lines (0 = none): what a worker or run
+ * made without explicit limits gets. */
+void kc_policy_get_limits(const kc_policy *p, kc_limits *out);
 
 typedef enum kc_mount_kind { KC_MOUNT_RO_BIND, KC_MOUNT_BIND, KC_MOUNT_TMPFS } kc_mount_kind;
 

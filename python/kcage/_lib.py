@@ -120,19 +120,6 @@ class KcCallResult(ctypes.Structure):
     ]
 
 
-class KcPolicyLimits(ctypes.Structure):
-    """kc_policy_limits (kcage/policy.h): a policy's default limits."""
-
-    _fields_ = [
-        ("memory_bytes", ctypes.c_uint64),
-        ("cpu_s", ctypes.c_double),
-        ("wall_s", ctypes.c_double),
-        ("pids", ctypes.c_uint32),
-        ("cpus", ctypes.c_double),
-        ("output_bytes", ctypes.c_uint64),
-    ]
-
-
 def _candidates():
     env = os.environ.get("KCAGE_LIB")
     if env:
@@ -199,7 +186,7 @@ _sigs = {
     "kc_zygote_is_alive": (ctypes.c_bool, [ctypes.c_void_p]),
     "kc_zygote_free": (None, [ctypes.c_void_p]),
     "kc_policy_load": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_void_p), P(KcError)]),
-    "kc_policy_get_limits": (None, [ctypes.c_void_p, P(KcPolicyLimits)]),
+    "kc_policy_get_limits": (None, [ctypes.c_void_p, P(KcLimits)]),
     "kc_policy_free": (None, [ctypes.c_void_p]),
     "kc_cgroup_enforcement": (ctypes.c_char_p, [P(KcSettings), ctypes.c_char_p]),
     "kc_cgroup_refusal": (ctypes.c_int, [P(KcSettings), ctypes.c_char_p, P(KcError)]),

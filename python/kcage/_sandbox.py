@@ -187,7 +187,7 @@ def policy_limits(policy):
     if lib.kc_policy_load(policy.encode(), ctypes.byref(handle), ctypes.byref(err)) < 0:
         raise ValueError("kcage: policy %r: %s" % (policy, err.text()))
     try:
-        spec = _lib.KcPolicyLimits()
+        spec = _lib.KcLimits()
         lib.kc_policy_get_limits(handle, ctypes.byref(spec))
         return {"memory": spec.memory_bytes or None, "pids": spec.pids or None,
                 "cpus": spec.cpus or None}
