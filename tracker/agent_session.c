@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "agent_internal.h"
+#include "fdio.h"
 #include "fnum.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
@@ -261,16 +262,7 @@ static pid_t hand_to_standby(kc_agent *a, int fd, double timeout_s, double asked
   if (a->standby <= 0)
     return 0;
   struct handoff h = {timeout_s, asked_s, deadline};
-  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-  struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  if (sendmsg(a->standby_ctl, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)sizeof h) {
+  if (kc_send_fds(a->standby_ctl, &h, sizeof h, &fd, 1) < 0) {
     kc__agent_kill_standby(a);
     return 0;
   }
@@ -307,18 +299,11 @@ static void standby_main(kc_agent *a, int ctl) {
   while (poll(p, 2, -1) < 0 && errno == EINTR) {
   }
   struct handoff h;
-  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-  struct iovec iov = {.iov_base = &h, .iov_len = sizeof h};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  int fd = -1;
-  if (p[1].revents || recvmsg(ctl, &mh, MSG_CMSG_CLOEXEC) != (ssize_t)sizeof h || !cm ||
-      cm->cmsg_type != SCM_RIGHTS) {
+  int fd = -1, nfd = 1;
+  if (p[1].revents || kc_recv_fds(ctl, &h, sizeof h, &fd, &nfd) != (ssize_t)sizeof h || nfd != 1) {
     kc_tvm_standby_drop(sb); /* its sandbox died, or the agent */
     _exit(2);
   }
-  memcpy(&fd, CMSG_DATA(cm), sizeof fd);
   close(ctl);
   _exit(serve_child(a, fd, h.timeout_s, h.asked_s, h.deadline, sb));
 }

@@ -18,6 +18,7 @@
 #include <jansson.h>
 
 #include "clock.h"
+#include "fdio.h"
 #include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
 #include "kcage/escape.h"
@@ -475,18 +476,10 @@ static int hand_over(kc_tvm_standby *s, int fd, json_t *env, kc_error *err) {
   json_decref(env);
   if (!text)
     return kc_error_set(err, ENOMEM, "session");
-  char cbuf[CMSG_SPACE(sizeof(int))] = {0};
-  struct iovec iov = {.iov_base = text, .iov_len = strlen(text)};
-  struct msghdr mh = {
-      .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-  struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-  cm->cmsg_level = SOL_SOCKET;
-  cm->cmsg_type = SCM_RIGHTS;
-  cm->cmsg_len = CMSG_LEN(sizeof(int));
-  memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-  ssize_t n = sendmsg(s->ctl, &mh, MSG_NOSIGNAL);
+  int rc = kc_send_fds(s->ctl, text, strlen(text), &fd, 1);
+  int e = errno;
   free(text);
-  return n == (ssize_t)iov.iov_len ? 0 : kc_error_set(err, errno ? errno : EIO, "hand-over");
+  return rc == 0 ? 0 : kc_error_set(err, e ? e : EIO, "hand-over");
 }
 
 int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, kc_error *err) {
