@@ -295,7 +295,9 @@ static void start_runtime(const kc_worker_boot *b) {
     if (write(b->sock, &byte, 1) != 1)
       _exit(125);
   }
-  close(b->sock);
+  /* kept: the parent passes this worker what it serves (a session's socket) later */
+  if (!(b->flags & KC_ZF_KEEP_SOCK))
+    close(b->sock);
   g_pol = b->pol;
 }
 

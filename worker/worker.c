@@ -118,7 +118,7 @@ int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker *
     return kc_error_set(err, EINVAL, "worker: payload limits over 1 GiB");
   }
   w->q = calloc(KC_DEFAULT_DEPTH, sizeof *w->q);
-  w->pidfd = w->evfd = w->listener = w->handoff = w->slot_sock = -1;
+  w->pidfd = w->evfd = w->listener = w->handoff = w->slot_sock = w->fdsock = -1;
   w->ring.memfd = -1;
   w->zyg = zyg;
   if (!w->q || (w->o.initargs_len && !w->initargs)) {
@@ -254,6 +254,34 @@ int kc_worker_send(kc_worker *w, const char *fn, const void *arg, size_t len, do
   if (w->uses_left)
     w->uses_left--;
   return 0;
+}
+
+void kc_worker_set_extra(kc_worker *w, unsigned extra) {
+  w->extra = extra;
+}
+
+int kc_worker_start_now(kc_worker *w, kc_error *err) {
+  if (!w->pid && !w->spawning && kc__worker_spawn_start(w, err) < 0)
+    return -1;
+  if (w->handoff >= 0 && respawn_finish(w, err) < 0)
+    return -1;
+  return 0;
+}
+
+int kc_worker_pass_fds(kc_worker *w, const void *msg, size_t len, const int *fds, int nfds,
+                       kc_error *err) {
+  if (!(w->extra & KC_WORKER_PASS_FDS))
+    return kc_error_set(err, EINVAL, "worker: not made to be passed descriptors");
+  if (kc_worker_start_now(w, err) < 0)
+    return -1;
+  if (w->fdsock < 0)
+    return kc_error_set(err, EALREADY, "worker: its descriptors were already passed");
+  int rc = kc_send_fds(w->fdsock, msg, len, fds, nfds);
+  int e = errno;
+  /* one hand-over per process: after it the socket is the tenant's to talk on, and
+   * nobody listens */
+  kc_close_fd(&w->fdsock);
+  return rc < 0 ? kc_error_set(err, e, "worker: pass descriptors") : 0;
 }
 
 void kc_worker_kill(kc_worker *w) {

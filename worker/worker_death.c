@@ -168,6 +168,14 @@ void kc__worker_verdict(kc_worker *w, const siginfo_t *si, kc_result *v, char *m
   kc__scopy(v->message, sizeof v->message, msg);
 }
 
+void kc_worker_limit_hits(kc_worker *w, bool *oom, bool *pids) {
+  kc_cgroup_counters c = {-1, -1, -1, -1};
+  if (w->cg)
+    kc_cgroup_read(w->cg, &c, NULL);
+  *oom = c.oom_kills >= 0 && w->oom_base >= 0 && c.oom_kills > w->oom_base;
+  *pids = c.pids_max_hits >= 0 && w->pids_base >= 0 && c.pids_max_hits > w->pids_base;
+}
+
 bool kc__pidfd_dead(int pidfd) {
   struct pollfd p = {.fd = pidfd, .events = POLLIN};
   return poll(&p, 1, 0) > 0;

@@ -66,6 +66,8 @@ struct kc_worker {
    * timeout, crash or recycle): its socket, -1 when none */
   int handoff;
   bool spawning;         /* the zygote's answer (pid) for w->gen is still to be read */
+  unsigned extra;        /* kc_worker_set_extra */
+  int fdsock;            /* KC_WORKER_PASS_FDS: the live worker's socket until used, else -1 */
   uint64_t last_done_ns; /* when the last call completed */
 };
 

@@ -25,6 +25,8 @@ enum {
   KC_ZF_NEWPID = 1u << 0,    /* worker in its own pid namespace */
   KC_ZF_CGROUP_FD = 1u << 1, /* a v2 cgroup fd follows: CLONE_INTO_CGROUP */
   KC_ZF_LOCKDOWN = 1u << 2,  /* caps drop + no_new_privs + policy seccomp + rlimits */
+  KC_ZF_SCRATCH = 1u << 3,   /* kc_sandbox_fresh_scratch before the lockdown */
+  KC_ZF_KEEP_SOCK = 1u << 4, /* the worker keeps its socket (fd 5) after the ready */
 };
 
 /* parent -> zygote, with SCM_RIGHTS fds: ring memfd, eventfd, worker socket, stdout,
@@ -151,9 +153,6 @@ int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, 
  * workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
                          kc_error *err);
-/* Start the worker's process now (its first call would), without waiting for it; an
- * error is left for that first call to meet again. */
-int kc_worker_prestart(kc_worker *w, kc_error *err);
 /* fds the parent must poll for this worker: eventfd, pidfd, listener (-1 when none) */
 int kc_worker_pollfds(kc_worker *w, int fds[3]);
 /* Parent's cq_waiters flag: set before sleeping, cleared after */

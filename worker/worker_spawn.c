@@ -18,6 +18,7 @@
 
 #include "clock.h"
 #include "fdio.h"
+#include "kcage/cleanup.h"
 
 static uint32_t g_gen_counter;
 
@@ -34,6 +35,7 @@ void kc__worker_drop_process(kc_worker *w) {
     }
   }
   kc_close_fd(&w->handoff);
+  kc_close_fd(&w->fdsock);
   kc_close_fd(&w->pidfd);
   kc_close_fd(&w->evfd);
   kc_close_fd(&w->listener);
@@ -195,6 +197,10 @@ static int request_spawn(kc_worker *w, kc_error *err) {
   uint32_t flags = 0;
   if (w->o.isolation == KC_ISOLATION_SANDBOX)
     flags |= KC_ZF_NEWPID | KC_ZF_LOCKDOWN;
+  if (w->extra & KC_WORKER_SCRATCH)
+    flags |= KC_ZF_SCRATCH;
+  if (w->extra & KC_WORKER_PASS_FDS)
+    flags |= KC_ZF_KEEP_SOCK;
   /* Not CLONE_INTO_CGROUP: on this kernel (6.18) a child cloned into a v2 cgroup that
    * was ever cgroup.kill'ed is SIGKILLed at birth (the fork path compares the kill
    * sequence of the wrong cgroup), and slots are long-lived and killed on every
@@ -303,6 +309,8 @@ int kc__worker_spawn_finish(kc_worker *w, kc_error *err) {
   if (w->spawning && collect_pid(w, err) < 0)
     return -1;
   int rc = wait_ready(w, w->handoff, err);
+  if (rc == 0 && (w->extra & KC_WORKER_PASS_FDS))
+    w->fdsock = kc_steal_fd(w->handoff);
   kc_close_fd(&w->handoff);
   if (rc < 0) {
     siginfo_t si;

@@ -44,6 +44,10 @@ typedef struct zpolicy {
 
 static zpolicy g_pols[8];
 
+/* The pool's extra mounts (their tmpfs are what a worker's fresh scratch remounts). */
+static const kc_mount *g_mounts;
+static size_t g_n_mounts;
+
 /* The filter of a policy loaded without one.  uncached: touch no file (root's cache of
  * compiled programs), for a compile that runs while our root moves. */
 static int policy_compile(zpolicy *z, bool uncached, kc_error *err) {
@@ -119,6 +123,16 @@ __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_z
     close(devnull);
   }
   signal(SIGPIPE, SIG_IGN);
+  if (q->flags & KC_ZF_SCRATCH) {
+    /* before the lockdown: the namespaces are made with the pool's capabilities */
+    kc_error e = {0};
+    const kc_policy_spec *s = zp ? kc_policy_get_spec(zp->pol) : NULL;
+    if (kc_sandbox_fresh_scratch(zp ? zp->pol : NULL, g_mounts, g_n_mounts, s ? s->cwd : NULL, &e) <
+        0) {
+      fprintf(stderr, "kcage-worker: %s\n", e.msg);
+      _exit(125);
+    }
+  }
   kc_worker_boot b = {.memfd = 3,
                       .evfd = 4,
                       .sock = 5,
@@ -324,6 +338,8 @@ int kc_zygote_main(const kc_zygote_args *a) {
   signal(SIGPIPE, SIG_IGN);
   kc_zygote_rep hello = {.magic = KC_ZYGOTE_MAGIC, .generation = 0, .pid = 0};
   start_up(a, pre, zp, plan, &hello, &err);
+  g_mounts = a->mounts;
+  g_n_mounts = a->n_mounts;
   kc_sandbox_fs_release(plan);
   if (kc_send_fds(ctl, &hello, sizeof hello, NULL, 0) < 0 || hello.pid < 0)
     return 1;

@@ -10,6 +10,31 @@
 extern "C" {
 #endif
 
+/* Start the worker's process now (its first call would), without waiting for it; an
+ * error is left for that first call to meet again. */
+int kc_worker_prestart(kc_worker *w, kc_error *err);
+/* Start the worker's process when it has none and wait until it is ready for its first
+ * call: the zygote's fork, the cgroup attach and the lockdown all done now, off the
+ * path of a call that must start at once. */
+int kc_worker_start_now(kc_worker *w, kc_error *err);
+
+/* Workers that each serve one tenant's session (the agent's TVM sessions), set before
+ * the worker's first spawn.  KC_WORKER_SCRATCH: mount, IPC and network namespaces of
+ * its own, every tmpfs of the pool's layout mounted anew (kc_sandbox_fresh_scratch).
+ * KC_WORKER_PASS_FDS: the worker keeps its socket to us (fd 5 in the worker), on which
+ * kc_worker_pass_fds hands it, once, a message and descriptors. */
+enum { KC_WORKER_SCRATCH = 1u << 0, KC_WORKER_PASS_FDS = 1u << 1 };
+void kc_worker_set_extra(kc_worker *w, unsigned extra);
+/* Start the worker when it is not (kc_worker_prestart), wait for its ready, and send
+ * msg with fds on its socket, which is then closed on our side. */
+int kc_worker_pass_fds(kc_worker *w, const void *msg, size_t len, const int *fds, int nfds,
+                       kc_error *err);
+
+/* Did the worker's cgroup kill for memory, or refuse a process for its pids limit, since
+ * its process started?  What the sandbox's verdict puts first, whatever the call's end
+ * (a fork bomb that runs into the wall limit was refused processes first). */
+void kc_worker_limit_hits(kc_worker *w, bool *oom, bool *pids);
+
 /* A handler built into the worker program, found by name before "lib.so:symbol". */
 typedef struct kc_builtin {
   const char *name;
