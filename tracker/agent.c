@@ -112,7 +112,10 @@ static void probe_python(kc_agent *a) {
       kc_log(KC_LOG_WARN, "kcage agent", "no TVM RPC sessions: %s", a->python_why);
       return;
     }
-    kc_policy_free(p);
+    if (i == 0)
+      a->tvm_first = p;
+    else
+      kc_policy_free(p);
   }
   a->python = calloc(1, sizeof *a->python);
   if (!a->python || kc_tvm_python_probe(a->o.tvm_python, a->python, &e) < 0) {
@@ -147,6 +150,8 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   a->child_pidfd = -1;
   a->standby_ctl = -1;
   a->standby_backoff = 1;
+  a->hub_ctl = -1;
+  a->hub_backoff = 1;
   a->standby_ahead = true;
   a->missing_since = -1;
   a->stop_pipe[0] = a->stop_pipe[1] = -1;
@@ -452,6 +457,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
     }
     if (a->trk && a->child <= 0 && kc_now_s() >= a->next_check)
       check_pending(a);
+    kc__agent_start_hub(a);
     kc__agent_start_standby(a);
     if (a->child > 0 && a->child_deadline >= 0 && kc_now_s() > a->child_deadline + 2) {
       kc__agent_log(a, "session past its deadline; killing it");
@@ -468,6 +474,8 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
       wake = kc_fmin(wake, a->child_deadline + 2.01);
     if (kc__agent_standby_due(a))
       wake = kc_fmin(wake, a->standby_next);
+    if (a->hub <= 0 && !a->hub_off && a->python)
+      wake = kc_fmin(wake, a->hub_next);
     for (size_t i = 0; i < a->nhs; i++)
       wake = kc_fmin(wake, a->hs[i].deadline);
     struct pollfd p[4 + MAX_HANDSHAKES] = {
@@ -514,6 +522,7 @@ int kc_agent_run(kc_agent *a, kc_error *err) {
   }
   kc__agent_end_session(a);
   kc__agent_kill_standby(a);
+  kc__agent_kill_hub(a);
   return 0;
 }
 
@@ -533,11 +542,13 @@ void kc_agent_free(kc_agent *a) {
   if (a->child_pidfd >= 0)
     close(a->child_pidfd);
   kc__agent_kill_standby(a);
+  kc__agent_kill_hub(a);
   while (a->nhs)
     hs_drop(a, 0);
   if (a->base_dir[0])
     rmdir(a->base_dir);
   free(a->python);
+  kc_policy_free(a->tvm_first);
   kc_tracker_close(a->trk);
   if (a->lfd >= 0)
     close(a->lfd);

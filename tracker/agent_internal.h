@@ -55,6 +55,13 @@ struct kc_agent {
   /* The standby is started as soon as the last one is handed its session, its cgroup
    * idle meanwhile; false once the host showed it cannot be (then only while idle). */
   bool standby_ahead;
+  /* The TVM zygote (tvm_hub.c): TVM imported once, a session a fork; while it runs, no
+   * standby is started.  Off for good when it cannot start (no shared libpython). */
+  pid_t hub;
+  int hub_ctl;
+  kc_policy *tvm_first; /* the first TVM policy, parsed once: sessions read its limits */
+  bool hub_off;
+  double hub_next, hub_backoff;
 };
 
 /* agent.c */
@@ -72,5 +79,7 @@ void kc__agent_start_session(kc_agent *a, int fd, double asked_s);
 bool kc__agent_standby_due(const kc_agent *a);
 void kc__agent_start_standby(kc_agent *a);
 void kc__agent_kill_standby(kc_agent *a);
+void kc__agent_start_hub(kc_agent *a);
+void kc__agent_kill_hub(kc_agent *a);
 
 #endif

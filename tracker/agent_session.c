@@ -35,6 +35,7 @@
 #include "metrics.h"
 #include "netio.h"
 #include "safe_fs.h"
+#include "tvm_hub.h"
 #include "tvm_session.h"
 #include "tvm_wire.h"
 
@@ -43,6 +44,7 @@
 /* The agent is a child subreaper: whatever a session's pool leaves behind when the
  * session process dies is reparented here and reaped, never left as a zombie. */
 static void standby_gone(kc_agent *a, bool failed);
+static void hub_gone(kc_agent *a, int status);
 
 /* A standby's exit when, started beside a running session, it could not run idle. */
 #define STANDBY_EXIT_NOT_IDLE 3
@@ -55,6 +57,8 @@ void kc__agent_reap(kc_agent *a) {
       a->child_reaped = true;
       a->child_status = st;
     }
+    if (p == a->hub)
+      hub_gone(a, st);
     if (p != a->standby)
       continue;
     if (WIFEXITED(st) && WEXITSTATUS(st) == STANDBY_EXIT_NOT_IDLE) {
@@ -133,11 +137,16 @@ static int serve_tvm(kc_agent *a, int fd, double timeout_s, double asked_s, doub
                           .caps = a->o.caps,
                           .policies = a->o.tvm_policies,
                           .npolicies = a->o.n_tvm_policies,
+                          .first = a->tvm_first,
                           .settings = a->o.settings,
                           .verbose = a->o.verbose};
   kc_error err = {0};
-  int rc =
-      standby ? kc_tvm_standby_serve(standby, fd, &to, &err) : kc_tvm_session_serve(fd, &to, &err);
+  int rc = 1;
+  if (a->hub_ctl >= 0 && !standby)
+    rc = kc_tvm_hub_serve(a->hub_ctl, fd, &to, &err);
+  if (rc == 1) /* not the zygote's to serve (another policy), or it is gone */
+    rc = standby ? kc_tvm_standby_serve(standby, fd, &to, &err)
+                 : kc_tvm_session_serve(fd, &to, &err);
   if (rc < 0) {
     char shown[KC_ERROR_MSG_MAX * 4];
     kc__agent_log(a, "TVM RPC session failed: %s", kc_escape(err.msg, shown, sizeof shown));
@@ -308,10 +317,67 @@ static void standby_main(kc_agent *a, int ctl) {
   _exit(serve_child(a, fd, h.timeout_s, h.asked_s, h.deadline, sb));
 }
 
-/* May the next session's standby start now? */
+/* May the next session's standby start now?  Not while the TVM zygote serves. */
 bool kc__agent_standby_due(const kc_agent *a) {
   return a->python && !(a->o.auth && a->o.auth->len) && a->standby <= 0 &&
-         (a->child <= 0 || a->standby_ahead);
+         (a->hub_off || !a->python->libpython[0]) && (a->child <= 0 || a->standby_ahead);
+}
+
+/* ---- the TVM zygote ---------------------------------------------------------------- */
+
+static void hub_gone(kc_agent *a, int status) {
+  if (a->hub_ctl >= 0)
+    close(a->hub_ctl);
+  a->hub_ctl = -1;
+  a->hub = 0;
+  if (WIFEXITED(status) && WEXITSTATUS(status) == KC_TVM_HUB_EXIT_UNAVAILABLE) {
+    a->hub_off = true; /* its reason is in the log: sessions start their interpreter */
+    return;
+  }
+  a->hub_next = kc_now_s() + a->hub_backoff;
+  a->hub_backoff = kc_fmin(a->hub_backoff * 2, 60);
+}
+
+void kc__agent_kill_hub(kc_agent *a) {
+  if (a->hub <= 0)
+    return;
+  kill(a->hub, SIGKILL);
+  waitpid(a->hub, NULL, 0);
+  hub_gone(a, 0);
+}
+
+/* The zygote's process, started once TVM sessions can be served (a shared libpython, no
+ * key: TVM's clients cannot prove one); restarted with a backoff when it dies. */
+void kc__agent_start_hub(kc_agent *a) {
+  if (!a->python || !a->python->libpython[0] || a->hub_off || a->hub > 0 ||
+      (a->o.auth && a->o.auth->len) || kc_now_s() < a->hub_next)
+    return;
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
+    a->hub_next = kc_now_s() + 5;
+    return;
+  }
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    close(sv[0]);
+    child_setup(a);
+    kc_tvm_serve_opts to = {.python = a->python,
+                            .caps = a->o.caps,
+                            .policies = a->o.tvm_policies,
+                            .npolicies = a->o.n_tvm_policies,
+                            .settings = a->o.settings,
+                            .verbose = a->o.verbose};
+    kc_tvm_hub_main(&to, sv[1]);
+  }
+  close(sv[1]);
+  if (pid < 0) {
+    close(sv[0]);
+    a->hub_next = kc_now_s() + 5;
+    return;
+  }
+  a->hub = pid;
+  a->hub_ctl = sv[0];
 }
 
 /* With TVM sessions served: the next session's process and sandbox, started as soon as

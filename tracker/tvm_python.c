@@ -23,8 +23,17 @@
 /* Where its files are, and whether it has TVM at all (found, not imported: that takes
  * seconds). */
 static const char probe_src[] =
-    "import importlib.util, json, sys\n"
-    "print(json.dumps({'paths': [sys.prefix, sys.base_prefix] + sys.path,\n"
+    "import importlib.util, json, os, sys, sysconfig\n"
+    "def libpython():\n"
+    "    v = sysconfig.get_config_var\n"
+    "    dirs = [v('LIBDIR') or ''] + (['/usr/lib/' + v('MULTIARCH')] if v('MULTIARCH') else [])\n"
+    "    for d in dirs:\n"
+    "        for n in (v('INSTSONAME'), v('LDLIBRARY')):\n"
+    "            if n and '.so' in n and os.path.exists(os.path.join(d, n)):\n"
+    "                return os.path.realpath(os.path.join(d, n))\n"
+    "    return ''\n"
+    "print(json.dumps({'paths': [sys.prefix, sys.base_prefix] + sys.path, 'sys_path': sys.path,\n"
+    "                  'libpython': libpython(),\n"
     "                  'tvm': importlib.util.find_spec('tvm') is not None}))\n";
 
 /* "." and ".." taken out by the letter, links left alone: the sandbox has only some of
@@ -171,6 +180,23 @@ int kc_tvm_python_probe(const char *python, kc_tvm_python *out, kc_error *err) {
   json_t *v;
   json_array_foreach(paths, i, v) if (json_is_string(v) && json_string_value(v)[0] == '/')
       add_bind(out, json_string_value(v));
+  json_t *sp = json_pack("O", json_object_get(answer, "sys_path"));
+  char *sp_text = json_is_array(sp) ? json_dumps(sp, JSON_COMPACT) : NULL;
+  json_decref(sp);
+  if (sp_text && strlen(sp_text) < sizeof out->sys_path)
+    snprintf(out->sys_path, sizeof out->sys_path, "%s", sp_text);
+  free(sp_text);
+  /* the shared libpython, which the agent's TVM zygote embeds ("" when there is none:
+   * then each session starts the interpreter itself) */
+  const char *lib = json_string_value(json_object_get(answer, "libpython"));
+  if (lib && lib[0] == '/' && strlen(lib) < sizeof out->libpython && out->sys_path[0]) {
+    snprintf(out->libpython, sizeof out->libpython, "%s", lib);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", lib);
+    *strrchr(dir, '/') = '\0';
+    if (dir[0])
+      add_bind(out, dir);
+  }
   json_decref(answer);
   return 0;
 }

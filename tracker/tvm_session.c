@@ -26,6 +26,7 @@
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
 #include "kcage/units.h"
+#include "tvm_hub.h"
 #include "tvm_server_py.h"
 #include "tvm_session.h"
 #include "tvm_wire.h"
@@ -272,19 +273,25 @@ static void log_tail(int fd, char *out, size_t cap) {
   kc_escape_n(raw, (size_t)n, out, cap);
 }
 
-/* What the client hears when the sandbox ended by anything but a clean exit. */
-static void report_verdict(int fd, const session_run *r, const kc_result *res) {
-  char tail[TAIL * 4 + 1], msg[TAIL * 4 + 1024];
-  log_tail(r->log_fd, tail, sizeof tail);
+/* What the client hears when the sandbox ended by anything but a clean exit; tail: its
+ * last output, escaped. */
+static void say_verdict(int fd, double session_s, const kc_result *res, const char *tail) {
+  char msg[TAIL * 4 + 1024];
   if (res->status == KC_STATUS_TIMEOUT && res->limit && !strcmp(res->limit, "wall"))
     snprintf(msg, sizeof msg,
              "RPCSessionTimeoutError: Your %gs session has expired, try to increase the "
              "\"session_timeout\" value. (kcage verdict: timeout: %s)",
-             r->lim.session_s, res->message);
+             session_s, res->message);
   else
     snprintf(msg, sizeof msg, "kcage verdict: %s: the session's sandbox ended: %s%s%s",
              kc_status_name(res->status), res->message, tail[0] ? "; its last output: " : "", tail);
   kc_tvm_refuse(fd, msg);
+}
+
+static void report_verdict(int fd, const session_run *r, const kc_result *res) {
+  char tail[TAIL * 4 + 1];
+  log_tail(r->log_fd, tail, sizeof tail);
+  say_verdict(fd, r->lim.session_s, res, tail);
 }
 
 /* ---- the session ------------------------------------------------------------------ */
@@ -518,5 +525,120 @@ int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, 
     kc_tvm_refuse(fd, msg);
   }
   kc_tvm_standby_drop(s);
+  return rc;
+}
+
+/* ---- a session through the agent's TVM zygote -------------------------------------- */
+
+/* The session's description as the worker's run() reads it: the work directory, what
+ * kcage.sandbox.info answers, TVM's thread count. */
+static char *hub_text(session_run *r, const kc_tvm_init *in, json_t *clamped) {
+  json_t *info = session_info(r, in, clamped);
+  if (r->lim.cpus > 0)
+    json_object_set_new(info, "threads", json_integer((json_int_t)ceil(r->lim.cpus)));
+  char *text = json_dumps(info, JSON_COMPACT | JSON_ENSURE_ASCII);
+  json_decref(info);
+  return text;
+}
+
+static int hub_wait(int reply, kc_tvm_hub_reply *rep, uint32_t phase) {
+  for (;;) {
+    ssize_t n = recv(reply, rep, sizeof *rep, 0);
+    if (n < 0 && errno == EINTR)
+      continue;
+    return n == (ssize_t)sizeof *rep && rep->magic == KC_TVM_HUB_MAGIC && rep->phase == phase ? 0
+                                                                                              : -1;
+  }
+}
+
+/* The request to the hub with the client's socket; its answer when it took it, else 1. */
+static int hub_ask(int hub_ctl, int fd, const session_run *r, const char *text,
+                   kc_tvm_hub_reply *rep) {
+  size_t tl = strlen(text);
+  kc_tvm_hub_request q = {.magic = KC_TVM_HUB_MAGIC,
+                          .lim = {r->lim.memory_bytes, r->lim.pids, r->lim.cpus},
+                          .wall_s = wall_limit(r)};
+  kc_cleanup_free char *buf = tl <= KC_TVM_HUB_TEXT_MAX ? malloc(sizeof q + tl) : NULL;
+  int sv[2];
+  if (!buf || socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+    return 1;
+  memcpy(buf, &q, sizeof q);
+  memcpy(buf + sizeof q, text, tl);
+  int fds[2] = {fd, sv[1]};
+  int sent = kc_send_fds(hub_ctl, buf, sizeof q + tl, fds, 2);
+  close(sv[1]);
+  if (sent < 0 || hub_wait(sv[0], rep, KC_TVM_HUB_TAKEN) < 0) {
+    close(sv[0]);
+    return 1;
+  }
+  int ended = hub_wait(sv[0], rep, KC_TVM_HUB_ENDED);
+  close(sv[0]);
+  if (ended < 0) {
+    rep->status = KC_STATUS_SETUP_ERROR;
+    snprintf(rep->message, sizeof rep->message, "the agent's TVM zygote ended during the session");
+    rep->limit[0] = '\0';
+    rep->tail_len = 0;
+  }
+  return 0;
+}
+
+/* How the session ended, to the operator's log and, unless the client ended it, to it. */
+static void hub_report(int fd, const session_run *r, const kc_tvm_init *in,
+                       const kc_tvm_hub_reply *rep) {
+  kc_result res;
+  kc_result_init(&res);
+  res.status = rep->status;
+  res.limit = !strcmp(rep->limit, "wall") ? "wall" : !strcmp(rep->limit, "cpu") ? "cpu" : NULL;
+  snprintf(res.message, sizeof res.message, "%.*s", (int)sizeof rep->message, rep->message);
+  log_end(in, &res);
+  if (res.status == KC_STATUS_OK) {
+    close(fd);
+    return;
+  }
+  char tail[TAIL * 4 + 1];
+  kc_escape_n(rep->tail, rep->tail_len < sizeof rep->tail ? rep->tail_len : sizeof rep->tail, tail,
+              sizeof tail);
+  say_verdict(fd, r->lim.session_s, &res, tail);
+}
+
+int kc_tvm_hub_serve(int hub_ctl, int fd, const kc_tvm_serve_opts *o, kc_error *err) {
+  kc_tvm_init in;
+  if (read_init(fd, o->deadline, &in, err) < 0) {
+    kc_tvm_refuse(fd, err->msg);
+    return -1;
+  }
+  if (!o->python)
+    return refuse_unserved(fd, o, err);
+  session_run r = {.o = o, .log_fd = -1, .ids = {0, 0, -1}};
+  session_limits ask = {0};
+  int rc = 0;
+  if (in.nargs && !strcmp(in.args[0], "kcage.sandbox"))
+    rc = parse_ask(&in, o, &ask, err);
+  json_t *clamped = json_object();
+  apply_caps(o, &ask, &r.lim, clamped);
+  if (rc == 0 && strcmp(r.lim.policy, o->policies[0])) {
+    json_decref(clamped); /* another policy than the zygote's: a sandbox of its own */
+    return 1;
+  }
+  if (rc == 0 && !o->first)
+    rc = kc_policy_load_in(&o->settings, r.lim.policy, &r.pol, err);
+  const kc_policy *own = r.pol;
+  if (o->first)
+    r.pol = (kc_policy *)o->first; /* read only, for the limits' defaults */
+  kc_cleanup_free char *text = rc == 0 ? hub_text(&r, &in, clamped) : NULL;
+  r.pol = (kc_policy *)own;
+  json_decref(clamped);
+  if (rc < 0 || !text) {
+    char msg[KC_ERROR_MSG_MAX + 64];
+    snprintf(msg, sizeof msg, "kcage agent: %s", rc < 0 ? err->msg : "out of memory");
+    kc_tvm_refuse(fd, msg);
+    run_free(&r);
+    return -1;
+  }
+  kc_tvm_hub_reply rep;
+  rc = hub_ask(hub_ctl, fd, &r, text, &rep);
+  if (rc == 0)
+    hub_report(fd, &r, &in, &rep);
+  run_free(&r);
   return rc;
 }

@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "kcage/error.h"
+#include "kcage/policy.h"
 #include "kcage/tracker.h"
 
 #define KC_TVM_MAX_BINDS 16
@@ -17,6 +18,8 @@
  * read-only into each session's sandbox (a venv, its site-packages). */
 typedef struct kc_tvm_python {
   char path[PATH_MAX];
+  char libpython[PATH_MAX]; /* its shared libpython, "" when it has none */
+  char sys_path[16384];     /* its sys.path as a JSON list, for an embedded interpreter */
   size_t nbinds;
   char binds[KC_TVM_MAX_BINDS][PATH_MAX];
 } kc_tvm_python;
@@ -36,6 +39,7 @@ typedef struct kc_tvm_serve_opts {
                               none): the sandbox's wall limit ends no later */
   kc_run_caps caps;
   const char *const *policies; /* names a tenant may choose; [0] is the default */
+  const kc_policy *first;      /* policies[0], parsed once by the agent (NULL: parse it) */
   size_t npolicies;
   bool verbose;
   bool ahead;           /* a standby started while a session runs: it must be able to run idle */
