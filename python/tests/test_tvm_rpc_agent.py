@@ -40,6 +40,15 @@ def _searchable_by_others(path):
     return True
 
 
+def _shared_libpython():
+    from kcage._sandbox import libpython_path  # pylint: disable=import-outside-toplevel
+
+    try:
+        return libpython_path()
+    except RuntimeError:
+        return None
+
+
 class Daemon:
     """A server process that prints `<what> listening on HOST:PORT` when ready."""
 
@@ -74,10 +83,13 @@ def servers(tmp_path_factory):
     """kcage's tracker, a kcage agent under key "ka" and TVM's rpc_server under "tvm"."""
     pytest.importorskip("tvm")
     exe = _kcage()
-    if not _searchable_by_others(sys.prefix):
+    if not _searchable_by_others(sys.prefix) and not _shared_libpython():
+        # The agent's TVM zygote opens the interpreter's directories with the agent's own
+        # ids; without a shared libpython there is no zygote, and a sandbox of its own
+        # per session runs python as host ids that cannot pass the directory.
         pytest.skip(
-            "%s cannot be entered by other users: the agent's sandboxes (host ids of their "
-            "own) could not run this Python" % sys.prefix
+            "%s cannot be entered by other users and this Python has no shared libpython: "
+            "the agent's sandboxes (host ids of their own) could not run it" % sys.prefix
         )
     logs = tmp_path_factory.mktemp("logs")
     tracker = Daemon([exe, "tracker", "--host", "127.0.0.1", "--port", "0"], "tracker",
@@ -337,18 +349,112 @@ def _children(pid):
         return []
 
 
-def test_standby_starts_beside_a_running_session(servers):
-    """The next session's sandbox (TVM imported) is started while a session runs, not
-    only after its end: back-to-back sessions (RPCRunner's trials) find it ready."""
+def _status(pid, field):
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return line.split()[1:]
+    except OSError:
+        pass
+    return []
+
+
+def _zygote(agent):
+    """The agent's TVM zygote: the oldest kcage-worker below it in the host's pid
+    namespace (a session's worker is pid 1 of a namespace of its own)."""
+    found = []
+    for hub in _children(agent):
+        for c in _children(hub):
+            if _status(c, "Name") == ["kcage-worker"] and len(_status(c, "NSpid")) == 1:
+                with open("/proc/%d/stat" % c) as f:
+                    found.append((int(f.read().rsplit(")", 1)[1].split()[19]), c))
+    return min(found)[1] if found else None
+
+
+def test_tvm_is_imported_once_per_agent(servers):
+    """Sessions are forks of one zygote that imported TVM, each in a pid namespace of
+    its own: the zygote outlives them, and a session sees no process but its own."""
     agent = servers["agent"].proc.pid
     remote = _request(servers["port"], "ka", session_timeout=60)
-    assert json.loads(remote.get_function("kcage.sandbox.info")())["limits"]
-    deadline = time.time() + 30
-    while len(_children(agent)) < 2:
-        assert time.time() < deadline, "no standby beside the running session"
-        time.sleep(0.1)
-    assert json.loads(remote.get_function("kcage.sandbox.info")())["limits"]
+    zygote = _zygote(agent)
+    assert zygote, "no TVM zygote below the agent"
     del remote
+    gc.collect()
+    for _ in range(3):
+        remote = _request(servers["port"], "ka", session_timeout=60)
+        assert json.loads(remote.get_function("kcage.sandbox.info")())["limits"]
+        del remote
+        gc.collect()
+    assert _zygote(agent) == zygote
+
+
+LEAVES = r"""
+    int fd = open("/tmp/left-by-one", O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0) close(fd);
+    fd = open("left-by-one", O_CREAT | O_WRONLY, 0644);
+    if (fd >= 0) close(fd);
+    shmget(0x6b6361, 4096, IPC_CREAT | 0666);
+    if (fork() == 0) {
+        setsid();
+        prctl(PR_SET_NAME, "kcleftover");
+        for (;;) pause();
+    }
+"""
+
+LOOKS = r"""
+    struct dirent *e;
+    DIR *d = opendir("/tmp");
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') _exit(21);
+    if (shmget(0x6b6361, 0, 0) >= 0) _exit(22);
+    d = opendir(".");
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.' && strcmp(e->d_name, "looks.so")) _exit(23);
+"""
+
+
+def _ctor_so(tmp_path, name, body):
+    src = tmp_path / (name + ".c")
+    src.write_text(
+        "#include <dirent.h>\n#include <fcntl.h>\n#include <string.h>\n"
+        "#include <sys/prctl.h>\n#include <sys/shm.h>\n#include <unistd.h>\n"
+        "__attribute__((constructor)) static void run(void) {%s}\n" % body)
+    so = tmp_path / (name + ".so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(so), str(src)], check=True)
+    return str(so)
+
+
+def _leftovers():
+    out = []
+    for p in os.listdir("/proc"):
+        if p.isdigit() and _status(int(p), "Name") == ["kcleftover"]:
+            out.append(int(p))
+    return out
+
+
+def test_next_tenant_finds_nothing_of_the_last_process(servers, tmp_path):
+    """What one session leaves (a detached process, files in /tmp and in its work
+    directory, a SysV segment) is gone for the next: sessions forked from one zygote
+    each get their own."""
+    leaves, looks = _ctor_so(tmp_path, "leaves", LEAVES), _ctor_so(tmp_path, "looks", LOOKS)
+    first = _request(servers["port"], "ka", session_timeout=60)
+    first.upload(leaves)
+    first.load_module("leaves.so")
+    deadline = time.time() + 20
+    while not _leftovers():  # the detached child names itself after the load returned
+        assert time.time() < deadline, "the first session's process did not start"
+        time.sleep(0.05)
+    del first
+    gc.collect()
+    deadline = time.time() + 20
+    while _leftovers():
+        assert time.time() < deadline, "a session's process outlived it"
+        time.sleep(0.1)
+    second = _request(servers["port"], "ka", session_timeout=60)
+    second.upload(looks)
+    second.load_module("looks.so")  # exits 21-23 (an RPC error) on what it finds
+    del second
     gc.collect()
 
 
