@@ -136,7 +136,8 @@ static int hub_start(hub *h, const kc_tvm_serve_opts *o, kc_error *err) {
   for (size_t i = 0; i < py->nbinds; i++)
     h->mounts[nm++] =
         (kc_mount){.kind = KC_MOUNT_RO_BIND, .src = py->binds[i], .dst = py->binds[i]};
-  /* each worker mounts its own over it, of the session's memory (the cgroup holds it) */
+  /* each worker mounts its own over it: 1 GiB at most, its pages the session's memory
+   * (its cgroup's) */
   h->mounts[nm++] = (kc_mount){.kind = KC_MOUNT_TMPFS, .dst = SESSION_DIR, .size = 1ull << 30};
   h->boot = boot_source(py);
   if (!h->boot)

@@ -130,6 +130,10 @@ def zygote_boot():
         if len(fds) != 1:
             raise RuntimeError("kcage: the session's socket did not arrive")
         info = json.loads(msg.decode())
+        # the zygote's one-thread settings for the BLAS pools it loaded: TVM's own pool
+        # would read OMP_NUM_THREADS too, and run parallel loops on one thread
+        for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.pop(name, None)
         threads = info.get("threads")
         if threads:
             # TVM's thread pool: one thread per CPU the session has, not per host core

@@ -186,6 +186,23 @@ def test_same_results_as_tvm_rpc_server(servers, tmp_path):
     assert ours["addone.tar"]["filled"] and ours["addone.so"]["removed"]
 
 
+def test_parallel_loops_get_the_threads_tvm_gives_them(servers):
+    """TVM's thread pool in a session: as many threads as under TVM's server (the
+    agent sets no --max-cpus here; TVM takes half the host's CPUs on x86), and as many
+    as the CPUs a tenant asks for."""
+    theirs = _request(servers["port"], "tvm", session_timeout=30)
+    ours = _request(servers["port"], "ka", session_timeout=30)
+    assert (ours.get_function("runtime.NumThreads")() ==
+            theirs.get_function("runtime.NumThreads")())
+    del theirs, ours
+    gc.collect()
+    two = _request(servers["port"], "ka", session_timeout=30,
+                   session_constructor_args=["kcage.sandbox", "cpus=2"])
+    assert two.get_function("runtime.NumThreads")() == 2
+    del two
+    gc.collect()
+
+
 def test_next_tenant_finds_nothing(servers, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("tenant one")
