@@ -9,7 +9,7 @@ apache-tvm wheel), interleaved in one process so that both see the same load:
 - RPCRunner trials per minute: one built matmul run as TRIALS MetaSchedule runner
   inputs through RPCRunner (one session per trial, TVM's default evaluator);
 - memory: PSS and RSS summed over each server's process tree (its sessions and, for
-  the agent, its standby sandbox) with 0 sessions, and with 8 sessions open at once
+  the agent, its TVM zygote and the next session's process forked from it) with 0 sessions, and with 8 sessions open at once
   on 8 servers of each (an agent, like TVM's server, serves one session at a time).
 
 Prints a ratio table (kcage / TVM) and adds the figures to $KC_BENCH_DIR/results.json."""
@@ -190,13 +190,26 @@ def _mem(pids):
     return pss / 1024, rss / 1024
 
 
-def memory(stack):
+def _zygotes_ready(log_path, n, timeout=300):
+    """Wait until n agents logged that their TVM zygote imported TVM."""
+    deadline = time.time() + timeout
+    while True:
+        with open(log_path, "rb") as f:
+            if f.read().count(b"TVM zygote ready") >= n:
+                return
+        if time.time() > deadline:
+            sys.exit("bench_tvm_rpc: %d agents' TVM zygotes not ready" % n)
+        time.sleep(0.5)
+
+
+def memory(stack, log_path):
     """MiB (PSS, RSS) of every agent's and every rpc_server's tree, idle and in session."""
 
     def total(procs):
         return _mem([p for proc in procs for p in _tree(proc.pid)])
 
-    time.sleep(8)  # every agent's standby has imported TVM
+    _zygotes_ready(log_path, len(stack.agents))
+    time.sleep(3)  # and forked the first session's process
     idle = {"ka": total(stack.agents[:1]), "tvm": total(stack.servers[:1])}
     sessions = []
     for key in ("ka", "tvm"):
@@ -204,7 +217,7 @@ def memory(stack):
             r = _request(stack.port, key)
             r.get_function("tvm.rpc.server.workpath")("x")
             sessions.append(r)
-    time.sleep(8)  # the agents' next standbys are started beside their sessions
+    time.sleep(8)  # the agents' next sessions' processes are forked beside them
     busy = {"ka": total(stack.agents), "tvm": total(stack.servers)}
     del sessions
     gc.collect()
@@ -219,6 +232,7 @@ def main():
     work = tempfile.mkdtemp(prefix="kc-bench-tvm-")
     log = open(os.path.join(work, "servers.log"), "wb")  # pylint: disable=consider-using-with
     stack = Stack(1, log)
+    _zygotes_ready(os.path.join(work, "servers.log"), 1)
     try:
         med, raw = latencies(stack)
         inputs = _runner_inputs(work)
@@ -228,9 +242,10 @@ def main():
             tpm[key] = max(tpm.get(key, (0, 0)), got)
     finally:
         stack.stop()
-    stack = Stack(8, log)
+    log8 = open(os.path.join(work, "servers8.log"), "wb")  # pylint: disable=consider-using-with
+    stack = Stack(8, log8)
     try:
-        idle, busy = memory(stack)
+        idle, busy = memory(stack, os.path.join(work, "servers8.log"))
     finally:
         stack.stop()
     print("kcage agent vs TVM rpc_server (both on kcage tracker), median of %d" % REPS)
