@@ -338,10 +338,20 @@ static void hub_gone(kc_agent *a, int status) {
   a->hub_backoff = kc_fmin(a->hub_backoff * 2, 60);
 }
 
+/* Its socket closed, the hub ends its spare worker and its zygote and removes their
+ * cgroups; one that does not within a few seconds is killed (the zygote and workers
+ * follow by PDEATHSIG, their cgroups are reaped by the next kcage). */
 void kc__agent_kill_hub(kc_agent *a) {
   if (a->hub <= 0)
     return;
-  kill(a->hub, SIGKILL);
+  int pidfd = (int)syscall(SYS_pidfd_open, a->hub, 0);
+  close(a->hub_ctl);
+  a->hub_ctl = -1;
+  struct pollfd p = {.fd = pidfd, .events = POLLIN};
+  if (pidfd < 0 || poll(&p, 1, 3000) <= 0)
+    kill(a->hub, SIGKILL);
+  if (pidfd >= 0)
+    close(pidfd);
   waitpid(a->hub, NULL, 0);
   hub_gone(a, 0);
 }
