@@ -381,14 +381,20 @@ static int refuse_unserved(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
   return kc_error_set(err, 0, "%s", msg);
 }
 
-int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
-  kc_tvm_init in;
-  if (read_init(fd, o->deadline, &in, err) < 0) {
+/* The client's kInitServer, read without consuming it; a client refused (fd closed)
+ * when it cannot be read or the agent has no TVM. */
+static int begin(int fd, const kc_tvm_serve_opts *o, kc_tvm_init *in, kc_error *err) {
+  if (read_init(fd, o->deadline, in, err) < 0) {
     kc_tvm_refuse(fd, err->msg);
     return -1;
   }
-  if (!o->python)
-    return refuse_unserved(fd, o, err);
+  return o->python ? 0 : refuse_unserved(fd, o, err);
+}
+
+int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err) {
+  kc_tvm_init in;
+  if (begin(fd, o, &in, err) < 0)
+    return -1;
   session_run r = {.o = o, .log_fd = -1, .ids = {0, 0, -1}};
   json_t *clamped = NULL;
   char *envp[8], threads[64];
@@ -603,12 +609,8 @@ static void hub_report(int fd, const session_run *r, const kc_tvm_init *in,
 
 int kc_tvm_hub_serve(int hub_ctl, int fd, const kc_tvm_serve_opts *o, kc_error *err) {
   kc_tvm_init in;
-  if (read_init(fd, o->deadline, &in, err) < 0) {
-    kc_tvm_refuse(fd, err->msg);
+  if (begin(fd, o, &in, err) < 0)
     return -1;
-  }
-  if (!o->python)
-    return refuse_unserved(fd, o, err);
   session_run r = {.o = o, .log_fd = -1, .ids = {0, 0, -1}};
   session_limits ask = {0};
   int rc = 0;
