@@ -98,7 +98,8 @@ def servers(tmp_path_factory):
     agent = Daemon(
         [exe, "agent", "--tracker", trk, "--key", "ka", "--host", "127.0.0.1", "--port", "0",
          "--tvm-python", sys.executable, "--max-memory", "1G", "--max-pids", "128",
-         "--max-session", "120", "--reput", "1"],
+         "--max-session", "120", "--reput", "1", "--tvm-policy", "tvm", "--tvm-policy",
+         "python"],
         "agent", logs / "agent.log")
     tvm_server = subprocess.Popen(  # pylint: disable=consider-using-with
         [sys.executable, "-m", "tvm.exec.rpc_server", "--tracker", trk, "--key", "tvm",
@@ -200,6 +201,25 @@ def test_parallel_loops_get_the_threads_tvm_gives_them(servers):
                    session_constructor_args=["kcage.sandbox", "cpus=2"])
     assert two.get_function("runtime.NumThreads")() == 2
     del two
+    gc.collect()
+
+
+def test_another_policy_gets_a_sandbox_of_its_own(servers, tmp_path):
+    """A tenant naming a policy other than the zygote's gets a sandbox that starts the
+    interpreter itself, under that policy, and the same session otherwise."""
+    so, _ = _modules(str(tmp_path))
+    remote = _request(servers["port"], "ka", session_timeout=60,
+                      session_constructor_args=["kcage.sandbox", "policy=python"])
+    assert json.loads(remote.get_function("kcage.sandbox.info")())["policy"] == "python"
+    remote.upload(so)
+    import tvm  # pylint: disable=import-outside-toplevel
+
+    mod = remote.load_module("addone.so")
+    a = tvm.runtime.tensor(np.arange(N, dtype="float32"), remote.cpu(0))
+    b = tvm.runtime.empty((N,), "float32", remote.cpu(0))
+    mod["main"](a, b)
+    assert b.numpy().tolist() == (np.arange(N, dtype="float32") * 2 + 1).tolist()
+    del remote, mod, a, b
     gc.collect()
 
 
