@@ -1,9 +1,10 @@
 /* bench_honest: no false alarms on a loaded machine.  Honest kernels from about 1 us to
  * about 100 ms per call go through the real `kcage bench` (every integrity defence on,
  * default settings: 5 timed rounds of at least 20 ms, 2 checks drawn per round), each
- * against itself as the reference, while this program keeps the machine busy: one
- * busy-looping process per CPU and one memory streamer, at normal priority, for the
- * whole run.
+ * against itself as the reference, while this program keeps every CPU busy: one
+ * process per CPU at normal priority for the whole run, each a busy loop but one, a
+ * memory streamer (so every CPU has a competitor, and the last-level cache and memory
+ * bus are shared with a copy loop).
  *
  * "20 runs of 20": every kernel `ok` in 20 runs out of 20.  A run measures the whole set
  * once, each kernel in its own `kcage bench`: a fresh worker, fresh secret inputs and
@@ -41,6 +42,7 @@ typedef struct {
   const char *args;
   double secs[MAX_RUNS]; /* median_s of each ok run */
   unsigned n_secs, ok, unstable, rounds_min, rounds_max;
+  double wall; /* seconds spent in its `kcage bench`, all runs */
   struct {
     char status[32];
     unsigned count;
@@ -102,8 +104,9 @@ static void memory_streamer(void) {
   }
 }
 
-static void start_load(unsigned busy) {
-  for (unsigned i = 0; i <= busy && n_load < MAX_LOAD; i++) {
+/* n processes: n - 1 busy loops and a memory streamer. */
+static void start_load(unsigned n) {
+  for (unsigned i = 0; i < n && n_load < MAX_LOAD; i++) {
     pid_t p = fork();
     if (p < 0) {
       perror("bench_honest: fork");
@@ -111,7 +114,7 @@ static void start_load(unsigned busy) {
     }
     if (p == 0) {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (i < busy)
+      if (i + 1 < n)
         busy_loop();
       memory_streamer();
     }
@@ -214,7 +217,8 @@ static void print_row(hcase *c, unsigned runs) {
   snprintf(range, sizeof range, "%s .. %s", lo, hi);
   snprintf(ok, sizeof ok, "%u/%u", c->ok, runs);
   snprintf(rounds, sizeof rounds, "%u-%u", c->rounds_min, c->rounds_max);
-  printf("%-24s %10s  %-22s %6s %8s %9u  ", c->name, med, range, ok, rounds, c->unstable);
+  printf("%-24s %10s  %-22s %6.1f %6s %7s %9u  ", c->name, med, range, c->wall / runs, ok, rounds,
+         c->unstable);
   for (unsigned i = 0; i < c->n_other; i++)
     printf("%s%s %u", i ? ", " : "", c->other[i].status, c->other[i].count);
   printf("%s\n", c->n_other ? "" : "-");
@@ -234,9 +238,10 @@ static void cleanup_tmp(void) {
 }
 
 int main(void) {
+  setvbuf(stdout, NULL, _IOLBF, 0); /* the false alarms as they happen */
   unsigned runs = env_uint("KC_BENCH_HONEST_RUNS", 20, MAX_RUNS);
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-  unsigned busy = env_uint("KC_BENCH_HONEST_LOAD", 1, 1) ? (unsigned)(cpus > 0 ? cpus : 1) : 0;
+  unsigned load = env_uint("KC_BENCH_HONEST_LOAD", 1, 1) ? (unsigned)(cpus > 0 ? cpus : 1) : 0;
   const char *t = getenv("TMPDIR");
   snprintf(tmpdir, sizeof tmpdir, "%s/kcage-bench-honest.XXXXXX", t && *t ? t : "/tmp");
   if (!mkdtemp(tmpdir)) {
@@ -245,11 +250,11 @@ int main(void) {
   }
   char json[300];
   snprintf(json, sizeof json, "%s/rec.jsonl", tmpdir);
-  if (busy) {
-    start_load(busy);
-    printf("load: %u busy-looping processes (one per CPU) and one memory streamer (64 MiB "
-           "memcpy), normal priority, for the whole run\n",
-           busy);
+  if (load) {
+    start_load(load);
+    printf("load: one process per CPU at normal priority, for the whole run: %u busy loop(s) "
+           "and one memory streamer (64 MiB memcpy)\n",
+           load - 1);
   } else {
     printf("load: none (KC_BENCH_HONEST_LOAD=0)\n");
   }
@@ -259,7 +264,9 @@ int main(void) {
   int failed = 0;
   for (unsigned r = 1; r <= runs; r++) {
     for (size_t i = 0; i < N_CASES; i++) {
+      double w0 = kc_measure_now();
       json_t *rec = bench_once(&cases[i], json);
+      cases[i].wall += kc_measure_now() - w0;
       if (!rec) {
         failed = 1;
         count_other(&cases[i], "kcage_failed");
@@ -272,18 +279,19 @@ int main(void) {
   }
   stop_load();
   cleanup_tmp();
-  printf("\n%-24s %10s  %-22s %6s %8s %9s  %s\n", "kernel", "per call", "range of medians", "ok",
-         "rounds", "unstable", "other verdicts");
+  printf("\n%-24s %10s  %-22s %6s %6s %7s %9s  %s\n", "kernel", "per call", "range of medians",
+         "s/run", "ok", "rounds", "unstable", "other verdicts");
   for (size_t i = 0; i < N_CASES; i++) {
     print_row(&cases[i], runs);
     failed |= cases[i].ok != runs;
   }
-  printf("(%.0f s; per call: median of the runs' medians; rounds: rounds verified against the "
-         "reference per measurement; unstable: ok records whose rounds varied more than "
+  printf("(%.0f s; per call: median of the runs' medians; s/run: wall seconds of one `kcage "
+         "bench`; rounds: rounds verified against the reference per measurement; unstable: ok "
+         "records whose rounds varied more than "
          "--max-cv)\n",
          kc_measure_now() - t0);
   kc_measure_set("honest", "runs", runs);
-  kc_measure_set("honest", "load_busy_loops", busy);
+  kc_measure_set("honest", "load_processes", load);
   if (kc_measure_write() < 0)
     return 1;
   return failed;
