@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "bench_common.h"
+#include "kcage/escape.h"
 
 #define KCAGE_BIN KC_BUILD_DIR "/kcage"
 #define MAX_RUNS 1000
@@ -177,8 +178,10 @@ static void tally(hcase *c, unsigned run, json_t *r) {
   const char *msg = json_string_value(json_object_get(r, "message"));
   status = status ? status : "(none)";
   if (strcmp(status, "ok")) {
+    char esc[1024]; /* a record's message can quote the kernel */
     count_other(c, status);
-    printf("  run %u: %s: %s: %s\n", run, c->name, status, msg ? msg : "");
+    printf("  run %u: %s: %s: %s\n", run, c->name, kc_escape(status, esc, 64),
+           kc_escape(msg ? msg : "", esc + 64, sizeof esc - 64));
     return;
   }
   c->ok++;
