@@ -72,6 +72,24 @@ static hcase cases[] = {
 static pid_t load_pids[MAX_LOAD];
 static unsigned n_load;
 static char tmpdir[256];
+static volatile sig_atomic_t stop_sig; /* SIGINT or SIGTERM: end early, load stopped */
+
+static void on_signal(int sig) {
+  stop_sig = sig;
+}
+
+/* kcage's exit status; on SIGINT or SIGTERM it is asked to end (its finished records
+ * stay), and waited for. */
+static int wait_kcage(pid_t p) {
+  int st;
+  while (waitpid(p, &st, 0) < 0) {
+    if (errno != EINTR)
+      return -1;
+    if (stop_sig)
+      kill(p, SIGTERM);
+  }
+  return st;
+}
 
 static unsigned env_uint(const char *name, unsigned dflt, unsigned max) {
   const char *s = getenv(name);
@@ -145,9 +163,10 @@ static json_t *bench_once(const hcase *c, const char *json_path) {
           "--args", c->args, "--reference", kernel, kernel, (char *)NULL);
     _exit(127);
   }
-  int st;
-  if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-    fprintf(stderr, "bench_honest: %s: kcage bench failed\n", c->name);
+  int st = p < 0 ? -1 : wait_kcage(p);
+  if (st < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+    if (!stop_sig)
+      fprintf(stderr, "bench_honest: %s: kcage bench failed\n", c->name);
     return NULL;
   }
   json_error_t je;
@@ -270,8 +289,11 @@ int main(void) {
          N_CASES);
   double t0 = kc_measure_now();
   int failed = 0;
-  for (unsigned r = 1; r <= runs; r++) {
-    for (size_t i = 0; i < N_CASES; i++) {
+  struct sigaction sa = {.sa_handler = on_signal}; /* no SA_RESTART: waitpid returns */
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  for (unsigned r = 1; r <= runs && !stop_sig; r++) {
+    for (size_t i = 0; i < N_CASES && !stop_sig; i++) {
       double w0 = kc_measure_now();
       json_t *rec = bench_once(&cases[i], json);
       cases[i].wall += kc_measure_now() - w0;
@@ -287,6 +309,10 @@ int main(void) {
   }
   stop_load();
   cleanup_tmp();
+  if (stop_sig) {
+    fprintf(stderr, "bench_honest: interrupted\n");
+    return 128 + stop_sig;
+  }
   printf("\n%-24s %10s  %-22s %6s %6s %7s %9s  %s\n", "kernel", "per call", "range of medians",
          "s/run", "ok", "rounds", "unstable", "other verdicts");
   for (size_t i = 0; i < N_CASES; i++) {
