@@ -11,8 +11,14 @@
  * worker is handed the client's socket (kc_worker_pass_fds) and serves TVM's loop as
  * its one call, timed out at the session's wall limit; the hub then answers the
  * session's verdict on the reply socket.  A session process that dies (the agent
- * killed it) closes the reply socket: the hub kills the worker.  The next session's
- * worker is forked while one runs, so that it is ready when the next client comes. */
+ * killed it) closes the reply socket: the hub kills the worker.
+ *
+ * Sessions under the operator's default limits alternate between two workers, each
+ * with a cgroup of its own that outlives its processes: while one serves, the other's
+ * next process is forked (from a zygote that lives in that cgroup, so no attach), locked
+ * down and warmed, and the one that served gets its next process asked for once its
+ * session's processes are dead.  A session that asks for limits of its own gets a worker
+ * made for it. */
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
@@ -36,12 +42,14 @@
 #define SESSION_DIR "/session"
 #define WARM_S 60.0 /* a worker's first call, ours (a loaded host: seconds) */
 
-/* A worker and the pipe its stdout and stderr go to. */
+/* A worker and the pipe its processes' stdout and stderr go to. */
 typedef struct hub_worker {
   kc_worker *w;
   int out_r, out_w;
-  kc_tvm_hub_limits lim;
+  bool warm; /* its live process had its first call */
 } hub_worker;
+
+#define NO_WORKER ((hub_worker){.out_r = -1, .out_w = -1})
 
 typedef struct hub {
   const kc_tvm_serve_opts *o;
@@ -49,12 +57,15 @@ typedef struct hub {
   kc_worker_opts wo;
   kc_mount mounts[KC_TVM_MAX_BINDS + 1];
   char *boot;
-  hub_worker spare; /* the next session's, started ahead (w NULL: none) */
+  kc_tvm_hub_limits dflt; /* what a session that asks for nothing runs under */
+  hub_worker pair[2];     /* under dflt, in turn */
+  unsigned next;          /* the one the next such session takes */
 } hub;
 
 static void worker_drop(hub_worker *hw) {
   kc_worker_free(hw->w);
   hw->w = NULL;
+  hw->warm = false;
   kc_close_fd(&hw->out_r);
   kc_close_fd(&hw->out_w);
 }
@@ -77,11 +88,10 @@ static int warm(hub_worker *hw, kc_error *err) {
   return rc;
 }
 
-/* A worker of the zygote under lim, started now so that its fork and lockdown are done
- * before its session needs it. */
-static int worker_start(hub *h, const kc_tvm_hub_limits *lim, hub_worker *hw, kc_error *err) {
+/* A worker of the zygote under lim (its process not started yet). */
+static int worker_new(hub *h, const kc_tvm_hub_limits *lim, hub_worker *hw, kc_error *err) {
   int p[2];
-  *hw = (hub_worker){.out_r = -1, .out_w = -1, .lim = *lim};
+  *hw = NO_WORKER;
   if (pipe2(p, O_CLOEXEC) < 0)
     return kc_error_set(err, errno, "pipe");
   hw->out_r = p[0];
@@ -97,11 +107,31 @@ static int worker_start(hub *h, const kc_tvm_hub_limits *lim, hub_worker *hw, kc
     return -1;
   }
   kc_worker_set_extra(hw->w, KC_WORKER_SCRATCH | KC_WORKER_PASS_FDS);
-  if (kc_worker_start_now(hw->w, err) < 0 || warm(hw, err) < 0) {
-    worker_drop(hw);
-    return -1;
-  }
   return 0;
+}
+
+/* The worker's process started (or its start collected), locked down and warmed: what
+ * a client would otherwise wait for. */
+static int worker_ready(hub_worker *hw, kc_error *err) {
+  if (hw->warm && kc_worker_is_alive(hw->w))
+    return 0;
+  hw->warm = false;
+  if (kc_worker_start_now(hw->w, err) < 0 || warm(hw, err) < 0)
+    return -1;
+  hw->warm = true;
+  return 0;
+}
+
+/* The worker's processes killed (the session's with them); its next one asked for
+ * when it is one of the pair, else the worker and its cgroup removed. */
+static void worker_done(hub_worker *hw, bool keep) {
+  kc_worker_kill(hw->w);
+  hw->warm = false;
+  kc_error e = {0};
+  if (!keep)
+    worker_drop(hw);
+  else if (kc_worker_prestart(hw->w, &e) < 0)
+    kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: a worker's next process: %s", e.msg);
 }
 
 /* The zygote's interpreter: the venv's site-packages read as python itself would, and
@@ -189,14 +219,12 @@ static void verdict(const kc_call_result *res, double wall_s, kc_tvm_hub_reply *
     break;
   case KC_CALL_EXCEPTION:
     rep->status = KC_STATUS_EXITED;
-    snprintf(rep->message, sizeof rep->message, "TVM's server loop raised: %.400s",
-             res->message);
+    snprintf(rep->message, sizeof rep->message, "TVM's server loop raised: %.400s", res->message);
     break;
   case KC_CALL_TIMEOUT:
     rep->status = KC_STATUS_TIMEOUT;
     snprintf(rep->limit, sizeof rep->limit, "wall");
-    snprintf(rep->message, sizeof rep->message, "the session's wall limit of %g s passed",
-             wall_s);
+    snprintf(rep->message, sizeof rep->message, "the session's wall limit of %g s passed", wall_s);
     break;
   case KC_CALL_CHILD_ERROR:
     rep->status = res->verdict.status;
@@ -256,23 +284,12 @@ static void await_session(hub_worker *hw, int reply, double wall_s, kc_tvm_hub_r
 /* What a session that asks for nothing runs under: the operator's caps (the policy's
  * limits where there is none), as kc_tvm_hub_serve computes them. */
 static kc_tvm_hub_limits default_limits(const kc_tvm_serve_opts *o) {
-  return (kc_tvm_hub_limits){.memory_bytes = o->caps.max_memory_bytes,
-                             .pids = o->caps.max_pids,
-                             .cpus = o->caps.max_cpus};
+  return (kc_tvm_hub_limits){
+      .memory_bytes = o->caps.max_memory_bytes, .pids = o->caps.max_pids, .cpus = o->caps.max_cpus};
 }
 
 static bool same_limits(const kc_tvm_hub_limits *a, const kc_tvm_hub_limits *b) {
   return a->memory_bytes == b->memory_bytes && a->pids == b->pids && a->cpus == b->cpus;
-}
-
-/* The worker for a session under lim: the spare when it was made for the same. */
-static int take_worker(hub *h, const kc_tvm_hub_limits *lim, hub_worker *hw, kc_error *err) {
-  if (h->spare.w && same_limits(&h->spare.lim, lim) && kc_worker_is_alive(h->spare.w)) {
-    *hw = h->spare;
-    h->spare = (hub_worker){.out_r = -1, .out_w = -1};
-    return 0;
-  }
-  return worker_start(h, lim, hw, err);
 }
 
 static void send_reply(int reply, kc_tvm_hub_reply *rep, uint32_t phase) {
@@ -282,33 +299,50 @@ static void send_reply(int reply, kc_tvm_hub_reply *rep, uint32_t phase) {
   }
 }
 
-static void serve_one(hub *h, const kc_tvm_hub_request *q, const char *text, size_t len,
-                      int client, int reply) {
+/* The worker for a session under lim, ready: one of the pair, or one made for it (own). */
+static hub_worker *take_worker(hub *h, const kc_tvm_hub_limits *lim, hub_worker *own,
+                               kc_error *err) {
+  hub_worker *hw = own;
+  if (same_limits(lim, &h->dflt)) {
+    hw = &h->pair[h->next];
+    h->next ^= 1;
+  } else if (worker_new(h, lim, own, err) < 0) {
+    return NULL;
+  }
+  if (worker_ready(hw, err) == 0)
+    return hw;
+  worker_done(hw, hw != own);
+  return NULL;
+}
+
+static void serve_one(hub *h, const kc_tvm_hub_request *q, const char *text, size_t len, int client,
+                      int reply) {
   kc_tvm_hub_reply rep = {0};
-  hub_worker hw = {.out_r = -1, .out_w = -1};
+  hub_worker own = NO_WORKER;
   kc_error e = {0};
-  if (take_worker(h, &q->lim, &hw, &e) < 0 || kc_worker_pass_fds(hw.w, text, len, &client, 1, &e) < 0) {
+  hub_worker *hw = take_worker(h, &q->lim, &own, &e);
+  if (!hw || kc_worker_pass_fds(hw->w, text, len, &client, 1, &e) < 0) {
     /* nothing of the client's was read: its session process serves it another way */
-    worker_drop(&hw);
     kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: %s", e.msg);
+    if (hw)
+      worker_done(hw, hw != &own);
     return;
   }
   send_reply(reply, &rep, KC_TVM_HUB_TAKEN);
-  if (kc_worker_send(hw.w, "python", "", 0, q->wall_s, &e) < 0) {
+  if (kc_worker_send(hw->w, "python", "", 0, q->wall_s, &e) < 0) {
     rep.status = KC_STATUS_SETUP_ERROR;
     snprintf(rep.message, sizeof rep.message, "%.*s", (int)sizeof rep.message - 1, e.msg);
   } else {
-    kc_error se = {0};
-    kc_tvm_hub_limits dflt = default_limits(h->o);
-    if (!h->spare.w && worker_start(h, &dflt, &h->spare, &se) < 0)
-      kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: the next session's worker: %s", se.msg);
-    await_session(&hw, reply, q->wall_s, &rep);
+    /* the other of the pair gets ready for the next session while this one runs */
+    kc_error ne = {0};
+    if (worker_ready(&h->pair[h->next], &ne) < 0)
+      kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: the next session's worker: %s", ne.msg);
+    await_session(hw, reply, q->wall_s, &rep);
   }
-  /* the session's processes and scratch end before its verdict goes out; its cgroup
-   * is removed while the agent puts itself back in the pool */
-  kc_worker_kill(hw.w);
+  /* the session's processes and scratch end before its verdict goes out */
+  kc_worker_kill(hw->w);
   send_reply(reply, &rep, KC_TVM_HUB_ENDED);
-  worker_drop(&hw);
+  worker_done(hw, hw != &own);
 }
 
 /* One request from a session process: the request, its description, two descriptors. */
@@ -349,7 +383,7 @@ static void clean_environment(void) {
 }
 
 void kc_tvm_hub_main(const kc_tvm_serve_opts *o, int ctl) {
-  hub h = {.o = o, .spare = {.out_r = -1, .out_w = -1}};
+  hub h = {.o = o, .dflt = default_limits(o), .pair = {NO_WORKER, NO_WORKER}};
   kc_error err = {0};
   clean_environment();
   if (hub_start(&h, o, &err) < 0) {
@@ -357,9 +391,11 @@ void kc_tvm_hub_main(const kc_tvm_serve_opts *o, int ctl) {
            "TVM zygote: %s; each TVM session starts its interpreter instead", err.msg);
     _exit(KC_TVM_HUB_EXIT_UNAVAILABLE);
   }
-  kc_tvm_hub_limits dflt = default_limits(o);
-  if (worker_start(&h, &dflt, &h.spare, &err) < 0)
-    kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: the first session's worker: %s", err.msg);
+  for (int i = 0; i < 2; i++)
+    if (worker_new(&h, &h.dflt, &h.pair[i], &err) < 0 || worker_ready(&h.pair[i], &err) < 0) {
+      kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: a worker: %s", err.msg);
+      _exit(KC_TVM_HUB_EXIT_UNAVAILABLE);
+    }
   kc_log(KC_LOG_INFO, "kcage agent", "TVM zygote ready: TVM imported once, a fork per session");
   _Alignas(kc_tvm_hub_request) char buf[sizeof(kc_tvm_hub_request) + KC_TVM_HUB_TEXT_MAX];
   for (;;) {
@@ -377,7 +413,8 @@ void kc_tvm_hub_main(const kc_tvm_serve_opts *o, int ctl) {
     if (!kc_zygote_is_alive(h.z))
       _exit(1); /* the agent starts another */
   }
-  worker_drop(&h.spare);
+  worker_drop(&h.pair[0]);
+  worker_drop(&h.pair[1]);
   kc_zygote_free(h.z);
   _exit(0);
 }

@@ -9,9 +9,9 @@
 
 #include "tvm_session.h"
 
-#define KC_TVM_HUB_MAGIC 0x6b637468u /* "kcth" */
-#define KC_TVM_HUB_TEXT_MAX 65536    /* the session's description (JSON) */
-#define KC_TVM_TAIL 600              /* the last bytes of the server loop's output */
+#define KC_TVM_HUB_MAGIC 0x6b637468u  /* "kcth" */
+#define KC_TVM_HUB_TEXT_MAX 65536     /* the session's description (JSON) */
+#define KC_TVM_TAIL 600               /* the last bytes of the server loop's output */
 #define KC_TVM_HUB_EXIT_UNAVAILABLE 3 /* the zygote could not start: do without it */
 
 typedef struct kc_tvm_hub_limits {
