@@ -305,9 +305,21 @@ static void floor_free(floor_round *f) {
   munmap(f->area, f->n_out * f->out_region);
 }
 
+/* KC_ACCURACY_FLOOR_POISON=vm: the floor poisons its outputs as kcage's parent poisons a
+ * worker's (process_vm_writev, here into this process), not with stores of its own. */
 static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t seed) {
-  for (uint64_t c = c0; c < c0 + cnt && c < f->n_out; c++)
-    kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
+  const char *how = getenv("KC_ACCURACY_FLOOR_POISON");
+  bool vm = how && !strcmp(how, "vm");
+  for (uint64_t c = c0; c < c0 + cnt && c < f->n_out; c++) {
+    kc_error err = {0};
+    if (!vm)
+      kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
+    else if (kc_observe_poison(getpid(), (uint64_t)(uintptr_t)(f->area + c * f->out_region),
+                               f->out_region, kc_poison_word(seed, c), &err) < 0) {
+      fprintf(stderr, "bench_accuracy: floor poison: %s\n", err.msg);
+      exit(1);
+    }
+  }
 }
 
 /* Calls [c0, c0 + cnt) as the worker makes them (measure_handler.c); their seconds. */
@@ -382,6 +394,10 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, int c
   cfg.piece_bytes = pb ? strtoull(pb, NULL, 0) : 0;
   cfg.pin_cpu = cpu >= 0;
   cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
+  /* KC_ACCURACY_NO_ISOLATION=1: the plain runner (no namespaces, no cgroup, its own
+   * seccomp filter), to split what the sandbox costs from what the process boundary does */
+  const char *ni = getenv("KC_ACCURACY_NO_ISOLATION");
+  cfg.no_isolation = ni && *ni == '1';
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {so};

@@ -83,7 +83,7 @@
   MM_OPEN "  for (int64_t i = 0; i < N; i++) {\n"                                                  \
           "    for (int64_t j = 0; j < N; j++) C[i * N + j] = 0;\n"                                \
           "    for (int64_t k = 0; k < N; k += 4) {\n"                                             \
-          "      float x0 = A[i * N + k], x1 = A[i * N + k + 1], x2 = A[i * N + k + 2],\n"        \
+          "      float x0 = A[i * N + k], x1 = A[i * N + k + 1], x2 = A[i * N + k + 2],\n"         \
           "            x3 = A[i * N + k + 3];\n"                                                   \
           "      for (int64_t j = 0; j < N; j++)\n"                                                \
           "        C[i * N + j] += x0 * B[k * N + j] + x1 * B[(k + 1) * N + j] +\n"                \
@@ -337,7 +337,7 @@ static bool run_pair(const pair *p, size_t idx) {
   hot hr, hv;
   hot_open(&hr, ref_so, p->args);
   hot_open(&hv, var_so, p->args);
-  double ks[TRIALS], hs[TRIALS], q[TRIALS];
+  double ks[TRIALS], hs[TRIALS], q[TRIALS], kr[TRIALS], kv[TRIALS], hr_s[TRIALS], hv_s[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
     pin_self(cpu);
@@ -345,12 +345,17 @@ static bool run_pair(const pair *p, size_t idx) {
     pin_self(-1);
     const char *k[1] = {var_so};
     json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu);
-    ks[t] = json_number_value(json_object_get(json_array_get(recs, 0), "speedup"));
+    json_t *rec = json_array_get(recs, 0);
+    ks[t] = json_number_value(json_object_get(rec, "speedup"));
+    kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
+    kv[t] = json_number_value(json_object_get(rec, "median_s"));
     json_decref(recs);
     pin_self(cpu);
     double v2 = hot_trial(&hv, p->repeat), r2 = hot_trial(&hr, p->repeat);
     pin_self(-1);
-    hs[t] = sqrt(r1 * r2) / sqrt(v1 * v2);
+    hr_s[t] = sqrt(r1 * r2);
+    hv_s[t] = sqrt(v1 * v2);
+    hs[t] = hr_s[t] / hv_s[t];
     q[t] = ks[t] / hs[t];
   }
   hot_close(&hr);
@@ -358,8 +363,12 @@ static bool run_pair(const pair *p, size_t idx) {
   double k = kc_measure_quantile(ks, TRIALS, 0.5), h = kc_measure_quantile(hs, TRIALS, 0.5);
   double r = kc_measure_quantile(q, TRIALS, 0.5);
   bool ok = fabs(r - 1) <= 0.05;
-  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %s\n", p->name, k, h, r, q[0],
-         q[TRIALS - 1], ok ? "yes" : "NO");
+  /* each side's medians over trials: which of the two times moves the ratio */
+  double mkr = kc_measure_quantile(kr, TRIALS, 0.5), mkv = kc_measure_quantile(kv, TRIALS, 0.5);
+  double mhr = kc_measure_quantile(hr_s, TRIALS, 0.5), mhv = kc_measure_quantile(hv_s, TRIALS, 0.5);
+  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %-9s  %10.1f %10.1f %10.1f %10.1f\n", p->name,
+         k, h, r, q[0], q[TRIALS - 1], ok ? "yes" : "NO", mkr * 1e6, mhr * 1e6, mkv * 1e6,
+         mhv * 1e6);
   fflush(stdout);
   set_result(p->key, "kcage", k);
   set_result(p->key, "harness", h);
@@ -439,8 +448,8 @@ int main(int argc, char **argv) {
          "the CPUs in turn; ratio = median of kcage's speed-up over the harness's; target "
          "within 5 %%\n",
          TRIALS);
-  printf("  %-24s %9s %9s %8s  %-15s  %s\n", "pair", "kcage", "harness", "ratio", "[trials]",
-         "within 5%");
+  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %10s %10s %10s %10s\n", "pair", "kcage", "harness",
+         "ratio", "[trials]", "within 5%", "ref kc us", "ref h us", "var kc us", "var h us");
   int within = 0, n_pairs = 0;
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
     if (!only || strstr(pairs[i].key, only)) {
