@@ -25,6 +25,7 @@
 
 #include "../measure/measure_internal.h"
 #include "bench_common.h"
+#include "bench_floor.h"
 #include "kcage/measure.h"
 
 #define HEAD                                                                                       \
@@ -284,6 +285,20 @@ static double hot_trial(hot *h, uint32_t repeat) {
   return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
 }
 
+/* kcage's round layout run in this process (bench_floor.h), as many calls a round as the
+ * harness makes: median seconds per call. */
+static double floor_trial(hot *h, uint32_t repeat, double per_call) {
+  floor_round f;
+  floor_alloc(&f, &h->spec, h->fn, h->number, 0, per_call, 4);
+  for (int w = 0; w < 2; w++)
+    floor_round_once(&f, (uint64_t)w);
+  double v[64];
+  for (uint32_t r = 0; r < repeat && r < 64; r++)
+    v[r] = floor_round_once(&f, 100 + r);
+  floor_free(&f);
+  return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
+}
+
 static void hot_close(hot *h) {
   for (uint32_t i = 0; i < h->spec.n; i++)
     free(h->buf[i]);
@@ -337,7 +352,8 @@ static bool run_pair(const pair *p, size_t idx) {
   hot hr, hv;
   hot_open(&hr, ref_so, p->args);
   hot_open(&hv, var_so, p->args);
-  double ks[TRIALS], hs[TRIALS], q[TRIALS], kr[TRIALS], kv[TRIALS], hr_s[TRIALS], hv_s[TRIALS];
+  double ks[TRIALS], hs[TRIALS], fs[TRIALS], q[TRIALS], kr[TRIALS], kv[TRIALS], hr_s[TRIALS],
+      hv_s[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
     pin_self(cpu);
@@ -351,8 +367,10 @@ static bool run_pair(const pair *p, size_t idx) {
     kv[t] = json_number_value(json_object_get(rec, "median_s"));
     json_decref(recs);
     pin_self(cpu);
+    double fv = floor_trial(&hv, p->repeat, v1), fr = floor_trial(&hr, p->repeat, r1);
     double v2 = hot_trial(&hv, p->repeat), r2 = hot_trial(&hr, p->repeat);
     pin_self(-1);
+    fs[t] = fr / fv;
     hr_s[t] = sqrt(r1 * r2);
     hv_s[t] = sqrt(v1 * v2);
     hs[t] = hr_s[t] / hv_s[t];
@@ -361,18 +379,20 @@ static bool run_pair(const pair *p, size_t idx) {
   hot_close(&hr);
   hot_close(&hv);
   double k = kc_measure_quantile(ks, TRIALS, 0.5), h = kc_measure_quantile(hs, TRIALS, 0.5);
-  double r = kc_measure_quantile(q, TRIALS, 0.5);
+  double r = kc_measure_quantile(q, TRIALS, 0.5), fl = kc_measure_quantile(fs, TRIALS, 0.5);
   bool ok = fabs(r - 1) <= 0.05;
   /* each side's medians over trials: which of the two times moves the ratio */
   double mkr = kc_measure_quantile(kr, TRIALS, 0.5), mkv = kc_measure_quantile(kv, TRIALS, 0.5);
   double mhr = kc_measure_quantile(hr_s, TRIALS, 0.5), mhv = kc_measure_quantile(hv_s, TRIALS, 0.5);
-  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %-9s  %10.1f %10.1f %10.1f %10.1f\n", p->name,
-         k, h, r, q[0], q[TRIALS - 1], ok ? "yes" : "NO", mkr * 1e6, mhr * 1e6, mkv * 1e6,
-         mhv * 1e6);
+  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %-9s  %8.3fx %8.4f  %10.1f %10.1f %10.1f "
+         "%10.1f\n",
+         p->name, k, h, r, q[0], q[TRIALS - 1], ok ? "yes" : "NO", fl, k / fl, mkr * 1e6, mhr * 1e6,
+         mkv * 1e6, mhv * 1e6);
   fflush(stdout);
   set_result(p->key, "kcage", k);
   set_result(p->key, "harness", h);
   set_result(p->key, "ratio", r);
+  set_result(p->key, "floor", fl);
   return ok;
 }
 
@@ -444,12 +464,17 @@ int main(int argc, char **argv) {
   find_cpus();
   printf("speed-ups: kcage's (record `speedup`, batch with --reference) against an unsandboxed "
          "hot-loop harness's (one set of tensors, calls back to back), %d trials each "
-         "harness(ref), harness(variant), kcage, harness(variant), harness(ref) on one CPU, "
+         "harness(ref), harness(variant), kcage, floor(variant), floor(ref), harness(variant), "
+         "harness(ref) on one CPU, "
          "the CPUs in turn; ratio = median of kcage's speed-up over the harness's; target "
          "within 5 %%\n",
          TRIALS);
-  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %10s %10s %10s %10s\n", "pair", "kcage", "harness",
-         "ratio", "[trials]", "within 5%", "ref kc us", "ref h us", "var kc us", "var h us");
+  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
+         "harness", "ratio", "[trials]", "within 5%", "floor", "kc/floor", "ref kc us", "ref h us",
+         "var kc us", "var h us");
+  printf("  (floor: the speed-up read from kcage's round layout run in this process, no "
+         "sandbox; kc/floor: kcage's over it, what the sandbox does to the speed-up; "
+         "kcage/floor/harness medians over trials)\n");
   int within = 0, n_pairs = 0;
   for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
     if (!only || strstr(pairs[i].key, only)) {
