@@ -111,4 +111,3 @@ double floor_round_once(floor_round *f, uint64_t round) {
   }
   return total / (double)f->number;
 }
-
