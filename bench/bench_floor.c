@@ -58,10 +58,12 @@ void floor_free(floor_round *f) {
 }
 
 /* KC_ACCURACY_FLOOR_POISON=vm: the floor poisons its outputs as kcage's parent poisons a
- * worker's (process_vm_writev, here into this process), not with stores of its own. */
+ * worker's (process_vm_writev, here into this process), not with stores of its own;
+ * =vmread: and then reads them back through process_vm_readv (whether a read-back
+ * would make such lines as ready for the kernel's stores as its own writes make them). */
 static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t seed) {
   const char *how = getenv("KC_ACCURACY_FLOOR_POISON");
-  bool vm = how && !strcmp(how, "vm");
+  bool vm = how && !strncmp(how, "vm", 2), readback = how && !strcmp(how, "vmread");
   for (uint64_t c = c0; c < c0 + cnt && c < f->n_out; c++) {
     kc_error err = {0};
     if (!vm)
@@ -70,6 +72,13 @@ static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t see
                                f->out_region, kc_poison_word(seed, c), &err) < 0) {
       fprintf(stderr, "bench: floor poison: %s\n", err.msg);
       exit(1);
+    } else if (readback) { /* =vmread: then read back through process_vm_readv */
+      static unsigned char scratch[64 << 10];
+      for (uint64_t o = 0; o < f->out_region; o += sizeof scratch) {
+        uint64_t n = f->out_region - o < sizeof scratch ? f->out_region - o : sizeof scratch;
+        kc_observe_read(getpid(), (uint64_t)(uintptr_t)(f->area + c * f->out_region + o), scratch,
+                        n, &err);
+      }
     }
   }
 }
