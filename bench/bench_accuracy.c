@@ -23,6 +23,7 @@
 #include "../measure/measure_internal.h"
 #include "../measure/measure_kernel.h"
 #include "bench_common.h"
+#include "bench_floor.h"
 #include "kcage/measure.h"
 
 #define MATMUL_SRC                                                                                 \
@@ -239,121 +240,12 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
   return med;
 }
 
-/* The floor: kcage's timed round in this process, with nothing of the sandbox, the
- * ring or the stops: the inputs file's slots in one read-only mapping, data of its own
- * for every call, written into the slots before each piece (kc_round_write; a round
- * with more calls than slots runs in pieces of at most that many), one output region
- * per call poisoned before the round or, where the round runs in pieces
- * (kc_round_piece_calls), before each piece, and the clock read around each piece only,
- * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
- * and its supervision cost; the floor over the harness is what the round's layout (the
- * integrity defences' outputs and inputs) costs by itself. */
-typedef struct floor_round {
-  kc_args_spec *spec;
-  kernel_fn fn;
-  uint64_t in_region, out_region, number, piece;
-  uint64_t n_out; /* output regions: number, or fewer that calls overwrite in turn */
-  uint32_t n_slots;
-  unsigned char *in_w, *in, *area; /* the file writable; read-only; the output area */
-  DLTensor t[KC_ARGS_MAX_TENSORS];
-} floor_round;
-
-static void floor_alloc(floor_round *f, harness *h, uint64_t number, uint64_t n_out,
-                        double per_call) {
-  f->spec = &h->spec;
-  f->fn = h->fn;
-  f->number = number;
-  f->n_out = n_out && n_out < number ? n_out : number;
-  f->in_region = kc_args_region_bytes(f->spec, false);
-  f->out_region = kc_args_region_bytes(f->spec, true);
-  f->n_slots = kc_round_input_slots(f->in_region, SETS);
-  f->n_slots = (uint32_t)(number < f->n_slots ? number : f->n_slots);
-  const char *pb = getenv("KC_MEASURE_PIECE_BYTES"); /* as kcage_trial below */
-  f->piece = f->n_out < number ? number              /* outputs reused: warm without pieces */
-                               : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
-                                                      pb ? strtoull(pb, NULL, 0) : 0);
-  f->piece = f->piece < f->n_slots ? f->piece : f->n_slots;
-  size_t in_len = (size_t)(f->in_region * f->n_slots);
-  int fd = memfd_create("floor", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, (off_t)in_len) < 0) {
-    fprintf(stderr, "bench_accuracy: floor inputs: out of memory\n");
-    exit(1);
-  }
-  f->in_w = mmap(NULL, in_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  f->in = mmap(NULL, in_len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-  f->area = mmap(NULL, f->n_out * f->out_region, PROT_READ | PROT_WRITE,
-                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
-  close(fd);
-  if (!ok) {
-    fprintf(stderr, "bench_accuracy: floor: out of memory\n");
-    exit(1);
-  }
-  for (uint32_t i = 0; i < f->spec->n; i++) {
-    const kc_tensor_spec *ts = &f->spec->t[i];
-    f->t[i] = (DLTensor){.data = ts->out ? NULL : f->in + kc_args_offset(f->spec, i),
-                         .device = {kDLCPU, 0},
-                         .ndim = ts->ndim,
-                         .dtype = ts->dtype,
-                         .shape = (int64_t *)ts->shape};
-  }
-}
-
-static void floor_free(floor_round *f) {
-  munmap(f->in_w, (size_t)(f->in_region * f->n_slots));
-  munmap(f->in, (size_t)(f->in_region * f->n_slots));
-  munmap(f->area, f->n_out * f->out_region);
-}
-
-static void floor_poison(floor_round *f, uint64_t c0, uint64_t cnt, uint64_t seed) {
-  for (uint64_t c = c0; c < c0 + cnt && c < f->n_out; c++)
-    kc_poison_fill(f->area + c * f->out_region, f->out_region, kc_poison_word(seed, c));
-}
-
-/* Calls [c0, c0 + cnt) as the worker makes them (measure_handler.c); their seconds. */
-static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
-  uint32_t n = f->spec->n, set = (uint32_t)(c0 % f->n_slots);
-  static DLTensor args[KC_ARGS_MAX_TENSORS]; /* one array at one place, as there */
-  double t0 = kc_measure_now();
-  for (uint64_t c = c0; c < c0 + cnt; c++) {
-    memcpy(args, f->t, n * sizeof *args);
-    unsigned char *o = f->area + c % f->n_out * f->out_region;
-    for (uint32_t t = 0; t < n; t++)
-      args[t].data = f->spec->t[t].out ? o + kc_args_offset(f->spec, t)
-                                       : (unsigned char *)args[t].data + set * f->in_region;
-    f->fn(args, (int32_t)n);
-    if (++set == f->n_slots)
-      set = 0;
-  }
-  return kc_measure_now() - t0;
-}
-
-static double floor_round_once(floor_round *f, uint64_t round) {
-  floor_poison(f, 0, f->number, round);
-  kc_round_layout l = {.spec = f->spec,
-                       .in_region = f->in_region,
-                       .seed = 7,
-                       .round = round,
-                       .n_data = f->number,
-                       .n_slots = f->n_slots,
-                       .dup = f->number >= 2 ? f->number - 1 : UINT32_MAX};
-  double total = 0;
-  for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
-    uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
-    kc_round_write(&l, f->in_w, c0, cnt, false);
-    if (f->piece < f->number)
-      floor_poison(f, c0, cnt, round + 1000);
-    total += floor_piece(f, c0, cnt);
-  }
-  return total / (double)f->number;
-}
-
 static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
                           double per_call, int cpu, double *min) {
   pin_self(cpu);
   kc_sched_slice(0);
   floor_round f;
-  floor_alloc(&f, h, number, n_out, per_call);
+  floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
   double v[64];
   for (int w = 0; w < 3; w++)
     floor_round_once(&f, (uint64_t)w);
@@ -382,6 +274,10 @@ static double kcage_trial(const char *so, const bcase *c, uint64_t number, int c
   cfg.piece_bytes = pb ? strtoull(pb, NULL, 0) : 0;
   cfg.pin_cpu = cpu >= 0;
   cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
+  /* KC_ACCURACY_NO_ISOLATION=1: the plain runner (no namespaces, no cgroup, its own
+   * seccomp filter), to split what the sandbox costs from what the process boundary does */
+  const char *ni = getenv("KC_ACCURACY_NO_ISOLATION");
+  cfg.no_isolation = ni && *ni == '1';
   json_t *recs;
   kc_error err = {0};
   const char *k[1] = {so};

@@ -1,0 +1,38 @@
+#ifndef KCAGE_BENCH_FLOOR_H
+#define KCAGE_BENCH_FLOOR_H
+
+#include <stdint.h>
+
+#include "kcage/measure.h"
+
+/* The floor: kcage's timed round in this process, with nothing of the sandbox, the
+ * ring or the stops: the inputs file's slots in one read-only mapping, data of its own
+ * for every call, written into the slots before each piece (kc_round_write; a round
+ * with more calls than slots runs in pieces of at most that many), one output region
+ * per call poisoned before the round or, where the round runs in pieces
+ * (kc_round_piece_calls), before each piece, and the clock read around each piece only,
+ * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
+ * and its supervision cost; the floor over the harness is what the round's layout (the
+ * integrity defences' outputs and inputs) costs by itself. */
+typedef int (*floor_kernel_fn)(DLTensor *, int32_t);
+
+typedef struct floor_round {
+  kc_args_spec *spec;
+  floor_kernel_fn fn;
+  uint64_t in_region, out_region, number, piece;
+  uint64_t n_out; /* output regions: number, or fewer that calls overwrite in turn */
+  uint32_t n_slots;
+  unsigned char *in_w, *in, *area; /* the file writable; read-only; the output area */
+  DLTensor t[KC_ARGS_MAX_TENSORS];
+} floor_round;
+
+/* A round of `number` calls of fn over spec, its inputs in the slots `sets` sets give
+ * (kc_round_input_slots), n_out output regions (0: one per call), pieces sized for calls
+ * of per_call seconds as kcage sizes them; exits when out of memory. */
+void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_t number,
+                 uint64_t n_out, double per_call, uint32_t sets);
+void floor_free(floor_round *f);
+/* One round, fresh data for every call (round seeds them); seconds per call. */
+double floor_round_once(floor_round *f, uint64_t round);
+
+#endif

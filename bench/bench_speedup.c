@@ -1,0 +1,503 @@
+/* bench_speedup: does `kcage bench` give a tuner the speed-ups and rankings it would read
+ * from an unsandboxed hot-loop harness?
+ *
+ * A tuner acts on ratios: how much faster a schedule is than a reference, and which of
+ * several schedules is fastest.  Absolute times differ by layout (kcage's calls each read
+ * inputs of their own and write outputs of their own; a hot loop calls the kernel on one
+ * set of tensors, caches warm), so what must carry over is the ratio.
+ *
+ * Pairs: a reference and a variant of one kernel (matmul of 32x32 to 1024x1024, vector
+ * adds of 1M and 16M, a reduction).  kcage's speed-up is the `speedup` field of the
+ * variant's record in a batch run with --reference; the harness's is the ratio of its two
+ * medians.  Each trial runs harness(reference), harness(variant), kcage, harness(variant),
+ * harness(reference) on one CPU, so a drift linear over the trial cancels.
+ *
+ * Ranking: seven schedules of one matmul, in one kcage batch (as a tuner sends them) and
+ * in the harness before and after it; Kendall's tau between the two orders, per run. */
+#include <dlfcn.h>
+#include <math.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../measure/measure_internal.h"
+#include "bench_common.h"
+#include "bench_floor.h"
+#include "kcage/measure.h"
+
+#define HEAD                                                                                       \
+  "#include <dlpack/dlpack.h>\n#include <stdint.h>\n#include <string.h>\n"                         \
+  "typedef float v8 __attribute__((vector_size(32), aligned(4)));\n"
+#define MM_OPEN                                                                                    \
+  HEAD "int kernel(DLTensor *a, int32_t n) {\n"                                                    \
+       "  if (n != 3) return -1;\n"                                                                \
+       "  int64_t N = a[0].shape[0];\n"                                                            \
+       "  const float *restrict A = a[0].data, *restrict B = a[1].data;\n"                         \
+       "  float *restrict C = a[2].data;\n"
+/* One dot product per output, B read down a column. */
+#define MM_NAIVE                                                                                   \
+  MM_OPEN "  for (int64_t i = 0; i < N; i++)\n"                                                    \
+          "    for (int64_t j = 0; j < N; j++) {\n"                                                \
+          "      float s = 0;\n"                                                                   \
+          "      for (int64_t k = 0; k < N; k++) s += A[i * N + k] * B[k * N + j];\n"              \
+          "      C[i * N + j] = s;\n"                                                              \
+          "    }\n"                                                                                \
+          "  return 0;\n}\n"
+/* Column by column: every access strided. */
+#define MM_JKI                                                                                     \
+  MM_OPEN "  for (int64_t i = 0; i < N * N; i++) C[i] = 0;\n"                                      \
+          "  for (int64_t j = 0; j < N; j++)\n"                                                    \
+          "    for (int64_t k = 0; k < N; k++) {\n"                                                \
+          "      float b = B[k * N + j];\n"                                                        \
+          "      for (int64_t i = 0; i < N; i++) C[i * N + j] += A[i * N + k] * b;\n"              \
+          "    }\n"                                                                                \
+          "  return 0;\n}\n"
+/* Row-wise updates, one row of C at a time (the compiler vectorizes the j loop). */
+#define MM_IKJ                                                                                     \
+  MM_OPEN "  for (int64_t i = 0; i < N; i++) {\n"                                                  \
+          "    for (int64_t j = 0; j < N; j++) C[i * N + j] = 0;\n"                                \
+          "    for (int64_t k = 0; k < N; k++) {\n"                                                \
+          "      float x = A[i * N + k];\n"                                                        \
+          "      for (int64_t j = 0; j < N; j++) C[i * N + j] += x * B[k * N + j];\n"              \
+          "    }\n"                                                                                \
+          "  }\n"                                                                                  \
+          "  return 0;\n}\n"
+/* Panels of 8*P columns held in registers over the whole k loop (P from the prefix). */
+#define MM_PANEL                                                                                   \
+  MM_OPEN "  for (int64_t j = 0; j < N; j += 8 * P)\n"                                             \
+          "    for (int64_t i = 0; i < N; i++) {\n"                                                \
+          "      v8 c[P] = {0};\n"                                                                 \
+          "      for (int64_t k = 0; k < N; k++) {\n"                                              \
+          "        float x = A[i * N + k];\n"                                                      \
+          "        for (int p = 0; p < P; p++) {\n"                                                \
+          "          v8 b; memcpy(&b, &B[k * N + j + 8 * p], 32); c[p] += x * b;\n"                \
+          "        }\n"                                                                            \
+          "      }\n"                                                                              \
+          "      memcpy(&C[i * N + j], c, sizeof c);\n"                                            \
+          "    }\n"                                                                                \
+          "  return 0;\n}\n"
+/* Row-wise updates, four rows of B per sweep of a row of C. */
+#define MM_IKJ4                                                                                    \
+  MM_OPEN "  for (int64_t i = 0; i < N; i++) {\n"                                                  \
+          "    for (int64_t j = 0; j < N; j++) C[i * N + j] = 0;\n"                                \
+          "    for (int64_t k = 0; k < N; k += 4) {\n"                                             \
+          "      float x0 = A[i * N + k], x1 = A[i * N + k + 1], x2 = A[i * N + k + 2],\n"         \
+          "            x3 = A[i * N + k + 3];\n"                                                   \
+          "      for (int64_t j = 0; j < N; j++)\n"                                                \
+          "        C[i * N + j] += x0 * B[k * N + j] + x1 * B[(k + 1) * N + j] +\n"                \
+          "                        x2 * B[(k + 2) * N + j] + x3 * B[(k + 3) * N + j];\n"           \
+          "    }\n"                                                                                \
+          "  }\n"                                                                                  \
+          "  return 0;\n}\n"
+/* Blocks of two rows by 8*P columns held in registers over the whole k loop. */
+#define MM_BLOCK2                                                                                  \
+  MM_OPEN "  for (int64_t j = 0; j < N; j += 8 * P)\n"                                             \
+          "    for (int64_t i = 0; i < N; i += 2) {\n"                                             \
+          "      v8 c[2][P] = {0};\n"                                                              \
+          "      for (int64_t k = 0; k < N; k++) {\n"                                              \
+          "        float x0 = A[i * N + k], x1 = A[(i + 1) * N + k];\n"                            \
+          "        for (int p = 0; p < P; p++) {\n"                                                \
+          "          v8 b; memcpy(&b, &B[k * N + j + 8 * p], 32);\n"                               \
+          "          c[0][p] += x0 * b; c[1][p] += x1 * b;\n"                                      \
+          "        }\n"                                                                            \
+          "      }\n"                                                                              \
+          "      memcpy(&C[i * N + j], c[0], sizeof c[0]);\n"                                      \
+          "      memcpy(&C[(i + 1) * N + j], c[1], sizeof c[1]);\n"                                \
+          "    }\n"                                                                                \
+          "  return 0;\n}\n"
+#define VADD_OPEN                                                                                  \
+  HEAD "int kernel(DLTensor *a, int32_t n) {\n"                                                    \
+       "  if (n != 3) return -1;\n"                                                                \
+       "  const float *restrict x = a[0].data, *restrict y = a[1].data;\n"                         \
+       "  float *restrict o = a[2].data; int64_t m = a[0].shape[0];\n"
+#define VADD_TWO_PASS                                                                              \
+  VADD_OPEN "  for (int64_t i = 0; i < m; i++) o[i] = x[i];\n"                                     \
+            "  for (int64_t i = 0; i < m; i++) o[i] += y[i];\n"                                    \
+            "  return 0;\n}\n"
+#define VADD_ONE_PASS                                                                              \
+  VADD_OPEN "  for (int64_t i = 0; i < m; i++) o[i] = x[i] + y[i];\n"                              \
+            "  return 0;\n}\n"
+#define SUM_OPEN                                                                                   \
+  HEAD "int kernel(DLTensor *a, int32_t n) {\n"                                                    \
+       "  if (n != 2) return -1;\n"                                                                \
+       "  const float *restrict x = a[0].data; int64_t m = a[0].shape[0], i = 0;\n"
+/* One accumulator: bound by the latency of one add after another. */
+#define SUM_SERIAL                                                                                 \
+  SUM_OPEN "  double s = 0;\n"                                                                     \
+           "  for (; i < m; i++) s += x[i];\n"                                                     \
+           "  ((float *)a[1].data)[0] = (float)s;\n"                                               \
+           "  return 0;\n}\n"
+#define SUM_FOUR                                                                                   \
+  SUM_OPEN "  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;\n"                                            \
+           "  for (; i + 4 <= m; i += 4) {\n"                                                      \
+           "    s0 += x[i]; s1 += x[i + 1]; s2 += x[i + 2]; s3 += x[i + 3];\n"                     \
+           "  }\n"                                                                                 \
+           "  for (; i < m; i++) s0 += x[i];\n"                                                    \
+           "  ((float *)a[1].data)[0] = (float)(s0 + s1 + s2 + s3);\n"                             \
+           "  return 0;\n}\n"
+
+typedef struct pair {
+  const char *name, *key, *args, *ref, *var;
+  uint32_t repeat;
+} pair;
+
+#define MM_ARGS(n) "f32[" #n "," #n "] f32[" #n "," #n "] f32[" #n "," #n "]:out"
+static const pair pairs[] = {
+    {"matmul 32, panel/ikj", "mm_32", MM_ARGS(32), MM_IKJ, "#define P 2\n" MM_PANEL, 10},
+    {"matmul 128, panel/ikj", "mm_128", MM_ARGS(128), MM_IKJ, "#define P 2\n" MM_PANEL, 10},
+    {"matmul 256, panel/ikj", "mm_256", MM_ARGS(256), MM_IKJ, "#define P 2\n" MM_PANEL, 10},
+    {"matmul 1024, panel/ikj", "mm_1024", MM_ARGS(1024), MM_IKJ, "#define P 2\n" MM_PANEL, 3},
+    {"vadd 1M, 1 pass/2", "vadd_1m", "f32[1048576] f32[1048576] f32[1048576]:out", VADD_TWO_PASS,
+     VADD_ONE_PASS, 10},
+    {"vadd 16M, 1 pass/2", "vadd_16m", "f32[16777216] f32[16777216] f32[16777216]:out",
+     VADD_TWO_PASS, VADD_ONE_PASS, 10},
+    {"sum 1M, 4 acc/1", "sum_1m", "f32[1048576] f32[1]:out", SUM_SERIAL, SUM_FOUR, 10},
+};
+
+typedef struct variant {
+  const char *name, *src;
+} variant;
+
+#define RANK_ARGS MM_ARGS(128)
+/* Seven schedules, each at least 1.25x from its neighbours in speed here (a ranking
+ * of schedules a few percent apart says more about the minute than about kcage). */
+static const variant ranked[] = {
+    {"jki", MM_JKI},
+    {"naive ijk", MM_NAIVE},
+    {"ikj", MM_IKJ},
+    {"ikj, k by 4", MM_IKJ4},
+    {"panel 16", "#define P 2\n" MM_PANEL},
+    {"panel 64", "#define P 8\n" MM_PANEL},
+    {"block 2x16", "#define P 2\n" MM_BLOCK2},
+};
+#define N_RANKED (sizeof ranked / sizeof ranked[0])
+
+#define TRIALS 3
+#define RANK_RUNS 5
+#define RANK_REPEAT 5
+#define ROUND_S 0.02
+
+static char tmpdir[256];
+static cpu_set_t all_cpus;
+static int trial_cpus[CPU_SETSIZE], n_trial_cpus;
+
+static void find_cpus(void) {
+  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) < 0)
+    return;
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &all_cpus))
+      trial_cpus[n_trial_cpus++] = c;
+}
+
+static void pin_self(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  if (cpu >= 0)
+    CPU_SET(cpu, &one);
+  sched_setaffinity(0, sizeof one, cpu >= 0 ? &one : &all_cpus);
+}
+
+/* src built into tmpdir/<tag>.so (path in so). */
+static void build(const char *src_text, const char *tag, char *so, size_t so_len) {
+  char src[512], cache[512];
+  snprintf(src, sizeof src, "%s/%s.c", tmpdir, tag);
+  snprintf(so, so_len, "%s/%s.so", tmpdir, tag);
+  snprintf(cache, sizeof cache, "%s/cache", tmpdir);
+  kc_error err = {0};
+  kc_build_opts bo = {.cache_dir = cache};
+  kc_build_result br = {0};
+  char *data = NULL;
+  size_t len;
+  if (kc_write_file(src, src_text, strlen(src_text), 0644, &err) < 0 ||
+      kc_build_kernel(&bo, src, &br, &err) < 0 ||
+      (br.status != KC_BUILD_OK && br.status != KC_BUILD_CACHED) ||
+      kc_read_file(br.artifact, &data, &len, 1u << 30, &err) < 0 ||
+      kc_write_file(so, data, len, 0644, &err) < 0) {
+    fprintf(stderr, "bench_speedup: build %s: %s %s\n", tag, err.msg, br.message);
+    exit(1);
+  }
+  free(data);
+}
+
+typedef int (*kernel_fn)(DLTensor *, int32_t);
+
+/* The hot-loop harness, as a tuner's in-process timer runs a kernel: one set of tensors,
+ * allocated once, called `number` times back to back between two clock reads. */
+typedef struct hot {
+  kc_args_spec spec;
+  kernel_fn fn;
+  void *buf[KC_ARGS_MAX_TENSORS];
+  DLTensor t[KC_ARGS_MAX_TENSORS];
+  uint64_t number;
+} hot;
+
+static void hot_open(hot *h, const char *so, const char *args) {
+  kc_error err = {0};
+  if (kc_args_parse(args, &h->spec, &err) < 0)
+    exit(1);
+  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+  h->fn = dl ? (kernel_fn)(uintptr_t)dlsym(dl, "kernel") : NULL;
+  if (!h->fn) {
+    fprintf(stderr, "bench_speedup: %s: %s\n", so, dlerror());
+    exit(1);
+  }
+  for (uint32_t i = 0; i < h->spec.n; i++) {
+    const kc_tensor_spec *ts = &h->spec.t[i];
+    h->buf[i] = aligned_alloc(64, (ts->nbytes + 63) / 64 * 64);
+    if (!h->buf[i]) {
+      fprintf(stderr, "bench_speedup: out of memory\n");
+      exit(1);
+    }
+    if (ts->out)
+      memset(h->buf[i], 0, ts->nbytes);
+    else
+      kc_data_fill(ts, h->buf[i], 7, 0, i);
+    h->t[i] = (DLTensor){.data = h->buf[i],
+                         .device = {kDLCPU, 0},
+                         .ndim = ts->ndim,
+                         .dtype = ts->dtype,
+                         .shape = (int64_t *)ts->shape};
+  }
+  h->number = 0;
+}
+
+static double hot_round(hot *h, uint64_t number) {
+  double t0 = kc_measure_now();
+  for (uint64_t c = 0; c < number; c++)
+    h->fn(h->t, (int32_t)h->spec.n);
+  return (kc_measure_now() - t0) / (double)number;
+}
+
+/* Median seconds per call over `repeat` rounds of at least ROUND_S, after warm rounds. */
+static double hot_trial(hot *h, uint32_t repeat) {
+  if (!h->number) {
+    double per = hot_round(h, 1);
+    h->number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
+  }
+  for (int w = 0; w < 2; w++)
+    hot_round(h, h->number);
+  double v[64];
+  for (uint32_t r = 0; r < repeat && r < 64; r++)
+    v[r] = hot_round(h, h->number);
+  return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
+}
+
+/* kcage's round layout run in this process (bench_floor.h), as many calls a round as the
+ * harness makes: median seconds per call. */
+static double floor_trial(hot *h, uint32_t repeat, double per_call) {
+  floor_round f;
+  floor_alloc(&f, &h->spec, h->fn, h->number, 0, per_call, 4);
+  for (int w = 0; w < 2; w++)
+    floor_round_once(&f, (uint64_t)w);
+  double v[64];
+  for (uint32_t r = 0; r < repeat && r < 64; r++)
+    v[r] = floor_round_once(&f, 100 + r);
+  floor_free(&f);
+  return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
+}
+
+static void hot_close(hot *h) {
+  for (uint32_t i = 0; i < h->spec.n; i++)
+    free(h->buf[i]);
+}
+
+/* One kcage batch: kernels (n of them) with an optional reference; the records. */
+static json_t *kcage_batch(const char *args, const char *ref, const char *const *k, size_t n,
+                           uint32_t repeat, int cpu) {
+  kc_measure_config cfg;
+  kc_measure_config_init(&cfg);
+  cfg.args = args;
+  cfg.reference = ref;
+  cfg.rtol = 1e-3; /* schedules sum in different orders */
+  cfg.atol = 1e-3;
+  cfg.repeat = repeat;
+  cfg.memory_bytes = 2ull << 30;
+  cfg.timeout_s = 60;
+  cfg.pin_cpu = cpu >= 0;
+  cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
+  json_t *recs;
+  kc_error err = {0};
+  if (kc_measure_run_batch(&cfg, k, n, &recs, &err) < 0) {
+    fprintf(stderr, "bench_speedup: %s: %s\n", args, err.msg);
+    exit(1);
+  }
+  for (size_t i = 0; i < n; i++) {
+    json_t *r = json_array_get(recs, i);
+    if (strcmp(json_string_value(json_object_get(r, "status")), "ok")) {
+      fprintf(stderr, "bench_speedup: %s: %s\n", k[i],
+              json_string_value(json_object_get(r, "message")));
+      exit(1);
+    }
+  }
+  return recs;
+}
+
+static void set_result(const char *key, const char *what, double v) {
+  char k[96];
+  snprintf(k, sizeof k, "%s_%s", key, what);
+  kc_measure_set("speedup", k, v);
+}
+
+/* One pair: TRIALS trials; returns true when kcage's speed-up is within 5 % of the
+ * harness's (median over trials); *floor_ok: within 5 % of the floor's. */
+static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
+  char ref_so[512], var_so[512], tag[64];
+  snprintf(tag, sizeof tag, "p%zu_ref", idx);
+  build(p->ref, tag, ref_so, sizeof ref_so);
+  snprintf(tag, sizeof tag, "p%zu_var", idx);
+  build(p->var, tag, var_so, sizeof var_so);
+  hot hr, hv;
+  hot_open(&hr, ref_so, p->args);
+  hot_open(&hv, var_so, p->args);
+  double ks[TRIALS], hs[TRIALS], fs[TRIALS], q[TRIALS], kr[TRIALS], kv[TRIALS], hr_s[TRIALS],
+      hv_s[TRIALS];
+  for (int t = 0; t < TRIALS; t++) {
+    int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
+    pin_self(cpu);
+    double r1 = hot_trial(&hr, p->repeat), v1 = hot_trial(&hv, p->repeat);
+    pin_self(-1);
+    const char *k[1] = {var_so};
+    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu);
+    json_t *rec = json_array_get(recs, 0);
+    ks[t] = json_number_value(json_object_get(rec, "speedup"));
+    kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
+    kv[t] = json_number_value(json_object_get(rec, "median_s"));
+    json_decref(recs);
+    pin_self(cpu);
+    double fv = floor_trial(&hv, p->repeat, v1), fr = floor_trial(&hr, p->repeat, r1);
+    double v2 = hot_trial(&hv, p->repeat), r2 = hot_trial(&hr, p->repeat);
+    pin_self(-1);
+    fs[t] = fr / fv;
+    hr_s[t] = sqrt(r1 * r2);
+    hv_s[t] = sqrt(v1 * v2);
+    hs[t] = hr_s[t] / hv_s[t];
+    q[t] = ks[t] / hs[t];
+  }
+  hot_close(&hr);
+  hot_close(&hv);
+  double k = kc_measure_quantile(ks, TRIALS, 0.5), h = kc_measure_quantile(hs, TRIALS, 0.5);
+  double r = kc_measure_quantile(q, TRIALS, 0.5), fl = kc_measure_quantile(fs, TRIALS, 0.5);
+  bool ok = fabs(r - 1) <= 0.05;
+  *floor_ok = fabs(k / fl - 1) <= 0.05;
+  /* each side's medians over trials: which of the two times moves the ratio */
+  double mkr = kc_measure_quantile(kr, TRIALS, 0.5), mkv = kc_measure_quantile(kv, TRIALS, 0.5);
+  double mhr = kc_measure_quantile(hr_s, TRIALS, 0.5), mhv = kc_measure_quantile(hv_s, TRIALS, 0.5);
+  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %-9s  %8.3fx %8.4f  %10.1f %10.1f %10.1f "
+         "%10.1f\n",
+         p->name, k, h, r, q[0], q[TRIALS - 1], ok ? "yes" : "NO", fl, k / fl, mkr * 1e6, mhr * 1e6,
+         mkv * 1e6, mhv * 1e6);
+  fflush(stdout);
+  set_result(p->key, "kcage", k);
+  set_result(p->key, "harness", h);
+  set_result(p->key, "ratio", r);
+  set_result(p->key, "floor", fl);
+  return ok;
+}
+
+/* Kendall's tau-a between two orderings of the same n items (by their values). */
+static double kendall_tau(const double *a, const double *b, size_t n) {
+  long s = 0;
+  for (size_t i = 0; i < n; i++)
+    for (size_t j = i + 1; j < n; j++) {
+      double x = (a[i] - a[j]) * (b[i] - b[j]);
+      s += x > 0 ? 1 : x < 0 ? -1 : 0;
+    }
+  return (double)s / (double)(n * (n - 1) / 2);
+}
+
+/* RANK_RUNS runs: each the harness over every variant, one kcage batch of them all,
+ * the harness again in reverse order; tau between kcage's medians and the harness's
+ * (geometric mean of its two passes). */
+static double run_ranking(void) {
+  char so[N_RANKED][512], tag[32];
+  const char *k[N_RANKED];
+  hot h[N_RANKED];
+  for (size_t i = 0; i < N_RANKED; i++) {
+    snprintf(tag, sizeof tag, "r%zu", i);
+    build(ranked[i].src, tag, so[i], sizeof so[i]);
+    k[i] = so[i];
+    hot_open(&h[i], so[i], RANK_ARGS);
+  }
+  double kt[RANK_RUNS][N_RANKED], ht[RANK_RUNS][N_RANKED], tau[RANK_RUNS], worst = 1;
+  for (int run = 0; run < RANK_RUNS; run++) {
+    int cpu = n_trial_cpus >= 2 ? trial_cpus[run % n_trial_cpus] : -1;
+    double h1[N_RANKED];
+    pin_self(cpu);
+    for (size_t i = 0; i < N_RANKED; i++)
+      h1[i] = hot_trial(&h[i], RANK_REPEAT);
+    pin_self(-1);
+    json_t *recs = kcage_batch(RANK_ARGS, NULL, k, N_RANKED, RANK_REPEAT, cpu);
+    for (size_t i = 0; i < N_RANKED; i++)
+      kt[run][i] = json_number_value(json_object_get(json_array_get(recs, i), "median_s"));
+    json_decref(recs);
+    pin_self(cpu);
+    for (size_t i = N_RANKED; i-- > 0;)
+      ht[run][i] = sqrt(h1[i] * hot_trial(&h[i], RANK_REPEAT));
+    pin_self(-1);
+    tau[run] = kendall_tau(kt[run], ht[run], N_RANKED);
+    worst = tau[run] < worst ? tau[run] : worst;
+    printf("  run %d: tau %.3f  kcage/harness us:", run + 1, tau[run]);
+    for (size_t i = 0; i < N_RANKED; i++)
+      printf(" %s %.1f/%.1f", ranked[i].name, kt[run][i] * 1e6, ht[run][i] * 1e6);
+    printf("\n");
+    fflush(stdout);
+    char key[32];
+    snprintf(key, sizeof key, "rank_tau_run%d", run + 1);
+    kc_measure_set("speedup", key, tau[run]);
+  }
+  for (size_t i = 0; i < N_RANKED; i++)
+    hot_close(&h[i]);
+  kc_measure_set("speedup", "rank_tau_min", worst);
+  return worst;
+}
+
+int main(int argc, char **argv) {
+  const char *t = getenv("TMPDIR"), *only = argc > 1 ? argv[1] : NULL;
+  snprintf(tmpdir, sizeof tmpdir, "%s/kcage-bench-speedup.XXXXXX", t && *t ? t : "/tmp");
+  if (!mkdtemp(tmpdir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  chmod(tmpdir, 0755); /* the worker's user must reach the .so */
+  find_cpus();
+  printf("speed-ups: kcage's (record `speedup`, batch with --reference) against an unsandboxed "
+         "hot-loop harness's (one set of tensors, calls back to back), %d trials each "
+         "harness(ref), harness(variant), kcage, floor(variant), floor(ref), harness(variant), "
+         "harness(ref) on one CPU, "
+         "the CPUs in turn; ratio = median of kcage's speed-up over the harness's; target "
+         "within 5 %%\n",
+         TRIALS);
+  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
+         "harness", "ratio", "[trials]", "within 5%", "floor", "kc/floor", "ref kc us", "ref h us",
+         "var kc us", "var h us");
+  printf("  (floor: the speed-up read from kcage's round layout run in this process, no "
+         "sandbox; kc/floor: kcage's over it, what the sandbox does to the speed-up; "
+         "kcage/floor/harness medians over trials)\n");
+  int within = 0, within_floor = 0, n_pairs = 0;
+  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+    if (!only || strstr(pairs[i].key, only)) {
+      bool fok;
+      within += run_pair(&pairs[i], i, &fok);
+      within_floor += fok;
+      n_pairs++;
+    }
+  if (n_pairs)
+    printf("  pairs within 5 %% of the harness: %d of %d (target: at least 6); of the floor (the "
+           "same layout, no sandbox): %d of %d\n",
+           within, n_pairs, within_floor, n_pairs);
+  kc_measure_set("speedup", "pairs_within_5pct", within);
+  kc_measure_set("speedup", "pairs_within_5pct_of_floor", within_floor);
+  if (!only || strstr("rank", only)) {
+    printf("ranking: %zu matmul 128x128 schedules, kcage's medians (one batch) against the "
+           "harness's (before and after it), Kendall tau per run; target >= 0.9 in each of "
+           "%d\n",
+           N_RANKED, RANK_RUNS);
+    double w = run_ranking();
+    printf("  lowest tau: %.3f (%s)\n", w, w >= 0.9 ? "yes" : "NO");
+  }
+  kc_rm_rf(tmpdir);
+  return kc_measure_write() < 0;
+}
