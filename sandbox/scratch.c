@@ -1,9 +1,11 @@
 /* A fresh scratch for one process of a pool (kc_sandbox_fresh_scratch): the pool's
- * processes are forks of one zygote and share its mount, IPC and network namespaces,
- * so a file one of them leaves in /tmp, a SysV segment or an abstract socket would be
- * there for the next.  Where each process is one tenant's session, it gets namespaces
- * of its own and every tmpfs of the pool's layout mounted anew over the shared one:
- * empty, and gone with the last process of the session. */
+ * processes are forks of one zygote and share its mount and IPC namespaces, so a file
+ * one of them leaves in /tmp or a SysV segment would be there for the next.  Where each
+ * process is one tenant's session, it gets those namespaces of its own and every tmpfs
+ * of the pool's layout mounted anew over the shared one: empty, and gone with the last
+ * process of the session.  An abstract unix socket lives only while a process holds it:
+ * a caller that runs one tenant at a time and kills the last one's processes before
+ * the next one's code runs (the agent) needs no network namespace per process. */
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>

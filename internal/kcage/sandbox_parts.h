@@ -45,10 +45,12 @@ int kc_sandbox_fs_prepare(const kc_policy *policy, const kc_mount *extra, size_t
 int kc_sandbox_fs_enter(const kc_fs_plan *plan, const char *cwd, kc_error *err);
 void kc_sandbox_fs_release(kc_fs_plan *plan);
 
-/* In a forked process of a pool, before its lockdown: mount, IPC and network namespaces
- * of its own, every tmpfs of the pool's layout (the policy's, then the extra mounts')
- * mounted anew, empty, and chdir to cwd (NULL = "/").  Nothing another process of the
- * pool wrote there is seen, and what this one writes goes with it. */
+/* In a forked process of a pool, before its lockdown: mount and IPC namespaces of its
+ * own, every tmpfs of the pool's layout (the policy's, then the extra mounts') mounted
+ * anew, empty, and chdir to cwd (NULL = "/").  Nothing another process of the pool
+ * wrote there is seen, and what this one writes goes with it.  The network namespace
+ * stays the pool's (only its loopback): processes of the pool that run at the same
+ * time share its abstract unix sockets. */
 int kc_sandbox_fresh_scratch(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
                              const char *cwd, kc_error *err);
 

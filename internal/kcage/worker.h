@@ -19,8 +19,8 @@ int kc_worker_prestart(kc_worker *w, kc_error *err);
 int kc_worker_start_now(kc_worker *w, kc_error *err);
 
 /* Workers that each serve one tenant's session (the agent's TVM sessions), set before
- * the worker's first spawn.  KC_WORKER_SCRATCH: mount, IPC and network namespaces of
- * its own, every tmpfs of the pool's layout mounted anew (kc_sandbox_fresh_scratch).
+ * the worker's first spawn.  KC_WORKER_SCRATCH: mount and IPC namespaces of its
+ * own, every tmpfs of the pool's layout mounted anew (kc_sandbox_fresh_scratch).
  * KC_WORKER_PASS_FDS: the worker keeps its socket to us (fd 5 in the worker), on which
  * kc_worker_pass_fds hands it, once, a message and descriptors. */
 enum { KC_WORKER_SCRATCH = 1u << 0, KC_WORKER_PASS_FDS = 1u << 1 };
