@@ -391,10 +391,12 @@ void kc_tvm_hub_main(const kc_tvm_serve_opts *o, int ctl) {
            "TVM zygote: %s; each TVM session starts its interpreter instead", err.msg);
     _exit(KC_TVM_HUB_EXIT_UNAVAILABLE);
   }
+  /* a worker that cannot start may be the host's moment (a warm-up past its deadline
+   * under load): the agent starts the hub again, later */
   for (int i = 0; i < 2; i++)
     if (worker_new(&h, &h.dflt, &h.pair[i], &err) < 0 || worker_ready(&h.pair[i], &err) < 0) {
       kc_log(KC_LOG_WARN, "kcage agent", "TVM zygote: a worker: %s", err.msg);
-      _exit(KC_TVM_HUB_EXIT_UNAVAILABLE);
+      _exit(1);
     }
   kc_log(KC_LOG_INFO, "kcage agent", "TVM zygote ready: TVM imported once, a fork per session");
   _Alignas(kc_tvm_hub_request) char buf[sizeof(kc_tvm_hub_request) + KC_TVM_HUB_TEXT_MAX];
