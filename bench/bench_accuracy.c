@@ -101,29 +101,7 @@ static const bcase cases[] = {
 
 static char tmpdir[256];
 
-/* The CPUs trials run on, in turn: a trial's harness and its kcage worker share one
- * (--cpu), since this guest's vCPUs differ in memory bandwidth from minute to minute
- * (a vector add read 0.78x to 1.37x on vCPU 1 against vCPU 0 in runs of one hour), and
- * a harness on one compared with a worker on the other measures that difference. */
-static cpu_set_t all_cpus;
 static int trial_cpus[CPU_SETSIZE], n_trial_cpus;
-
-static void find_cpus(void) {
-  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) < 0)
-    return;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &all_cpus))
-      trial_cpus[n_trial_cpus++] = c;
-}
-
-/* Pin the calling thread to cpu (-1: back to every CPU it had). */
-static void pin_self(int cpu) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  if (cpu >= 0)
-    CPU_SET(cpu, &one);
-  sched_setaffinity(0, sizeof one, cpu >= 0 ? &one : &all_cpus);
-}
 
 typedef int (*kernel_fn)(DLTensor *, int32_t);
 
@@ -224,7 +202,7 @@ void kc_sched_slice(uint64_t ns);
 #define KC_SUPERVISOR_SLICE_NS 100000
 
 static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cpu, double *min) {
-  pin_self(cpu);
+  bench_pin(cpu);
   kc_sched_slice(0);
   harness_alloc(h);
   double v[64];
@@ -236,13 +214,13 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
   *min = v[0]; /* sorted by the quantile */
   harness_free(h);
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
-  pin_self(-1);
+  bench_pin(-1);
   return med;
 }
 
 static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
                           double per_call, int cpu, double *min) {
-  pin_self(cpu);
+  bench_pin(cpu);
   kc_sched_slice(0);
   floor_round f;
   floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
@@ -255,7 +233,7 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
   *min = v[0];
   floor_free(&f);
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
-  pin_self(-1);
+  bench_pin(-1);
   return med;
 }
 
@@ -422,7 +400,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   chmod(tmpdir, 0755); /* the worker's user must reach the .so */
-  find_cpus();
+  n_trial_cpus = bench_cpus(trial_cpus);
   printf(
       "kcage bench vs an unsandboxed harness (dlopen, %d rotating sets laid out as kcage's, "
       "output poisoned before each call outside the clock), same number and repeat, %d "

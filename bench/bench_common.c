@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <jansson.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,4 +73,26 @@ int kc_measure_write(void) {
   else
     printf("(figures merged into %s)\n", path);
   return rc;
+}
+
+static cpu_set_t g_all_cpus;
+static int g_all_set;
+
+int bench_cpus(int *cpus) {
+  if (!g_all_set && sched_getaffinity(0, sizeof g_all_cpus, &g_all_cpus) == 0)
+    g_all_set = 1;
+  int n = 0;
+  for (int c = 0; g_all_set && c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &g_all_cpus))
+      cpus[n++] = c;
+  return n;
+}
+
+void bench_pin(int cpu) {
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  if (cpu >= 0)
+    CPU_SET(cpu, &one);
+  if (cpu >= 0 || g_all_set)
+    sched_setaffinity(0, sizeof one, cpu >= 0 ? &one : &g_all_cpus);
 }

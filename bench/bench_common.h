@@ -16,6 +16,14 @@ void kc_measure_set(const char *section, const char *key, double value);
 void kc_measure_set_str(const char *section, const char *key, const char *value);
 int kc_measure_write(void);
 
+/* The CPUs this process may run on (its affinity at the first call), which trials take
+ * in turn: a trial's harness and its kcage worker share one (--cpu), since this guest's
+ * vCPUs differ in memory bandwidth from minute to minute.  bench_cpus fills cpus (at
+ * most CPU_SETSIZE) and returns how many; bench_pin pins the calling thread to cpu
+ * (-1: back to every CPU it had). */
+int bench_cpus(int *cpus);
+void bench_pin(int cpu);
+
 /* bench_run's floor launchers (launch_floor.c): "ns" or "fs"; the exit status. */
 int kc_measure_floor_launch(const char *what);
 

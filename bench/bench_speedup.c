@@ -181,24 +181,7 @@ static const variant ranked[] = {
 #define ROUND_S 0.02
 
 static char tmpdir[256];
-static cpu_set_t all_cpus;
 static int trial_cpus[CPU_SETSIZE], n_trial_cpus;
-
-static void find_cpus(void) {
-  if (sched_getaffinity(0, sizeof all_cpus, &all_cpus) < 0)
-    return;
-  for (int c = 0; c < CPU_SETSIZE; c++)
-    if (CPU_ISSET(c, &all_cpus))
-      trial_cpus[n_trial_cpus++] = c;
-}
-
-static void pin_self(int cpu) {
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  if (cpu >= 0)
-    CPU_SET(cpu, &one);
-  sched_setaffinity(0, sizeof one, cpu >= 0 ? &one : &all_cpus);
-}
 
 /* src built into tmpdir/<tag>.so (path in so). */
 static void build(const char *src_text, const char *tag, char *so, size_t so_len) {
@@ -356,9 +339,9 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
       hv_s[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
-    pin_self(cpu);
+    bench_pin(cpu);
     double r1 = hot_trial(&hr, p->repeat), v1 = hot_trial(&hv, p->repeat);
-    pin_self(-1);
+    bench_pin(-1);
     const char *k[1] = {var_so};
     json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu);
     json_t *rec = json_array_get(recs, 0);
@@ -366,10 +349,10 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
     kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
     kv[t] = json_number_value(json_object_get(rec, "median_s"));
     json_decref(recs);
-    pin_self(cpu);
+    bench_pin(cpu);
     double fv = floor_trial(&hv, p->repeat, v1), fr = floor_trial(&hr, p->repeat, r1);
     double v2 = hot_trial(&hv, p->repeat), r2 = hot_trial(&hr, p->repeat);
-    pin_self(-1);
+    bench_pin(-1);
     fs[t] = fr / fv;
     hr_s[t] = sqrt(r1 * r2);
     hv_s[t] = sqrt(v1 * v2);
@@ -425,18 +408,18 @@ static double run_ranking(void) {
   for (int run = 0; run < RANK_RUNS; run++) {
     int cpu = n_trial_cpus >= 2 ? trial_cpus[run % n_trial_cpus] : -1;
     double h1[N_RANKED];
-    pin_self(cpu);
+    bench_pin(cpu);
     for (size_t i = 0; i < N_RANKED; i++)
       h1[i] = hot_trial(&h[i], RANK_REPEAT);
-    pin_self(-1);
+    bench_pin(-1);
     json_t *recs = kcage_batch(RANK_ARGS, NULL, k, N_RANKED, RANK_REPEAT, cpu);
     for (size_t i = 0; i < N_RANKED; i++)
       kt[run][i] = json_number_value(json_object_get(json_array_get(recs, i), "median_s"));
     json_decref(recs);
-    pin_self(cpu);
+    bench_pin(cpu);
     for (size_t i = N_RANKED; i-- > 0;)
       ht[run][i] = sqrt(h1[i] * hot_trial(&h[i], RANK_REPEAT));
-    pin_self(-1);
+    bench_pin(-1);
     tau[run] = kendall_tau(kt[run], ht[run], N_RANKED);
     worst = tau[run] < worst ? tau[run] : worst;
     printf("  run %d: tau %.3f  kcage/harness us:", run + 1, tau[run]);
@@ -462,7 +445,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   chmod(tmpdir, 0755); /* the worker's user must reach the .so */
-  find_cpus();
+  n_trial_cpus = bench_cpus(trial_cpus);
   printf("speed-ups: kcage's (record `speedup`, batch with --reference) against an unsandboxed "
          "hot-loop harness's (one set of tensors, calls back to back), %d trials each "
          "harness(ref), harness(variant), kcage, floor(variant), floor(ref), harness(variant), "
