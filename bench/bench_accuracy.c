@@ -116,15 +116,7 @@ typedef struct harness {
 } harness;
 
 static void harness_init(harness *h, const char *so, const char *args) {
-  kc_error err = {0};
-  if (kc_args_parse(args, &h->spec, &err) < 0)
-    exit(1);
-  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  h->fn = dl ? (kernel_fn)(uintptr_t)dlsym(dl, "kernel") : NULL;
-  if (!h->fn) {
-    fprintf(stderr, "bench_accuracy: %s: %s\n", so, dlerror());
-    exit(1);
-  }
+  h->fn = floor_kernel_open(so, args, &h->spec, "bench_accuracy");
 }
 
 /* The harness's tensors, allocated afresh for each trial as a kcage run's are.

@@ -1,4 +1,5 @@
 /* The floor of a kcage round (bench_floor.h). */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,4 +120,20 @@ double floor_round_once(floor_round *f, uint64_t round) {
     total += floor_piece(f, c0, cnt);
   }
   return total / (double)f->number;
+}
+
+floor_kernel_fn floor_kernel_open(const char *path, const char *args, kc_args_spec *spec,
+                                  const char *who) {
+  kc_error err = {0};
+  if (kc_args_parse(args, spec, &err) < 0) {
+    fprintf(stderr, "%s: %s\n", who, err.msg);
+    exit(1);
+  }
+  void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  floor_kernel_fn fn = dl ? (floor_kernel_fn)(uintptr_t)dlsym(dl, "kernel") : NULL;
+  if (!fn) {
+    fprintf(stderr, "%s: %s: %s\n", who, path, dlerror());
+    exit(1);
+  }
+  return fn;
 }

@@ -26,6 +26,11 @@ typedef struct floor_round {
   DLTensor t[KC_ARGS_MAX_TENSORS];
 } floor_round;
 
+/* spec parsed from args and the kernel of the .so at path (its "kernel" symbol); exits
+ * with a line that names who when either cannot be had. */
+floor_kernel_fn floor_kernel_open(const char *path, const char *args, kc_args_spec *spec,
+                                  const char *who);
+
 /* A round of `number` calls of fn over spec, its inputs in the slots `sets` sets give
  * (kc_round_input_slots), n_out output regions (0: one per call), pieces sized for calls
  * of per_call seconds as kcage sizes them; exits when out of memory. */

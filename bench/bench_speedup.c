@@ -14,7 +14,6 @@
  *
  * Ranking: seven schedules of one matmul, in one kcage batch (as a tuner sends them) and
  * in the harness before and after it; Kendall's tau between the two orders, per run. */
-#include <dlfcn.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -218,15 +217,7 @@ typedef struct hot {
 } hot;
 
 static void hot_open(hot *h, const char *so, const char *args) {
-  kc_error err = {0};
-  if (kc_args_parse(args, &h->spec, &err) < 0)
-    exit(1);
-  void *dl = dlopen(so, RTLD_NOW | RTLD_LOCAL);
-  h->fn = dl ? (kernel_fn)(uintptr_t)dlsym(dl, "kernel") : NULL;
-  if (!h->fn) {
-    fprintf(stderr, "bench_speedup: %s: %s\n", so, dlerror());
-    exit(1);
-  }
+  h->fn = floor_kernel_open(so, args, &h->spec, "bench_speedup");
   for (uint32_t i = 0; i < h->spec.n; i++) {
     const kc_tensor_spec *ts = &h->spec.t[i];
     h->buf[i] = aligned_alloc(64, (ts->nbytes + 63) / 64 * 64);
