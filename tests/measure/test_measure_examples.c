@@ -3,6 +3,7 @@
  * names.  How fast the honest variants are is `make bench`'s business, not a test's:
  * on a shared 2-vCPU machine their order depends on the CPU and the neighbours. */
 #include <math.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -18,8 +19,9 @@
 #include "kcage/measure.h"
 
 /* The kernels of MANIFEST (only those named in `only`, when given) through one batch;
- * piece_bytes as kc_measure_config's. */
-static void run_manifest(const char *const *only, uint64_t piece_bytes) {
+ * piece_bytes as kc_measure_config's; pin: the rounds on the CPU this test runs on, the
+ * parent asleep there while they run (--cpu). */
+static void run_manifest(const char *const *only, uint64_t piece_bytes, bool pin) {
   FILE *f = fopen(KC_EXAMPLES_DIR "/MANIFEST", "r");
   assert_non_null(f);
   char line[512], names[32][256], want[32][32];
@@ -63,6 +65,9 @@ static void run_manifest(const char *const *only, uint64_t piece_bytes) {
   cfg.memory_bytes = 256u << 20;
   cfg.build.cache_dir = cache;
   cfg.piece_bytes = piece_bytes;
+  int cpu = sched_getcpu();
+  cfg.pin_cpu = pin && cpu >= 0;
+  cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
   json_t *recs = NULL;
   kc_error err = {0};
   if (kc_measure_run_batch(&cfg, paths, n, &recs, &err) < 0)
@@ -96,12 +101,13 @@ static void run_manifest(const char *const *only, uint64_t piece_bytes) {
 
 static void test_examples(void **state) {
   (void)state;
-  run_manifest(NULL, 0);
+  run_manifest(NULL, 0, false);
 }
 
 /* The same verdicts when every timed round runs in pieces of one call, each piece's
  * outputs poisoned from outside right before it, all of them read after the round (what
- * a round whose outputs outgrow the cache does): the classes a piece could open a gap for (ending a
+ * a round whose outputs outgrow the cache does), with the parent asleep on the worker's
+ * CPU (--cpu): the classes a piece could open a gap for (ending a
  * round early, skipping calls, reading the schedule, caches of every kind) and the
  * honest kernels. */
 static void test_examples_in_pieces(void **state) {
@@ -119,7 +125,10 @@ static void test_examples_in_pieces(void **state) {
                                      "input_mutation.c",
                                      "wrong_result.c",
                                      NULL};
-  run_manifest(only, 256 * 256 * 4); /* one call's outputs (ARGS: 256x256 f32) */
+  /* one call's outputs (ARGS: 256x256 f32); pinned, so that a completion the worker
+   * forges must wake a parent asleep on its CPU, as the default wait does only when the
+   * scheduler puts both there */
+  run_manifest(only, 256 * 256 * 4, true);
 }
 
 int main(void) {
