@@ -293,10 +293,10 @@ static int bind(const kc_mnt *m, kc_error *err) {
   return 0;
 }
 
-static int tmpfs(const char *dst, uint64_t size, const char *mode, kc_error *err) {
+int kc__fs_tmpfs(const char *dst, uint64_t size, kc_error *err) {
   char opts[64];
-  snprintf(opts, sizeof opts, "size=%llu,mode=%s",
-           (unsigned long long)(size ? size : KC_DEFAULT_TMP_SIZE), mode);
+  snprintf(opts, sizeof opts, "size=%llu,mode=1777",
+           (unsigned long long)(size ? size : KC_DEFAULT_TMP_SIZE));
   if (mkdir_p(dst, 0755) < 0)
     return kc_error_set(err, errno, "mount point %s", dst);
   if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
@@ -456,7 +456,7 @@ int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err) {
       rc = bind(m, err);
       break;
     case KC_MNT_TMPFS:
-      rc = tmpfs(m->dst, m->size, "1777", err);
+      rc = kc__fs_tmpfs(m->dst, m->size, err);
       break;
     case KC_MNT_PROC:
       if (mkdir_p(m->dst, 0555) < 0)

@@ -98,6 +98,8 @@ int kc__fs_build_default(kc_mnt **mnts, size_t *n, kc_error *err);
 int kc__fs_plan(const kc_policy_spec *spec, const kc_mount *extra, size_t n_extra, kc_mnt **out,
                 size_t *n_out, kc_error *err);
 int kc__fs_enter(const kc_mnt *mnts, size_t n, const char *cwd, kc_error *err);
+/* A tmpfs of `size` bytes (0: the default, 64 MiB), mode 1777, on dst (made if missing). */
+int kc__fs_tmpfs(const char *dst, uint64_t size, kc_error *err);
 /* Per-sandbox files over /proc's host-wide counters and boot id (proc_view.c); called
  * with the new root still writable, after the host-describing files are masked. */
 int kc__proc_view(const char *proc, kc_error *err);

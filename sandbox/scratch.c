@@ -8,23 +8,11 @@
  * the next one's code runs (the agent) needs no network namespace per process. */
 #include <errno.h>
 #include <sched.h>
-#include <stdio.h>
-#include <sys/mount.h>
 #include <unistd.h>
 
 #include "kcage/policy.h"
 #include "kcage/sandbox_parts.h"
-
-#define SCRATCH_DEFAULT_SIZE (64ull << 20) /* fs.c's default for a tmpfs without one */
-
-static int fresh_tmpfs(const char *dst, uint64_t size, kc_error *err) {
-  char opts[64];
-  snprintf(opts, sizeof opts, "size=%llu,mode=1777",
-           (unsigned long long)(size ? size : SCRATCH_DEFAULT_SIZE));
-  if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
-    return kc_error_set(err, errno, "scratch: tmpfs on %s", dst);
-  return 0;
-}
+#include "sandbox_internal.h"
 
 int kc_sandbox_fresh_scratch(const kc_policy *policy, const kc_mount *extra, size_t n_extra,
                              const char *cwd, kc_error *err) {
@@ -33,11 +21,11 @@ int kc_sandbox_fresh_scratch(const kc_policy *policy, const kc_mount *extra, siz
   const kc_policy_spec *s = policy ? kc_policy_get_spec(policy) : NULL;
   for (size_t i = 0; s && i < s->n_mounts; i++)
     if (s->mounts[i].kind == KC_POLICY_MOUNT_TMPFS &&
-        fresh_tmpfs(s->mounts[i].dst, s->mounts[i].size, err) < 0)
+        kc__fs_tmpfs(s->mounts[i].dst, s->mounts[i].size, err) < 0)
       return -1;
   for (size_t i = 0; i < n_extra; i++)
     if (extra[i].kind == KC_MOUNT_TMPFS && extra[i].dst &&
-        fresh_tmpfs(extra[i].dst, extra[i].size, err) < 0)
+        kc__fs_tmpfs(extra[i].dst, extra[i].size, err) < 0)
       return -1;
   /* the old directory is the shared tmpfs's, under the new mount */
   if (chdir(cwd ? cwd : "/") < 0)
