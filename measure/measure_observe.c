@@ -172,21 +172,25 @@ int kc_observe_poison(pid_t pid, uint64_t addr, uint64_t len, uint64_t word, kc_
   /* One pattern page written over and over: the local side of each write is the same
    * 64 KiB, so filling gigabytes costs no memory here. */
   enum { PAT = 64 << 10, IOVS = 256 };
-  kc_cleanup_free uint64_t *pat = malloc(PAT);
+  /* No bigger than the write: a piece poisons each call's region on its own, right
+   * before the piece, and a 64 KiB pattern filled for every 4 KiB region would push
+   * the inputs just written for the piece out of this CPU's L1. */
+  size_t plen = len < PAT ? (size_t)(len + 7) / 8 * 8 : PAT;
+  kc_cleanup_free uint64_t *pat = malloc(plen);
   if (!pat)
     return kc_error_set(err, ENOMEM, "poison");
-  for (size_t i = 0; i < PAT / 8; i++)
+  for (size_t i = 0; i < plen / 8; i++)
     pat[i] = word;
   struct iovec l[IOVS];
   for (unsigned i = 0; i < IOVS; i++)
-    l[i] = (struct iovec){pat, PAT};
+    l[i] = (struct iovec){pat, plen};
   while (len) {
-    uint64_t want = len < (uint64_t)PAT * IOVS ? len : (uint64_t)PAT * IOVS;
-    unsigned n = (unsigned)((want + PAT - 1) / PAT);
-    l[n - 1].iov_len = want - (uint64_t)(n - 1) * PAT;
+    uint64_t want = len < (uint64_t)plen * IOVS ? len : (uint64_t)plen * IOVS;
+    unsigned n = (unsigned)((want + plen - 1) / plen);
+    l[n - 1].iov_len = want - (uint64_t)(n - 1) * plen;
     struct iovec r = {(void *)(uintptr_t)addr, (size_t)want};
     ssize_t got = process_vm_writev(pid, l, n, &r, 1, 0);
-    l[n - 1].iov_len = PAT;
+    l[n - 1].iov_len = plen;
     if (got < 0 && errno == EINTR)
       continue;
     if (got <= 0)
