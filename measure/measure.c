@@ -6,11 +6,13 @@
  * answers):
  *   1. PREPARE (untimed): the worker sizes its output area, one region per call, and
  *      poisons every region;
- *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped)
- *      and writes the inputs of the round's first piece: in a timed round every call
- *      reads data of its own, never met before in the round (the slots of the inputs
- *      file are rewritten before each piece when calls outnumber them), from the run's
- *      seed (secret unless --seed), one call's a near-copy of call 0's;
+ *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped),
+ *      reads every region back (each must hold its call's poison: the poison is what
+ *      tells a skipped call from a made one, so it rests on what the parent read, not
+ *      on the worker's reply) and writes the inputs of the round's first piece: in a timed round
+ * every call reads data of its own, never met before in the round (the slots of the inputs file are
+ * rewritten before each piece when calls outnumber them), from the run's seed (secret unless
+ * --seed), one call's a near-copy of call 0's;
  *   3. the request (number and slots only: nothing says which calls are checked) is
  *      published, the worker continued, and stopped again the moment its completion
  *      is seen;
@@ -25,6 +27,7 @@
  * near-copy that a sampled key takes for call 0 (docs/measurement-integrity.md). */
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -193,8 +196,9 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
   return 0;
 }
 
-/* Where a timed round is cut into pieces, each piece's regions poisoned by the parent
- * right before it, as a harness poisons each call's output right before the call.
+/* Where a timed round is cut into pieces for warm outputs, each piece's regions
+ * poisoned again by the parent right before it, as a harness poisons each call's output
+ * right before the call.
  *
  * Only calls of a millisecond or more whose output fits half of L2 go in pieces, of as
  * many calls as the memory they touch (inputs and outputs) fits in that half, one call
@@ -214,7 +218,16 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * add, 12 MiB) read no better in one-call pieces either.
  *
  * A non-zero piece_bytes (kc_measure_config's) overrides all of this: pieces of as many
- * calls as their tensors fit in it. */
+ * calls as their tensors fit in it.
+ *
+ * A round whose calls outnumber the input slots runs in pieces too (run_calls), but its
+ * regions keep the poison the parent read back before the round: poison written again
+ * through process_vm_writev left a 1M vector add's 4 MiB outputs slower to write than
+ * the worker's own stores left them (its sandbox column, kcage over the same round in
+ * one process, 1.16-1.23 with, 1.08-1.16 without; in one process, the same add read
+ * 653-681 against 625-644 us after either poison).  A call of a piece could write junk
+ * into a later piece's regions first; it pays for that inside the clock, as it would
+ * writing junk in its own call, which only the comparison with the reference sees. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes) {
   uint64_t budget = piece_bytes;
@@ -288,9 +301,9 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
   return 0;
 }
 
-/* Before a piece (worker stopped): its regions poisoned from outside, from wherever
- * place_round put the parent (the worker's CPU when it could go there), call c0 + i's
- * with call c0 + i's word.  1 done, else memory_gone. */
+/* Before a piece cut for warm outputs (worker stopped): its regions poisoned again
+ * from outside, from wherever place_round put the parent (the worker's CPU when it
+ * could go there), call c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
@@ -352,12 +365,51 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
     double w = 0;
     kc_round_write(&v->in, x->in_map, c0, cnt < v->in.n_slots ? cnt : v->in.n_slots,
                    x->flush_cache);
-    if (piece < v->number && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
+    if (v->repoison && (r = poison_piece(m, v, c0, cnt, err)) <= 0)
       return r;
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
   }
   return r > 0 ? kc_verify_round(x, m, v, st, err) : r;
+}
+
+/* The round's output area: sized and poisoned by the worker (prepare), and read back
+ * by the parent with the worker stopped (kc_verify_poisoned), which is how the poison
+ * comes to rest on what the parent saw rather than on the worker's reply.  With
+ * --flush-cache the worker is continued once more to evict its tensors (flush), so
+ * that the parent's reading leaves none of them warm: that request's own code runs
+ * between the check and the round.  Returns with the worker stopped (before the
+ * inputs exist: it meets them only inside the clock); v->pid and v->base filled.
+ * 1 ready, 0 status set, -1 parent error (the worker continued again on both). */
+static int ready_area(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, kc_error *err) {
+  const char *what = v->timed ? "timed run" : "verify";
+  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, v->number, v->poison_seed};
+  kc_mreply_prepare rep;
+  uint64_t area = v->number * v->region;
+  int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
+  if (r <= 0)
+    return r;
+  if (rep.magic != KC_MPROTO_MAGIC || rep.region != v->region) {
+    kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s: the worker's reply is malformed", what);
+    return 0;
+  }
+  v->pid = kc_mrunner_pid(x->runner);
+  v->base = rep.base;
+  if (kc_observe_stop(v->pid) < 0 && kill(v->pid, 0) < 0)
+    return 1; /* gone: the round's first request reports how */
+  r = kc_verify_poisoned(m, v, err);
+  if (r < 0 && err->code == ESRCH)
+    r = 1; /* died since (its memory with it): the same */
+  if (r > 0 && x->flush_cache) {
+    kc_observe_cont(v->pid);
+    kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
+    if ((r = untimed(x, m, &f, 8, untimed_limit(x, area), NULL, 0, "flush", err)) > 0)
+      kc_observe_stop(v->pid);
+    return r;
+  }
+  if (r <= 0)
+    kc_observe_cont(v->pid);
+  return r;
 }
 
 /* Which call of a round reads a near-copy of call 0's inputs: the last set of the
@@ -385,33 +437,16 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
    * slots rewritten with fresh data before each. */
   uint32_t n_sets = (uint32_t)(number < x->n_sets ? number : x->n_sets);
   uint32_t n_slots = timed ? (uint32_t)(number < x->n_slots ? number : x->n_slots) : n_sets;
-  const char *what = timed ? "timed run" : "verify";
   uint64_t region = kc_args_region_bytes(x->spec, true);
-  uint64_t piece = timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false),
-                                       expect_s / (double)number)
-                         : number;
-  piece = piece < n_slots || !timed ? piece : n_slots;
+  /* pieces for warm outputs (piece_calls), else as many calls as the slots hold */
+  uint64_t warm = timed ? piece_calls(x, number, region, kc_args_region_bytes(x->spec, false),
+                                      expect_s / (double)number)
+                        : number;
+  uint64_t piece = warm < n_slots || !timed ? warm : n_slots;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
   uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
-  kc_mreq_prepare pr = {KC_MPROTO_MAGIC, KC_MOP_PREPARE, number, pseed};
-  kc_mreply_prepare rep;
-  uint64_t area = number * region;
-  int r = untimed(x, m, &pr, sizeof pr, untimed_limit(x, area), &rep, sizeof rep, what, err);
-  if (r <= 0)
-    return r;
-  if (rep.magic != KC_MPROTO_MAGIC || rep.region != region) {
-    kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS, "%s: the worker's reply is malformed", what);
-    return 0;
-  }
-  if (x->flush_cache) {
-    kc_mreq_load f = {KC_MPROTO_MAGIC, KC_MOP_FLUSH, 0, 0};
-    if ((r = untimed(x, m, &f, 8, untimed_limit(x, area), NULL, 0, "flush", err)) <= 0)
-      return r;
-  }
-  kc_round_view v = {.pid = kc_mrunner_pid(x->runner),
-                     .base = rep.base,
-                     .region = rep.region,
+  kc_round_view v = {.region = region,
                      .number = number,
                      .in = {.spec = x->spec,
                             .in_region = kc_args_region_bytes(x->spec, false),
@@ -420,11 +455,12 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                             .n_data = timed ? number : n_sets,
                             .n_slots = n_slots,
                             .dup = near_copy_of_first(timed, number, n_sets, st)},
-                     .poison_seed = pr.poison_seed,
-                     .timed = timed};
-  /* Stopped before the inputs exist: it meets them only inside the clock.  A worker
-   * that cannot be stopped is gone; the request below reports how. */
-  kc_observe_stop(v.pid);
+                     .poison_seed = pseed,
+                     .timed = timed,
+                     .repoison = timed && warm < number};
+  int r = ready_area(x, m, &v, err);
+  if (r <= 0)
+    return r;
   cpu_set_t home, had;
   bool restore;
   v.home = sched_getaffinity(0, sizeof home, &home) == 0 ? &home : NULL;

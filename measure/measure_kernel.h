@@ -139,12 +139,15 @@ typedef struct kc_round_view {
   const cpu_set_t *home; /* the parent's own CPUs, or NULL: it writes from where it is */
   int cpu;               /* the worker's CPU for the round, -1 unknown */
   bool stay;             /* the parent is on the worker's CPU, and sleeps there while it runs */
+  bool repoison;         /* each piece's regions poisoned again right before it */
 } kc_round_view;
 
 /* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent
  * failure (err). */
 int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
                     kc_error *err);
+/* Before a round: every region still holds its call's poison.  Same returns. */
+int kc_verify_poisoned(kc_kmeasure *m, const kc_round_view *v, kc_error *err);
 
 /* measure_audit.c.  0 fine; -1 refused (msg says why: status `suspicious`); -2 the
  * audit could not be made (msg: status `error`). */

@@ -312,3 +312,40 @@ int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t
     return r;
   return check_reference(x, m, v, st, must, n_must, err);
 }
+
+/* Before a round, the worker stopped: every region of the area holds the poison its
+ * call was given, as the prepare request asked.  The poison is what tells a call that
+ * never ran from one that did; the worker wrote it, with code whose data the kernel had
+ * every chance to corrupt in an earlier round, and another of its threads could have
+ * written over it since.  So the parent reads it back rather than trusting the reply:
+ * a region left holding an earlier round's outputs would let a round that ends early,
+ * or skips calls, pass the check that every call wrote its outputs.  Read in batches of
+ * regions, about 1 MiB at a time.  1 all poisoned, 0 status set, -1 parent error. */
+int kc_verify_poisoned(kc_kmeasure *m, const kc_round_view *v, kc_error *err) {
+  uint64_t batch = v->region ? (1u << 20) / v->region : 1;
+  batch = batch ? batch : 1;
+  size_t cap = (size_t)(batch * v->region);
+  kc_cleanup_free unsigned char *buf = malloc(cap ? cap : 1);
+  if (!buf)
+    return kc_error_set(err, ENOMEM, "check the output area");
+  for (uint64_t i = 0; i < v->number; i += batch) {
+    uint64_t k = v->number - i < batch ? v->number - i : batch;
+    if (kc_observe_read(v->pid, v->base + i * v->region, buf, (size_t)(k * v->region), err) < 0) {
+      if (err->code != EFAULT)
+        return -1;
+      kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
+                         "the output area of a round is gone from the worker's memory");
+      return 0;
+    }
+    for (uint64_t j = 0; j < k; j++)
+      if (!kc_poison_equal(buf + j * v->region, (size_t)v->region,
+                           kc_poison_word(v->poison_seed, i + j))) {
+        kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
+                           "%s: before the round, the output region of call %llu did not hold "
+                           "the poison the worker was asked to write",
+                           v->timed ? "timed run" : "verify", (unsigned long long)(i + j));
+        return 0;
+      }
+  }
+  return 1;
+}

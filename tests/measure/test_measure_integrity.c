@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -180,6 +181,54 @@ static void test_observe(void **state) {
   waitpid(pid, NULL, 0);
   assert_int_equal(kc_observe_stop(pid), -1);
   free(big);
+}
+
+/* Before a round the parent reads every output region back from the worker: the poison
+ * its prepare request asked for, or the round does not start.  Regions of an odd size,
+ * over more than one batch of the reading; a region that differs in its last byte only,
+ * in the last batch; an area that is not mapped at all. */
+static pid_t area_child(void) {
+  pid_t pid = fork();
+  assert_true(pid >= 0);
+  if (pid == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed assertion never leaves it behind */
+    for (;;)
+      pause();
+  }
+  return pid;
+}
+
+static void test_area_poison_checked(void **state) {
+  (void)state;
+  kc_round_view v = {
+      .region = (300u << 10) + 12, .number = 8, .poison_seed = 0x5eed, .timed = true};
+  unsigned char *area = malloc(v.region * v.number);
+  assert_non_null(area);
+  for (uint64_t i = 0; i < v.number; i++)
+    kc_poison_fill(area + i * v.region, v.region, kc_poison_word(v.poison_seed, i));
+  v.base = (uint64_t)(uintptr_t)area;
+  kc_error err = {0};
+  kc_kmeasure m = {0};
+  v.pid = area_child();
+  assert_int_equal(kc_verify_poisoned(&m, &v, &err), 1);
+  assert_int_equal(m.status, KC_MEASURE_OK);
+  kill(v.pid, SIGKILL);
+  waitpid(v.pid, NULL, 0);
+
+  area[7 * v.region + v.region - 1] ^= 1; /* call 7's last byte: an earlier round's */
+  v.pid = area_child();
+  assert_int_equal(kc_verify_poisoned(&m, &v, &err), 0);
+  assert_int_equal(m.status, KC_MEASURE_SUSPICIOUS);
+  assert_non_null(strstr(m.message, "call 7 did not hold the poison"));
+
+  kc_kmeasure gone = {0};
+  v.base = 8;
+  assert_int_equal(kc_verify_poisoned(&gone, &v, &err), 0);
+  assert_int_equal(gone.status, KC_MEASURE_SUSPICIOUS);
+  assert_non_null(strstr(gone.message, "gone from the worker's memory"));
+  kill(v.pid, SIGKILL);
+  waitpid(v.pid, NULL, 0);
+  free(area);
 }
 
 /* Where a round runs: the worker pinned to each CPU in turn is seen there; the parent
@@ -550,6 +599,7 @@ int main(void) {
       cmocka_unit_test(test_elf_segments),
       cmocka_unit_test(test_elf_real),
       cmocka_unit_test(test_observe),
+      cmocka_unit_test(test_area_poison_checked),
       cmocka_unit_test(test_view),
       cmocka_unit_test(test_record_fields),
       cmocka_unit_test(test_honest),
