@@ -22,10 +22,12 @@ void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_
   f->n_slots = kc_round_input_slots(f->in_region, sets);
   f->n_slots = (uint32_t)(number < f->n_slots ? number : f->n_slots);
   const char *pb = getenv("KC_MEASURE_PIECE_BYTES"); /* as kcage reads it */
-  f->piece = f->n_out < number ? number              /* outputs reused: warm without pieces */
-                               : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
-                                                      pb ? strtoull(pb, NULL, 0) : 0);
-  f->piece = f->piece < f->n_slots ? f->piece : f->n_slots;
+  uint64_t warm = f->n_out < number
+                      ? number /* outputs reused: warm without pieces */
+                      : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
+                                             pb ? strtoull(pb, NULL, 0) : 0);
+  f->piece = warm < f->n_slots ? warm : f->n_slots;
+  f->repoison = warm < number; /* as measure.c: only pieces cut for warm outputs */
   size_t in_len = (size_t)(f->in_region * f->n_slots);
   int fd = memfd_create("floor", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)in_len) < 0) {
@@ -115,7 +117,7 @@ double floor_round_once(floor_round *f, uint64_t round) {
   for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
     uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
     kc_round_write(&l, f->in_w, c0, cnt, false);
-    if (f->piece < f->number)
+    if (f->repoison)
       floor_poison(f, c0, cnt, round + 1000);
     total += floor_piece(f, c0, cnt);
   }
