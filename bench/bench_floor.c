@@ -27,7 +27,7 @@ void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_
                       : kc_round_piece_calls(number, f->out_region, f->in_region, per_call,
                                              pb ? strtoull(pb, NULL, 0) : 0);
   f->piece = warm < f->n_slots ? warm : f->n_slots;
-  f->repoison = warm < number; /* as measure.c: only pieces cut for warm outputs */
+  f->repoison = kc_round_repoison(number, f->piece, warm, f->out_region); /* as measure.c */
   size_t in_len = (size_t)(f->in_region * f->n_slots);
   int fd = memfd_create("floor", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, (off_t)in_len) < 0) {

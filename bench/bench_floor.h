@@ -11,8 +11,8 @@
  * for every call, written into the slots before each piece (kc_round_write; a round
  * with more calls than slots runs in pieces of at most that many), one output region
  * per call poisoned before the round with stores of its own (as the worker's prepare
- * does) and, where the round is cut into pieces for warm outputs (kc_round_piece_calls),
- * again before each piece, and the clock read around each piece only,
+ * does) and, where kcage's parent would (kc_round_repoison), again before each piece,
+ * and the clock read around each piece only,
  * calls made as measure_handler.c makes them.  kcage over the floor is what the sandbox
  * and its supervision cost; the floor over the harness is what the round's layout (the
  * integrity defences' outputs and inputs) costs by itself. */
@@ -24,7 +24,7 @@ typedef struct floor_round {
   uint64_t in_region, out_region, number, piece;
   uint64_t n_out; /* output regions: number, or fewer that calls overwrite in turn */
   uint32_t n_slots;
-  bool repoison; /* each piece's outputs poisoned again before it (pieces for warmth) */
+  bool repoison;                   /* each piece's outputs poisoned again before it */
   unsigned char *in_w, *in, *area; /* the file writable; read-only; the output area */
   DLTensor t[KC_ARGS_MAX_TENSORS];
 } floor_round;

@@ -218,16 +218,7 @@ static int check_cpu(kc_kmeasure *m, pid_t pid, int64_t cpu0, double dt, const c
  * add, 12 MiB) read no better in one-call pieces either.
  *
  * A non-zero piece_bytes (kc_measure_config's) overrides all of this: pieces of as many
- * calls as their tensors fit in it.
- *
- * A round whose calls outnumber the input slots runs in pieces too (run_calls), but its
- * regions keep the poison the parent read back before the round: poison written again
- * through process_vm_writev left a 1M vector add's 4 MiB outputs slower to write than
- * the worker's own stores left them (its sandbox column, kcage over the same round in
- * one process, 1.16-1.23 with, 1.08-1.16 without; in one process, the same add read
- * 653-681 against 625-644 us after either poison).  A call of a piece could write junk
- * into a later piece's regions first; it pays for that inside the clock, as it would
- * writing junk in its own call, which only the comparison with the reference sees. */
+ * calls as their tensors fit in it. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes) {
   uint64_t budget = piece_bytes;
@@ -241,6 +232,28 @@ uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_
     return number;
   uint64_t k = budget / (out_region + in_region);
   return k < 1 ? 1 : k < number ? k : number;
+}
+
+/* Whether each piece's regions are poisoned again by the parent right before it (else
+ * they keep the poison it read back before the round).  Pieces cut for warm outputs,
+ * always.  Pieces cut because the calls outnumber the input slots, where their outputs
+ * fit half of L2: the poison leaves them warm for the piece's calls (a 32x32 matmul's
+ * pieces of 128 calls, 512 KiB of outputs, read 1.095-1.111x a harness so, 1.123-1.181x
+ * without; bench_accuracy, alternated three times each).  Never where they outgrow it:
+ * poison written through process_vm_writev left a 1M vector add's 4 MiB outputs slower
+ * to write than the worker's own stores leave them (in one process, that add read
+ * 653-681 us after the one poison and 625-644 us after the other; through kcage, 1.16-1.23x
+ * the same round run in-process with its own stores before each piece, 1.08-1.16x with
+ * none, in alternated runs).  A call could write junk into
+ * a later piece's regions first; it pays for that inside the clock, as it would writing
+ * junk in its own, which only the comparison with the reference sees. */
+bool kc_round_repoison(uint64_t number, uint64_t piece, uint64_t warm, uint64_t out_region) {
+  if (piece >= number)
+    return false;
+  if (warm < number)
+    return true;
+  uint64_t l2 = kc_cache_bytes(2) / 2;
+  return l2 && piece * out_region <= l2;
 }
 
 static uint64_t piece_calls(const kc_mctx *x, uint64_t number, uint64_t out_region,
@@ -301,8 +314,8 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
   return 0;
 }
 
-/* Before a piece cut for warm outputs (worker stopped): its regions poisoned again
- * from outside, from wherever place_round put the parent (the worker's CPU when it
+/* Before a piece, where kc_round_repoison says so (worker stopped): its regions
+ * poisoned again from outside, from wherever place_round put the parent (the worker's CPU when it
  * could go there), call c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
@@ -457,7 +470,9 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                             .dup = near_copy_of_first(timed, number, n_sets, st)},
                      .poison_seed = pseed,
                      .timed = timed,
-                     .repoison = timed && warm < number};
+                     /* --flush-cache: outputs as cold as its flush leaves them */
+                     .repoison = timed && !x->flush_cache &&
+                                 kc_round_repoison(number, piece, warm, region)};
   int r = ready_area(x, m, &v, err);
   if (r <= 0)
     return r;

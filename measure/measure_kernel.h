@@ -99,6 +99,9 @@ int kc_reference_eval(kc_mrunner *ref, const uint32_t *sets, uint32_t n, uint64_
  * number when it runs whole.  piece_bytes: kc_measure_config's, 0 = the caches decide. */
 uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_region,
                               double per_call_s, uint64_t piece_bytes);
+/* Whether a timed round's pieces (of `piece` calls, `warm` the piece_calls above) have
+ * their output regions poisoned again right before each (measure.c says when). */
+bool kc_round_repoison(uint64_t number, uint64_t piece, uint64_t warm, uint64_t out_region);
 /* The bytes of distinct input sets a round spreads its calls over (measure_inputs.c). */
 uint64_t kc_round_input_budget(uint64_t in_region, uint32_t n_sets);
 /* The input sets the inputs file holds (that budget over one set, 4096 at most, never

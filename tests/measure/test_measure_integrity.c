@@ -404,6 +404,13 @@ static void test_piece_calls(void **state) {
       uint64_t k = kc_round_piece_calls(n, out, out / 2, 1e-5, 0);
       assert_true(k >= 1 && k <= n);
     }
+  /* Poisoned again before each piece: never in a whole round; always in pieces cut for
+   * warm outputs; in pieces cut by the input slots only while their outputs fit half of
+   * L2 (a 32x32 matmul's 128 calls), never a 1M vector add's four 4 MiB outputs. */
+  assert_false(kc_round_repoison(100, 100, 100, 4096));
+  assert_true(kc_round_repoison(100, 4, 4, 4u << 20));
+  assert_false(kc_round_repoison(21, 4, 21, 4u << 20));
+  assert_int_equal(kc_round_repoison(13622, 128, 13622, 4096), l2 >= (512u << 10));
 }
 
 /* A round's inputs: fresh per round, and the last set a near-copy of set 0 (about one
