@@ -9,10 +9,11 @@
  *   2. the parent stops the worker (SIGSTOP, waits until the kernel says it stopped),
  *      reads every region back (each must hold its call's poison: the poison is what
  *      tells a skipped call from a made one, so it rests on what the parent read, not
- *      on the worker's reply) and writes the inputs of the round's first piece: in a timed round
- * every call reads data of its own, never met before in the round (the slots of the inputs file are
- * rewritten before each piece when calls outnumber them), from the run's seed (secret unless
- * --seed), one call's a near-copy of call 0's;
+ *      on the worker's reply) and writes the inputs of the round's first piece: in a
+ *      timed round every call reads data of its own, never met before in the round (the
+ *      slots of the inputs file are rewritten before each piece when calls outnumber
+ *      them), from the run's seed (secret unless --seed), one call's a near-copy of
+ *      call 0's;
  *   3. the request (number and slots only: nothing says which calls are checked) is
  *      published, the worker continued, and stopped again the moment its completion
  *      is seen;
@@ -242,11 +243,11 @@ uint64_t kc_round_piece_calls(uint64_t number, uint64_t out_region, uint64_t in_
  * without; bench_accuracy, alternated three times each).  Never where they outgrow it:
  * poison written through process_vm_writev left a 1M vector add's 4 MiB outputs slower
  * to write than the worker's own stores leave them (in one process, that add read
- * 653-681 us after the one poison and 625-644 us after the other; through kcage, 1.16-1.23x
- * the same round run in-process with its own stores before each piece, 1.08-1.16x with
- * none, in alternated runs).  A call could write junk into
- * a later piece's regions first; it pays for that inside the clock, as it would writing
- * junk in its own, which only the comparison with the reference sees. */
+ * 653-681 us after the one poison and 625-644 us after the other; through kcage,
+ * 1.16-1.23x the same round run in-process with its own stores before each piece,
+ * 1.08-1.16x with none, in alternated runs).  A call could write junk into a later
+ * piece's regions first; it pays for that inside the clock, as it would writing junk
+ * in its own, which only the comparison with the reference sees. */
 bool kc_round_repoison(uint64_t number, uint64_t piece, uint64_t warm, uint64_t out_region) {
   if (piece >= number)
     return false;
@@ -315,8 +316,9 @@ static int memory_gone(kc_kmeasure *m, const kc_error *err) {
 }
 
 /* Before a piece, where kc_round_repoison says so (worker stopped): its regions
- * poisoned again from outside, from wherever place_round put the parent (the worker's CPU when it
- * could go there), call c0 + i's with call c0 + i's word.  1 done, else memory_gone. */
+ * poisoned again from outside, from wherever place_round put the parent (the worker's
+ * CPU when it could go there), call c0 + i's with call c0 + i's word.  1 done, else
+ * memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
