@@ -305,27 +305,17 @@ static int run_piece(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_
   return ok ? check_cpu(m, v->pid, cpu0, could_run * m->threads, what) : 0;
 }
 
-/* A failure to reach the worker's memory: 0 when its memory is gone (its own doing:
- * status set), -1 a parent error. */
-static int memory_gone(kc_kmeasure *m, const kc_error *err) {
-  if (err->code != EFAULT)
-    return -1;
-  kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
-                     "the output area of a round is gone from the worker's memory");
-  return 0;
-}
-
 /* Before a piece, where kc_round_repoison says so (worker stopped): its regions
  * poisoned again from outside, from wherever place_round put the parent (the worker's
  * CPU when it could go there), call c0 + i's with call c0 + i's word.  1 done, else
- * memory_gone. */
+ * kc_memory_gone. */
 static int poison_piece(kc_kmeasure *m, const kc_round_view *v, uint64_t c0, uint64_t cnt,
                         kc_error *err) {
   int r = 0;
   for (uint64_t i = 0; r == 0 && i < cnt; i++)
     r = kc_observe_poison(v->pid, v->base + (c0 + i) * v->region, v->region,
                           kc_poison_word(v->poison_seed, c0 + i), err);
-  return r == 0 ? 1 : memory_gone(m, err);
+  return r == 0 ? 1 : kc_memory_gone(m, err);
 }
 
 /* Where a round runs.  The worker (stopped) is kept on one CPU for the whole round: the

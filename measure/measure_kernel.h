@@ -149,6 +149,9 @@ typedef struct kc_round_view {
  * failure (err). */
 int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
                     kc_error *err);
+/* A failure to reach the worker's output area: 0 when its memory is gone (its own
+ * doing: status set), -1 a parent error. */
+int kc_memory_gone(kc_kmeasure *m, const kc_error *err);
 /* Before a round: every region still holds its call's poison.  Same returns. */
 int kc_verify_poisoned(kc_kmeasure *m, const kc_round_view *v, kc_error *err);
 

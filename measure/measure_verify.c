@@ -313,6 +313,14 @@ int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t
   return check_reference(x, m, v, st, must, n_must, err);
 }
 
+int kc_memory_gone(kc_kmeasure *m, const kc_error *err) {
+  if (err->code != EFAULT)
+    return -1;
+  kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
+                     "the output area of a round is gone from the worker's memory");
+  return 0;
+}
+
 /* Before a round, the worker stopped: every region of the area holds the poison its
  * call was given, as the prepare request asked.  The poison is what tells a call that
  * never ran from one that did; the worker wrote it, with code whose data the kernel had
@@ -330,13 +338,8 @@ int kc_verify_poisoned(kc_kmeasure *m, const kc_round_view *v, kc_error *err) {
     return kc_error_set(err, ENOMEM, "check the output area");
   for (uint64_t i = 0; i < v->number; i += batch) {
     uint64_t k = v->number - i < batch ? v->number - i : batch;
-    if (kc_observe_read(v->pid, v->base + i * v->region, buf, (size_t)(k * v->region), err) < 0) {
-      if (err->code != EFAULT)
-        return -1;
-      kc_kmeasure_status(m, KC_MEASURE_SUSPICIOUS,
-                         "the output area of a round is gone from the worker's memory");
-      return 0;
-    }
+    if (kc_observe_read(v->pid, v->base + i * v->region, buf, (size_t)(k * v->region), err) < 0)
+      return kc_memory_gone(m, err);
     for (uint64_t j = 0; j < k; j++)
       if (!kc_poison_equal(buf + j * v->region, (size_t)v->region,
                            kc_poison_word(v->poison_seed, i + j))) {
