@@ -335,6 +335,31 @@ tvm_ffi_threads_hostile)
     grep "/$k.c\"" "$tmp/h.jsonl" | grep -q '"status": *"syscall"' || { echo "FAIL: $k"; exit 1; }
   done
   ;;
+tvm_ffi_pool_rogue)
+  # A parallel task that takes itself off its launch through the pool's own state and
+  # stays, rewriting the output area between rounds (tvmffi/add_pool_rogue.c): the
+  # poison the parent reads back before the next round names it.  Its calls are
+  # honest, so a parent that trusted the worker's prepare reply would say `ok` (it did).
+  # Every round has the untimed round's 8 calls (4 sets, twice): a bigger one maps a new
+  # area, where the thread's pointers into the old one would fault (`crash`).
+  ncpu=$(nproc)
+  ((ncpu >= 2)) || { echo "SKIP: one CPU here: no pool thread to detach"; exit 77; }
+  tv=$(dirname "$0")/tvmffi
+  vec='f32[1000] f32[1000] f32[1000]:out'
+  # The thread rewrites only when the scheduler runs it in the moment between the
+  # prepare reply and the stop; on a loaded machine it can miss every round of a run,
+  # and then there is nothing to see and `ok` is the truth.  So: up to five runs of 30
+  # rounds, one of them must name the poison, and none may say anything else.
+  for try in 1 2 3 4 5; do
+    "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tv/add.c" --repeat 30 \
+      --sets 4 --number 8 --min-repeat-ms 0 --cpus 2 --json "$tmp/r.jsonl" "$tv/add_pool_rogue.c" \
+      >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
+    cat "$tmp/r.jsonl"
+    grep '"status": *"suspicious"' "$tmp/r.jsonl" | grep -q 'did not hold the poison' && exit 0
+    grep -q '"status": *"ok"' "$tmp/r.jsonl" || exit 1
+  done
+  exit 1
+  ;;
 seed_record)
   # A secret seed by default; --seed N is recorded (the inputs were predictable).
   "$kcage" bench --args "$small" --repeat 2 --json "$tmp/r.jsonl" "$ex/tiled.c" >"$tmp/out" 2>"$tmp/err" || exit 1
