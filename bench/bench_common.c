@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 static json_t *pending;
 
@@ -49,16 +50,32 @@ void kc_measure_set_str(const char *sec, const char *key, const char *value) {
   json_object_set_new(section(sec), key, json_string(value));
 }
 
-int kc_measure_write(void) {
+/* Where results.json goes: KC_BENCH_DIR, else beside the bench program itself
+ * (build/bench), whatever directory it was started from. */
+static const char *results_dir(char *buf, size_t cap) {
   const char *dir = getenv("KC_BENCH_DIR");
-  if (!dir)
-    dir = "build/bench";
+  if (dir)
+    return dir;
+  ssize_t n = readlink("/proc/self/exe", buf, cap - 1);
+  char *slash = n > 0 ? memrchr(buf, '/', (size_t)n) : NULL;
+  if (!slash)
+    return "build/bench";
+  *slash = 0;
+  return buf;
+}
+
+int kc_measure_write(void) {
+  char exe[4096];
+  const char *dir = results_dir(exe, sizeof exe);
   if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
     fprintf(stderr, "bench: mkdir %s: %s\n", dir, strerror(errno));
     return -1;
   }
   char path[4096];
-  snprintf(path, sizeof path, "%s/results.json", dir);
+  if (snprintf(path, sizeof path, "%s/results.json", dir) >= (int)sizeof path) {
+    fprintf(stderr, "bench: %s: path too long\n", dir);
+    return -1;
+  }
   json_t *all = json_load_file(path, 0, NULL);
   if (!json_is_object(all)) {
     json_decref(all);
