@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <math.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,27 +215,37 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
 static double floor_trial_here(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
                                double per_call, int cpu, double *min);
 
+static void stop_self(void) {
+  raise(SIGSTOP);
+}
+
 /* KC_ACCURACY_FLOOR_FORK=1: the floor in a child forked for the trial, to tell what a
- * second process costs from what kcage's protocol does. */
+ * second process costs from what kcage's protocol does; =2: and stopped before each
+ * piece, continued by this process asleep on the same CPU, as kcage hands a piece to
+ * its worker (a stop, a continue, two context switches). */
 static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
                           double per_call, int cpu, double *min) {
   const char *fk = getenv("KC_ACCURACY_FLOOR_FORK");
-  if (!fk || *fk != '1')
+  if (!fk || (*fk != '1' && *fk != '2'))
     return floor_trial_here(h, number, n_out, repeat, per_call, cpu, min);
-  int p[2];
+  int p[2], st;
   double r[2] = {0, 0};
   if (pipe(p) < 0)
     exit(1);
   pid_t c = fork();
   if (c == 0) {
+    floor_before_piece = *fk == '2' ? stop_self : NULL;
     r[0] = floor_trial_here(h, number, n_out, repeat, per_call, cpu, &r[1]);
     _exit(write(p[1], r, sizeof r) == sizeof r ? 0 : 1);
   }
   close(p[1]);
+  bench_pin(cpu);
+  while (c > 0 && waitpid(c, &st, WUNTRACED) == c && WIFSTOPPED(st))
+    kill(c, SIGCONT);
+  bench_pin(-1);
   if (c < 0 || read(p[0], r, sizeof r) != sizeof r)
     exit(1);
   close(p[0]);
-  waitpid(c, NULL, 0);
   *min = r[1];
   return r[0];
 }

@@ -104,6 +104,8 @@ static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
   return kc_measure_now() - t0;
 }
 
+void (*floor_before_piece)(void);
+
 double floor_round_once(floor_round *f, uint64_t round) {
   floor_poison(f, 0, f->number, round);
   kc_round_layout l = {.spec = f->spec,
@@ -119,6 +121,8 @@ double floor_round_once(floor_round *f, uint64_t round) {
     kc_round_write(&l, f->in_w, c0, cnt, false);
     if (f->repoison)
       floor_poison(f, c0, cnt, round + 1000);
+    if (floor_before_piece)
+      floor_before_piece();
     total += floor_piece(f, c0, cnt);
   }
   return total / (double)f->number;

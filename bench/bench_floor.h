@@ -40,6 +40,11 @@ floor_kernel_fn floor_kernel_open(const char *path, const char *args, kc_args_sp
 void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_t number,
                  uint64_t n_out, double per_call, uint32_t sets);
 void floor_free(floor_round *f);
+/* Called before each piece's clock starts, after its inputs are written (NULL: nothing):
+ * bench_accuracy's KC_ACCURACY_FLOOR_FORK=2 stops the floor's process there, as kcage
+ * stops a worker. */
+extern void (*floor_before_piece)(void);
+
 /* One round, fresh data for every call (round seeds them); seconds per call. */
 double floor_round_once(floor_round *f, uint64_t round);
 
