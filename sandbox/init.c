@@ -217,6 +217,8 @@ void kc__child_main(kc_plan *p) {
   if (go == 'G' && p->new_net && kc_sandbox_lo_up(&err) < 0)
     fail_err(&err);
   close(p->sync_rd);
+  if (kc__time_view(&err) < 0)
+    fail_err(&err);
   /* We are a fork of kcage: /proc/1/cmdline would read its host command line (every
    * bind's host path, every --env value).  Our memory is out of the program's reach
    * (not dumpable), so the view alone changes. */
@@ -231,8 +233,12 @@ void kc__child_main(kc_plan *p) {
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, NULL);
   /* vfork: no page-table copy and no copy-on-write faults (costly under nested
-   * paging); init only waits until the program has exec'd or failed. */
+   * paging); init only waits until the program has exec'd or failed.  Older kernels
+   * (6.1 refuses, 6.18 does not) refuse a vfork whose child would enter another time
+   * namespace (kc__time_view) while sharing our memory (EINVAL); they get a fork. */
   pid_t prog = vfork();
+  if (prog < 0 && errno == EINVAL)
+    prog = fork();
   if (prog < 0)
     fail(KC_REPORT_SETUP, errno, "fork the program");
   if (prog == 0)

@@ -22,7 +22,10 @@
  *   unlinked: the binds keep them alive and nothing names them afterwards.
  *
  * What stays out of reach of a file system: sysinfo(2) (host uptime, loads, free
- * memory) and CLOCK_BOOTTIME.  docs/threat-model.md says so. */
+ * memory) and CLOCK_BOOTTIME.  A sandbox's supervisor answers sysinfo itself with
+ * kc__sandbox_sysinfo() (seccomp_compile.c: kc_policy_views_sysinfo), and init gives
+ * the program a time namespace whose boot and monotonic clocks start at the sandbox's
+ * start (kc__time_view). */
 #include "sandbox_internal.h"
 
 #include "kcage/sandbox_parts.h"
@@ -43,6 +46,10 @@
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
+
+#ifndef CLONE_NEWTIME
+#define CLONE_NEWTIME 0x00000080
+#endif
 
 /* The fields of /proc/self/stat that describe the memory map (proc(5): 26-28,
  * 45-51), read after the command name, which may hold spaces and parentheses. */
@@ -145,13 +152,26 @@ static int boot_id_text(char *out, size_t cap) {
 }
 
 /* Memory as a machine of the host's size that nobody else uses: the total is not a
- * secret (sysinfo(2) gives it too), the free and cached counters would be a window on
- * the other tenants. */
+ * secret, the free, shared and buffer counters would be a window on the other tenants.
+ * No swap, no load, one process, up since the sandbox started: what sysinfo(2) answers
+ * inside a sandbox (its supervisor writes this) and what meminfo shows. */
+void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s) {
+  struct sysinfo host;
+  memset(out, 0, sizeof *out);
+  out->mem_unit = 1;
+  if (sysinfo(&host) == 0) {
+    out->totalram = host.totalram;
+    out->mem_unit = host.mem_unit;
+  }
+  out->freeram = out->totalram;
+  out->uptime = uptime_s > 0 ? (long)uptime_s : 0;
+  out->procs = 1;
+}
+
 static int meminfo_text(char *out, size_t cap) {
   struct sysinfo si;
-  unsigned long long kb = 0;
-  if (sysinfo(&si) == 0)
-    kb = (unsigned long long)si.totalram * si.mem_unit / 1024;
+  kc__sandbox_sysinfo(&si, 0);
+  unsigned long long kb = (unsigned long long)si.totalram * si.mem_unit / 1024;
   snprintf(out, cap,
            "MemTotal:       %llu kB\nMemFree:        %llu kB\nMemAvailable:   %llu kB\n"
            "Buffers:               0 kB\nCached:                0 kB\n"
@@ -211,4 +231,35 @@ int kc__proc_view(const char *proc, kc_error *err) {
   if (rmdir(dir) < 0 && rc == 0)
     rc = kc_error_set(err, errno, "proc view: rmdir %s", dir);
   return rc;
+}
+
+/* The program's boot and monotonic clocks (CLOCK_BOOTTIME, CLOCK_MONOTONIC, the uptime
+ * of sysinfo(2)) start at the sandbox's start instead of the host's boot: a time
+ * namespace for init's children, with offsets set before any process enters it.
+ * Called by init, which stays in the host's namespace: only what it forks (and, for
+ * its vfork'd program, what that execs) enters the new one.  A kernel without time
+ * namespaces (before 5.6, or built without them) keeps the host's clocks, as does a
+ * host that forbids one more namespace; docs/threat-model.md says so. */
+int kc__time_view(kc_error *err) {
+  if (unshare(CLONE_NEWTIME) < 0)
+    return 0;
+  struct timespec mono, boot;
+  clock_gettime(CLOCK_MONOTONIC, &mono);
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  char text[96];
+  int len = snprintf(text, sizeof text, "monotonic %lld 0\nboottime %lld 0\n",
+                     -(long long)mono.tv_sec, -(long long)boot.tv_sec);
+  /* Our credential change made us not dumpable, which gives our /proc files to the
+   * host's root; init makes itself not dumpable again before anything else runs. */
+  if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+    return kc_error_set(err, errno, "time namespace: dumpable");
+  int fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+  if (fd < 0)
+    return kc_error_set(err, errno, "time namespace: open timens_offsets");
+  ssize_t w = write(fd, text, (size_t)len);
+  int e = errno;
+  close(fd);
+  if (w != len)
+    return kc_error_set(err, w < 0 ? e : EIO, "time namespace: set the offsets");
+  return 0;
 }

@@ -86,6 +86,7 @@ struct kc_sandbox {
   kc_sandbox_ids ids; /* the host ids of its root; lock_fd >= 0 when taken by the sandbox */
   int cancel_fd;      /* not owned */
   const kc_policy *policy;
+  bool view_sysinfo; /* the filter hands sysinfo to us (kc_seccomp_prog_compile_sandbox) */
   kc_limits lim;
   double t0;
 };
@@ -103,6 +104,9 @@ int kc__fs_tmpfs(const char *dst, uint64_t size, kc_error *err);
 /* Per-sandbox files over /proc's host-wide counters and boot id (proc_view.c); called
  * with the new root still writable, after the host-describing files are masked. */
 int kc__proc_view(const char *proc, kc_error *err);
+struct sysinfo;
+void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s);
+int kc__time_view(kc_error *err);
 /* Parent side, before the clone: open every bind source as a detached mount tree
  * (with its final flags) where this process may, so the child needs no access to the
  * path; kc__fs_close_trees closes them after the clone. */

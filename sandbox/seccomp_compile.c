@@ -67,6 +67,29 @@ static bool has_filter(const kc_policy *p) {
   return p->n_rules > 0 || (p->has_default && p->default_action != KC_SC_ALLOW);
 }
 
+/* sysinfo(2) tells the host's uptime, loads, free memory and process count, which no
+ * file system can mask.  Where the policy lets a program call it unconditionally, a
+ * sandbox's filter hands it to the supervisor instead, which answers with the
+ * sandbox's own figures (kc_seccomp_notify_sysinfo).  A conditional rule or another
+ * action is the policy's own decision and stays as written. */
+bool kc_policy_views_sysinfo(const kc_policy *p) {
+  bool ruled = false;
+  for (size_t i = 0; i < p->n_rules; i++) {
+    const kc_sc_rule *r = &p->rules[i];
+    if (r->nr != SCMP_SYS(sysinfo))
+      continue;
+    if (r->n_conds || r->action != KC_SC_ALLOW)
+      return false;
+    ruled = true;
+  }
+  return ruled || !p->has_default || p->default_action == KC_SC_ALLOW;
+}
+
+bool kc_seccomp_is_sysinfo_view(const kc_policy *p, const kc_seccomp_event *ev) {
+  return ev->arch == seccomp_arch_native() && ev->nr == SCMP_SYS(sysinfo) &&
+         kc_policy_views_sysinfo(p);
+}
+
 static enum scmp_compare scmp_op(kc_sc_op op) {
   switch (op) {
   case KC_SC_EQ:
@@ -139,12 +162,19 @@ static int set_attrs(scmp_filter_ctx ctx, bool listener, kc_error *err) {
   return rc < 0 ? kc_error_set(err, -rc, "seccomp_attr_set") : 0;
 }
 
-/* The policy's rules, but those the default action already does. */
-static int add_rules(scmp_filter_ctx ctx, const kc_policy *p, uint32_t def, kc_error *err) {
+/* The policy's rules, but those the default action already does; with view, sysinfo
+ * goes to the listener instead of the policy's allow. */
+static int add_rules(scmp_filter_ctx ctx, const kc_policy *p, uint32_t def, bool view,
+                     kc_error *err) {
+  if (view && def != SCMP_ACT_NOTIFY) {
+    int rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(sysinfo), 0);
+    if (rc < 0)
+      return kc_error_set(err, -rc, "seccomp: sysinfo view rule");
+  }
   for (size_t i = 0; i < p->n_rules; i++) {
     const kc_sc_rule *r = &p->rules[i];
     uint32_t act = scmp_action(r->action, r->errno_val);
-    if (act == def)
+    if (act == def || (view && r->nr == SCMP_SYS(sysinfo)))
       continue; /* the default already does it; libseccomp refuses such rules */
     struct scmp_arg_cmp cmp[KC_SC_MAX_CONDS];
     unsigned budget = 256;
@@ -198,17 +228,18 @@ static int allow_handoff(scmp_filter_ctx ctx, const kc_policy *p, int handoff, k
  * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
  * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
  * sends the listener on a socket we do not know). */
-static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error *err) {
+static int build(const kc_policy *p, int handoff, bool view, scmp_filter_ctx *out, kc_error *err) {
   *out = NULL;
-  if (!has_filter(p))
+  view = view && kc_policy_views_sysinfo(p);
+  if (!has_filter(p) && !view)
     return 0;
-  bool listener = kc_policy_needs_listener(p);
+  bool listener = kc_policy_needs_listener(p) || view;
   uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno) : SCMP_ACT_ALLOW;
   scmp_filter_ctx ctx = seccomp_init(def);
   if (!ctx)
     return kc_error_set(err, ENOMEM, "seccomp_init");
   bool handing_off = handoff != KC_HANDOFF_NONE && listener && def != SCMP_ACT_ALLOW;
-  if (set_attrs(ctx, listener, err) < 0 || add_rules(ctx, p, def, err) < 0 ||
+  if (set_attrs(ctx, listener, err) < 0 || add_rules(ctx, p, def, view, err) < 0 ||
       (handing_off && allow_handoff(ctx, p, handoff, err) < 0)) {
     seccomp_release(ctx);
     return -1;
@@ -219,7 +250,7 @@ static int build(const kc_policy *p, int handoff, scmp_filter_ctx *out, kc_error
 
 int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err) {
   scmp_filter_ctx ctx;
-  if (build(p, KC_HANDOFF_NONE, &ctx, err) < 0)
+  if (build(p, KC_HANDOFF_NONE, false, &ctx, err) < 0)
     return -1;
   if (!ctx)
     return 0;
@@ -250,7 +281,7 @@ int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err) {
 int kc_seccomp_install(const kc_policy *p, int handoff, int *listener_fd, kc_error *err) {
   *listener_fd = -1;
   scmp_filter_ctx ctx;
-  if (build(p, handoff, &ctx, err) < 0)
+  if (build(p, handoff, false, &ctx, err) < 0)
     return -1;
   if (!ctx)
     return 0;
@@ -326,7 +357,7 @@ static void key_str(key_buf *k, const char *s) {
 /* This build of the compiler (its logic is in this file), libseccomp's version and
  * the kernel's seccomp features (the API level it probed, the kernel build), the
  * hand-off fd, and the policy's default and rules: all that the program depends on. */
-static unsigned char *cache_key(const kc_policy *p, int handoff, size_t *len) {
+static unsigned char *cache_key(const kc_policy *p, int handoff, bool view, size_t *len) {
   key_buf k = {0};
   key_str(&k, "kcage seccomp program 1 " KC_VERSION " " __DATE__ " " __TIME__);
   const struct scmp_version *v = seccomp_version();
@@ -339,6 +370,7 @@ static unsigned char *cache_key(const kc_policy *p, int handoff, size_t *len) {
   key_str(&k, u.version);
   key_str(&k, u.machine);
   key_i64(&k, handoff);
+  key_i64(&k, view);
   key_i64(&k, p->has_default);
   key_i64(&k, p->default_action);
   key_i64(&k, p->default_errno);
@@ -364,26 +396,28 @@ static unsigned char *cache_key(const kc_policy *p, int handoff, size_t *len) {
   return k.v;
 }
 
-static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog, kc_error *err);
+static int compile_fresh(const kc_policy *p, int handoff, bool view, kc_seccomp_prog *prog,
+                         kc_error *err);
 
-static int prog_compile(const kc_policy *p, int handoff, bool cached, kc_seccomp_prog **out,
-                        kc_error *err) {
+static int prog_compile(const kc_policy *p, int handoff, bool cached, bool view,
+                        kc_seccomp_prog **out, kc_error *err) {
   *out = NULL;
+  view = view && kc_policy_views_sysinfo(p);
   kc_seccomp_prog *prog = calloc(1, sizeof *prog);
   if (!prog)
     return kc_error_set(err, ENOMEM, "seccomp program");
-  if (!has_filter(p)) { /* nothing to filter: loading is a no-op */
+  if (!has_filter(p) && !view) { /* nothing to filter: loading is a no-op */
     *out = prog;
     return 0;
   }
   size_t klen = 0;
-  kc_cleanup_free unsigned char *key = cached ? cache_key(p, handoff, &klen) : NULL;
+  kc_cleanup_free unsigned char *key = cached ? cache_key(p, handoff, view, &klen) : NULL;
   if (key && kc__bpf_cache_get(key, klen, &prog->insns, &prog->len) == 0) {
-    prog->listener = kc_policy_needs_listener(p);
+    prog->listener = kc_policy_needs_listener(p) || view;
     *out = prog;
     return 0;
   }
-  if (compile_fresh(p, handoff, prog, err) < 0)
+  if (compile_fresh(p, handoff, view, prog, err) < 0)
     return -1; /* prog freed */
   if (key && prog->len)
     kc__bpf_cache_put(key, klen, prog->insns, prog->len);
@@ -392,18 +426,24 @@ static int prog_compile(const kc_policy *p, int handoff, bool cached, kc_seccomp
 }
 
 int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
-  return prog_compile(p, handoff, true, out, err);
+  return prog_compile(p, handoff, true, false, out, err);
+}
+
+int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                                    kc_error *err) {
+  return prog_compile(p, handoff, true, true, out, err);
 }
 
 int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
                                      kc_error *err) {
-  return prog_compile(p, handoff, false, out, err);
+  return prog_compile(p, handoff, false, false, out, err);
 }
 
 /* libseccomp's compile and export into prog; on failure prog is freed. */
-static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog, kc_error *err) {
+static int compile_fresh(const kc_policy *p, int handoff, bool view, kc_seccomp_prog *prog,
+                         kc_error *err) {
   scmp_filter_ctx ctx;
-  if (build(p, handoff, &ctx, err) < 0) {
+  if (build(p, handoff, view, &ctx, err) < 0) {
     free(prog);
     return -1;
   }
@@ -428,7 +468,7 @@ static int compile_fresh(const kc_policy *p, int handoff, kc_seccomp_prog *prog,
   }
   close(fd);
   prog->len = (unsigned short)(size / sizeof(struct sock_filter));
-  prog->listener = kc_policy_needs_listener(p);
+  prog->listener = kc_policy_needs_listener(p) || view;
   return 0;
 }
 

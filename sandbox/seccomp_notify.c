@@ -4,12 +4,15 @@
 #include "kcage/seccomp.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/seccomp.h>
 #include <poll.h>
 #include <seccomp.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include "fdio.h"
@@ -70,6 +73,62 @@ int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum
   if (errnum <= 0)
     return kc_error_set(err, EINVAL, "seccomp listener: errno must be positive");
   return respond(listener, ev, -errnum, 0, err);
+}
+
+/* Is [addr, addr+len) inside writable mappings of the task?  /proc/PID/mem writes
+ * with the kernel's force, past a page's protection: without this check a program
+ * could have its read-only (or executable) pages written through us, which it could
+ * not do itself. */
+static bool writable(int dirfd, uint64_t addr, size_t len) {
+  int fd = openat(dirfd, "maps", O_RDONLY | O_CLOEXEC);
+  FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+  if (!f) {
+    if (fd >= 0)
+      close(fd);
+    return false;
+  }
+  uint64_t want = addr, end = addr + len;
+  char line[512];
+  bool at_start = true; /* a line's own start: the rest of a long one is a path it chose */
+  while (want < end && fgets(line, sizeof line, f)) {
+    bool start = at_start;
+    at_start = strchr(line, '\n') != NULL;
+    unsigned long lo, hi;
+    char perm[5];
+    if (!start)
+      continue;
+    if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perm) != 3)
+      break;
+    if (lo <= want && want < hi && perm[1] == 'w')
+      want = hi; /* covered up to hi; maps is sorted, so the rest follows */
+  }
+  fclose(f);
+  return end > addr && want >= end;
+}
+
+int kc_seccomp_notify_sysinfo(int listener, const kc_seccomp_event *ev, const struct sysinfo *si,
+                              kc_error *err) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d", (int)ev->pid);
+  /* The directory and mem are bound to the task that has this pid now; the pending
+   * notification, checked after, proves that it is the one that asked. */
+  int dir = ev->pid > 0 ? open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+  int mem = dir >= 0 ? openat(dir, "mem", O_WRONLY | O_CLOEXEC) : -1;
+  int rc;
+  if (!kc_seccomp_notify_id_valid(listener, ev->id))
+    rc = 0; /* gone: nothing to answer */
+  else if (mem < 0)
+    rc = respond(listener, ev, -EPERM, 0, err);
+  else if (!writable(dir, ev->args[0], sizeof *si) ||
+           pwrite(mem, si, sizeof *si, (off_t)ev->args[0]) != (ssize_t)sizeof *si)
+    rc = respond(listener, ev, -EFAULT, 0, err);
+  else
+    rc = respond(listener, ev, 0, 0, err);
+  if (mem >= 0)
+    close(mem);
+  if (dir >= 0)
+    close(dir);
+  return rc;
 }
 
 static bool cond_true(const kc_sc_cond *c, uint64_t a) {

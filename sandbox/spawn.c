@@ -416,7 +416,7 @@ static void sandbox_freep(kc_sandbox **sb) {
 
 /* The plan and the cgroup first, then the fds, the filter compiled here (libseccomp
  * allocates and takes 100s of µs; the child only loads it), clone3, and the start. */
-int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err) {
+static int spawn(const kc_sandbox_config *c, bool view_sysinfo, kc_sandbox **out, kc_error *err) {
   *out = NULL;
   if (!c->argv || !c->argv[0] || !c->argv[0][0])
     return kc_error_set(err, EINVAL, "no program to run");
@@ -435,7 +435,9 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   kc__fs_open_trees(plan.mnts, plan.n_mnts);
   kc__caps_prepare();
   __attribute__((cleanup(kc_seccomp_prog_freep))) kc_seccomp_prog *prog = NULL;
-  if (c->policy && kc_seccomp_prog_compile(c->policy, KC_CHILD_SOCK_FD, &prog, err) < 0)
+  if (c->policy &&
+      (view_sysinfo ? kc_seccomp_prog_compile_sandbox(c->policy, KC_CHILD_SOCK_FD, &prog, err)
+                    : kc_seccomp_prog_compile(c->policy, KC_CHILD_SOCK_FD, &prog, err)) < 0)
     return kc_error_prefix(err, "seccomp");
   plan.prog = prog;
   if (clone_child(sb, c, &plan, &f, err) < 0)
@@ -444,7 +446,16 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
   if (start_child(sb, &plan, f.sync[1], err) < 0)
     return -1;
   sb->t0 = kc_now_s();
+  sb->view_sysinfo = view_sysinfo;
   keep_fds(sb, &f);
   *out = kc_steal_ptr(sb);
   return 0;
+}
+
+int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err) {
+  return spawn(c, true, out, err);
+}
+
+int kc_sandbox_spawn_ahead(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err) {
+  return spawn(c, false, out, err);
 }

@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -170,6 +171,12 @@ static void on_notification(kc_sandbox *sb, wait_state *ws) {
   if (kc_seccomp_notify_receive(sb->listener, &ev, &e) < 0) {
     if (e.code != ENOENT && e.code != EINTR && e.code != EAGAIN)
       kc_close_fd(&sb->listener); /* broken listener: the tree dies at its end anyway */
+    return;
+  }
+  if (sb->policy && sb->view_sysinfo && kc_seccomp_is_sysinfo_view(sb->policy, &ev)) {
+    struct sysinfo si;
+    kc__sandbox_sysinfo(&si, kc_now_s() - sb->t0);
+    kc_seccomp_notify_sysinfo(sb->listener, &ev, &si, &e); /* failing: the task is gone */
     return;
   }
   if (sb->policy && kc_policy_notify_kind(sb->policy, &ev) == KC_NOTIFY_ASK && !ws->exec_allowed) {

@@ -25,6 +25,7 @@
 #include "kcage/log.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
+#include "kcage/sandbox_parts.h"
 #include "kcage/units.h"
 #include "tvm_hub.h"
 #include "tvm_server_py.h"
@@ -255,7 +256,10 @@ static int spawn_session(session_run *r, int in_fd, char **envp, double wall, kc
   c.always_cgroup = true;
   c.ids = &r->ids;
   c.settings = o->settings;
-  return kc_sandbox_spawn(&c, out, err);
+  /* A standby is started ahead and waited for only once its session comes: answering
+   * sysinfo would stall Python's start there (it calls it at once).  Sessions from the
+   * TVM zygote are pool workers, which keep the host's sysinfo too; all sessions alike. */
+  return kc_sandbox_spawn_ahead(&c, out, err);
 }
 
 /* The last lines the server loop wrote (a Python traceback, TVM's check failure). */

@@ -81,6 +81,12 @@ typedef struct kc_seccomp_prog kc_seccomp_prog;
 int kc_sandbox_lockdown_prog(const kc_policy *policy, double cpu_s, const kc_seccomp_prog *prog,
                              int sock, kc_error *err);
 
+/* kc_sandbox_spawn for a sandbox started ahead of its wait (a TVM session's standby):
+ * its program's sysinfo(2) is left to the kernel (the host's load and memory).
+ * kc_sandbox_spawn hands sysinfo to kc_sandbox_wait, which answers with the sandbox's
+ * own figures: a program would block in it until the wait begins. */
+int kc_sandbox_spawn_ahead(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
+
 /* ---------------------------------------------------------------------------------
  * The one verdict decider, for every supervisor of a sandboxed process.
  * ------------------------------------------------------------------------------- */

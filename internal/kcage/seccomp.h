@@ -78,6 +78,13 @@ int kc_seccomp_recv_listener(int sock, int timeout_ms, int *listener, kc_error *
  * with errno rather than a kc_error. */
 typedef struct kc_seccomp_prog kc_seccomp_prog;
 int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err);
+/* The same for a sandbox (kc_sandbox_spawn), whose supervisor answers sysinfo(2)
+ * itself: where the policy allows sysinfo unconditionally, the filter hands it to the
+ * listener instead (kc_policy_views_sysinfo), and the supervisor replies with
+ * kc_seccomp_notify_sysinfo().  Pool workers keep the plain compile: their supervisor
+ * reads the listener only while it waits for a call. */
+int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_prog **out,
+                                    kc_error *err);
 /* The same without root's cache of compiled programs: it touches no file, for a caller
  * whose root may move meanwhile (the zygote compiles while its file system is built). */
 int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
@@ -123,6 +130,17 @@ typedef enum kc_notify_kind {
   KC_NOTIFY_VIOLATION, /* a "kill" rule, the kill default, or a foreign arch */
   KC_NOTIFY_ASK,       /* a "notify" rule of the policy matched */
 } kc_notify_kind;
+
+/* Does the policy allow sysinfo(2) unconditionally, so that a sandbox's filter hands
+ * it to the supervisor?  And is this notification such a call? */
+bool kc_policy_views_sysinfo(const kc_policy *p);
+bool kc_seccomp_is_sysinfo_view(const kc_policy *p, const kc_seccomp_event *ev);
+/* Answer a sysinfo(2) call with *si: written into the caller's buffer through
+ * /proc/PID/mem (checked still pending after the open, so a recycled pid is never
+ * written), then the call returns 0; EFAULT when the buffer is not writable. */
+struct sysinfo;
+int kc_seccomp_notify_sysinfo(int listener, const kc_seccomp_event *ev, const struct sysinfo *si,
+                              kc_error *err);
 
 /* Which rule sent this notification (userspace mirror of the compiled filter). */
 kc_notify_kind kc_policy_notify_kind(const kc_policy *p, const kc_seccomp_event *ev);

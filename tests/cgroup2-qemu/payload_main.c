@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,6 +62,17 @@ static int hostile(const char *what) {
         for (;;)
           pause();
       _exit(0);
+    }
+    return 0;
+  }
+  if (!strcmp(what, "clock")) { /* the sandbox's own uptime: boot clock and sysinfo */
+    struct timespec b;
+    struct sysinfo si;
+    clock_gettime(CLOCK_BOOTTIME, &b);
+    if (sysinfo(&si) < 0 || b.tv_sec > 5 || si.uptime > 5 || si.loads[0]) {
+      fprintf(stderr, "payload: the host's clock: boot %lld s, sysinfo up %ld s, load %lu\n",
+              (long long)b.tv_sec, si.uptime, si.loads[0]);
+      return 5;
     }
     return 0;
   }

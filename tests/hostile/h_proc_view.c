@@ -2,12 +2,17 @@
  * case's marker (it is on kcage's own command line, so /proc/1/cmdline of a forked
  * init would show it); argv[2] is "BOOT_ID,BTIME" of the host.  Exit 0 when PID 1's
  * command line and environment hold nothing of the host and every host-wide
- * identifier or counter is masked or the sandbox's own; 3 otherwise (the reason is
- * printed). */
+ * identifier or counter is masked or the sandbox's own, /proc, sysinfo(2) and the boot
+ * clock alike; 3 otherwise (the reason is printed).  argv[2] may end in ",UPTIME",
+ * the host's uptime in seconds: the boot clock and sysinfo's uptime must be the
+ * sandbox's (under a minute) where the host's is over two. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/sysinfo.h>
+#include <time.h>
 #include <unistd.h>
 
 static ssize_t slurp(const char *path, char *buf, size_t cap) {
@@ -71,6 +76,45 @@ int main(int argc, char **argv) {
   }
   if (slurp("/proc/loadavg", buf, sizeof buf) > 0 && strncmp(buf, "0.00 0.00 0.00", 14)) {
     printf("/proc/loadavg: %s", buf);
+    rc = 3;
+  }
+  struct sysinfo si;
+  if (sysinfo(&si) < 0) {
+    perror("sysinfo");
+    rc = 3;
+  } else if (si.loads[0] || si.loads[1] || si.loads[2] || si.freeram != si.totalram ||
+             si.sharedram || si.bufferram || si.procs > 1) {
+    printf("sysinfo: the host's loads %lu %lu %lu, free %lu of %lu, %u processes\n", si.loads[0],
+           si.loads[1], si.loads[2], si.freeram, si.totalram, si.procs);
+    rc = 3;
+  }
+  /* A buffer the caller cannot write fails as the kernel's own sysinfo does, and is
+   * left as it was: code, a read-only page, one that begins writable and ends not. */
+  long pg = sysconf(_SC_PAGESIZE);
+  unsigned char *two =
+      mmap(NULL, 2 * (size_t)pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (two == MAP_FAILED || mprotect(two + pg, (size_t)pg, PROT_READ) < 0)
+    return 2;
+  void *const bad[] = {(void *)main, two + pg, two + pg - 8};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    if (sysinfo(bad[i]) == 0) {
+      printf("sysinfo wrote into memory its caller cannot write (%zu)\n", i);
+      rc = 3;
+    }
+  for (long i = 0; i < pg; i++)
+    if (two[pg + i]) {
+      printf("sysinfo changed a read-only page\n");
+      rc = 3;
+      break;
+    }
+  const char *up = strchr(comma + 1, ',');
+  double host_up = up ? atof(up + 1) : 0;
+  struct timespec boot;
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  /* The sandbox started a moment ago; a host up for long enough tells the two apart. */
+  if (host_up > 120 && (boot.tv_sec > 60 || si.uptime > 60)) {
+    printf("the host's uptime: boot clock %lld s, sysinfo %ld s, host %.0f s\n",
+           (long long)boot.tv_sec, si.uptime, host_up);
     rc = 3;
   }
   return rc;

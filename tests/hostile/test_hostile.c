@@ -13,6 +13,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "kc_run_helper.h"
 
@@ -255,8 +256,8 @@ static void test_limit_exit(void **s) {
  * (the host's own /proc/cmdline is not empty, so the case means something). */
 static void test_proc_host(void **s) {
   (void)s;
-  static const char *const policies[] = {"exec", "build", "measure"};
-  for (size_t i = 0; i < 3; i++) {
+  static const char *const policies[] = {"exec", "build", "measure", "python"};
+  for (size_t i = 0; i < 4; i++) {
     kc_run_out o;
     const char *opts[] = {"--policy", policies[i], "--wall", "20", NULL};
     run_case(&o, "h_proc_host", opts, NULL);
@@ -268,8 +269,9 @@ static void test_proc_host(void **s) {
 }
 
 /* PID 1's command line and environment, and the host-wide identifiers and counters,
- * are the sandbox's own under every built-in policy.  The host's boot id and boot time
- * go to the program so it can tell them apart from what it reads. */
+ * are the sandbox's own under every built-in policy, in /proc, sysinfo(2) and the boot
+ * clock.  The host's boot id, boot time and uptime go to the program so it can tell
+ * them apart from what it reads. */
 static void host_facts(char *out, size_t cap) {
   char boot[64] = "", line[256];
   long long btime = 0;
@@ -286,15 +288,17 @@ static void host_facts(char *out, size_t cap) {
     fclose(f);
   }
   assert_true(boot[0] && btime > 0);
-  snprintf(out, cap, "%s,%lld", boot, btime);
+  struct timespec up;
+  clock_gettime(CLOCK_BOOTTIME, &up);
+  snprintf(out, cap, "%s,%lld,%lld", boot, btime, (long long)up.tv_sec);
 }
 
 static void test_proc_view(void **s) {
   (void)s;
   static char facts[128];
   host_facts(facts, sizeof facts);
-  static const char *const policies[] = {"exec", "build", "measure"};
-  for (size_t i = 0; i < 3; i++) {
+  static const char *const policies[] = {"exec", "build", "measure", "python"};
+  for (size_t i = 0; i < 4; i++) {
     kc_run_out o;
     const char *opts[] = {"--policy", policies[i], "--env", "KC_HOST_SECRET=1",
                           "--wall",   "20",        NULL};

@@ -324,6 +324,43 @@ static void test_no_listener_without_kill(void **state) {
   kc_policy_free(p);
 }
 
+/* A sandbox's supervisor answers sysinfo only where the policy would let it run
+ * unconditionally; a policy's own decision about it (errno, kill, a condition) stays. */
+static void test_sysinfo_view(void **state) {
+  (void)state;
+  static const struct {
+    const char *text;
+    bool viewed;
+  } cases[] = {
+      {"default allow\n", true},
+      {"default kill\nallow sysinfo\n", true},
+      {"default allow\nallow sysinfo read\n", true},
+      {"default kill\n", false},
+      {"default allow\nerrno EPERM sysinfo\n", false},
+      {"default allow\nkill sysinfo\n", false},
+      {"default allow\nallow sysinfo arg0 != 0\n", false},
+  };
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kc_policy *p = from_text(cases[i].text);
+    if (kc_policy_views_sysinfo(p) != cases[i].viewed)
+      fail_msg("%s: viewed %d", cases[i].text, !cases[i].viewed);
+    kc_seccomp_event ev = {.arch = seccomp_arch_native(), .nr = SCMP_SYS(sysinfo)};
+    assert_int_equal(kc_seccomp_is_sysinfo_view(p, &ev), cases[i].viewed);
+    ev.nr = SCMP_SYS(uname);
+    assert_false(kc_seccomp_is_sysinfo_view(p, &ev));
+    /* A sandbox's program needs a listener for it, a worker's does not. */
+    kc_seccomp_prog *sb = NULL, *plain = NULL;
+    kc_error err = {0};
+    assert_int_equal(kc_seccomp_prog_compile_sandbox(p, KC_HANDOFF_NONE, &sb, &err), 0);
+    assert_int_equal(kc_seccomp_prog_compile(p, KC_HANDOFF_NONE, &plain, &err), 0);
+    if (cases[i].viewed && !kc_policy_needs_listener(p))
+      assert_true(kc_seccomp_prog_len(sb) > kc_seccomp_prog_len(plain));
+    kc_seccomp_prog_free(sb);
+    kc_seccomp_prog_free(plain);
+    kc_policy_free(p);
+  }
+}
+
 /* ---- the shipped measure profile, around a real exec'd program ------------- */
 
 static void under(const char *policy, const char *mode, outcome *o) {
@@ -639,6 +676,7 @@ int main(void) {
       cmocka_unit_test(test_kill_names_syscall),
       cmocka_unit_test(test_default_kill),
       cmocka_unit_test(test_no_listener_without_kill),
+      cmocka_unit_test(test_sysinfo_view),
       cmocka_unit_test(test_closed_listener_degrades_to_enosys),
       cmocka_unit_test(test_measure_runs_a_dynamic_program),
       cmocka_unit_test(test_measure_violations),
