@@ -78,7 +78,8 @@ int kc_seccomp_notify_errno(int listener, const kc_seccomp_event *ev, int errnum
 /* Is [addr, addr+len) inside writable mappings of the task?  /proc/PID/mem writes
  * with the kernel's force, past a page's protection: without this check a program
  * could have its read-only (or executable) pages written through us, which it could
- * not do itself. */
+ * not do itself.  A mapping another of its threads swaps in after the check gets at
+ * most its private copy written: the kernel never force-writes a shared mapping. */
 static bool writable(int dirfd, uint64_t addr, size_t len) {
   int fd = openat(dirfd, "maps", O_RDONLY | O_CLOEXEC);
   FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
