@@ -233,9 +233,9 @@ void kc__child_main(kc_plan *p) {
   sigfillset(&all);
   sigprocmask(SIG_BLOCK, &all, NULL);
   /* vfork: no page-table copy and no copy-on-write faults (costly under nested
-   * paging); init only waits until the program has exec'd or failed.  Older kernels
-   * (6.1 refuses, 6.18 does not) refuse a vfork whose child would enter another time
-   * namespace (kc__time_view) while sharing our memory (EINVAL); they get a fork. */
+   * paging); init only waits until the program has exec'd or failed.  Some kernels (6.1
+   * does, 6.18 does not) refuse a vfork whose child would enter another time namespace
+   * (kc__time_view) while sharing our memory (EINVAL); there the program is forked. */
   pid_t prog = vfork();
   if (prog < 0 && errno == EINVAL)
     prog = fork();

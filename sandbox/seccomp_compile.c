@@ -227,10 +227,10 @@ static int allow_handoff(scmp_filter_ctx ctx, const kc_policy *p, int handoff, k
 /* Build the libseccomp context; *out = NULL when the policy filters nothing.
  * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
  * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
- * sends the listener on a socket we do not know). */
+ * sends the listener on a socket we do not know).  view: sysinfo to the listener,
+ * already checked against the policy (kc_policy_views_sysinfo, by prog_compile). */
 static int build(const kc_policy *p, int handoff, bool view, scmp_filter_ctx *out, kc_error *err) {
   *out = NULL;
-  view = view && kc_policy_views_sysinfo(p);
   if (!has_filter(p) && !view)
     return 0;
   bool listener = kc_policy_needs_listener(p) || view;
