@@ -217,7 +217,7 @@ void kc__child_main(kc_plan *p) {
   if (go == 'G' && p->new_net && kc_sandbox_lo_up(&err) < 0)
     fail_err(&err);
   close(p->sync_rd);
-  if (kc__time_view(&err) < 0)
+  if (kc_sandbox_time_view(-1, NULL, &err) < 0)
     fail_err(&err);
   /* We are a fork of kcage: /proc/1/cmdline would read its host command line (every
    * bind's host path, every --env value).  Our memory is out of the program's reach
@@ -235,7 +235,7 @@ void kc__child_main(kc_plan *p) {
   /* vfork: no page-table copy and no copy-on-write faults (costly under nested
    * paging); init only waits until the program has exec'd or failed.  Some kernels (6.1
    * does, 6.18 does not) refuse a vfork whose child would enter another time namespace
-   * (kc__time_view) while sharing our memory (EINVAL); there the program is forked. */
+   * (kc_sandbox_time_view) while sharing our memory (EINVAL); there the program is forked. */
   pid_t prog = vfork();
   if (prog < 0 && errno == EINVAL)
     prog = fork();

@@ -25,7 +25,8 @@
  * memory) and CLOCK_BOOTTIME.  A sandbox's supervisor answers sysinfo itself with
  * kc__sandbox_sysinfo() (seccomp_compile.c: kc_policy_views_sysinfo), and init gives
  * the program a time namespace whose boot and monotonic clocks start at the sandbox's
- * start (kc__time_view). */
+ * start (kc_sandbox_time_view): for a pool, the zygote's, so its workers' clocks
+ * start at the pool's start. */
 #include "sandbox_internal.h"
 
 #include "kcage/sandbox_parts.h"
@@ -155,17 +156,21 @@ static int boot_id_text(char *out, size_t cap) {
  * secret, the free, shared and buffer counters would be a window on the other tenants.
  * No swap, no load, one process, up since the sandbox started: what sysinfo(2) answers
  * inside a sandbox (its supervisor writes this) and what meminfo shows. */
-void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s) {
-  struct sysinfo host;
+void kc_sandbox_sysinfo_answer(struct sysinfo *out, unsigned long totalram, unsigned mem_unit,
+                               double uptime_s) {
   memset(out, 0, sizeof *out);
-  out->mem_unit = 1;
-  if (sysinfo(&host) == 0) {
-    out->totalram = host.totalram;
-    out->mem_unit = host.mem_unit;
-  }
+  out->totalram = totalram;
+  out->mem_unit = mem_unit ? mem_unit : 1;
   out->freeram = out->totalram;
   out->uptime = uptime_s > 0 ? (long)uptime_s : 0;
   out->procs = 1;
+}
+
+void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s) {
+  struct sysinfo host;
+  if (sysinfo(&host) < 0)
+    memset(&host, 0, sizeof host);
+  kc_sandbox_sysinfo_answer(out, host.totalram, host.mem_unit, uptime_s);
 }
 
 static int meminfo_text(char *out, size_t cap) {
@@ -233,14 +238,32 @@ int kc__proc_view(const char *proc, kc_error *err) {
   return rc;
 }
 
-/* The program's boot and monotonic clocks (CLOCK_BOOTTIME, CLOCK_MONOTONIC, the uptime
- * of sysinfo(2)) start at the sandbox's start instead of the host's boot: a time
- * namespace for init's children, with offsets set before any process enters it.
- * Called by init, which stays in the host's namespace: only what it forks (and, for
- * its vfork'd program, what that execs) enters the new one.  A kernel without time
+/* /proc/self/timens_offsets, opened while our /proc shows us.  A credential change made
+ * us not dumpable, which gives our /proc files to the host's root: we are dumpable for
+ * the open only. */
+int kc_sandbox_time_offsets_open(void) {
+  int was = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (was != 1 && prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+    return -1;
+  int fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+  int e = errno;
+  if (was != 1) /* 2 (suid_dumpable) cannot be set back: 0 is the stricter */
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+  errno = e;
+  return fd;
+}
+
+/* The boot and monotonic clocks (CLOCK_BOOTTIME, CLOCK_MONOTONIC, the uptime of
+ * sysinfo(2)) of what we start from now on begin at this moment instead of the host's
+ * boot: a time namespace for our children, with offsets set before any process enters
+ * it.  We stay in the host's namespace: only what we fork (and what a vfork'd child
+ * execs) enters the new one, and we may no longer make threads (the kernel refuses a
+ * thread in another time namespace than its process).  A kernel without time
  * namespaces (before 5.6, or built without them) keeps the host's clocks, as does a
  * host that forbids one more namespace; docs/threat-model.md says so. */
-int kc__time_view(kc_error *err) {
+int kc_sandbox_time_view(int offsets_fd, int64_t *shift_ns, kc_error *err) {
+  if (shift_ns)
+    *shift_ns = 0;
   if (unshare(CLONE_NEWTIME) < 0)
     return 0;
   struct timespec mono, boot;
@@ -249,17 +272,16 @@ int kc__time_view(kc_error *err) {
   char text[96];
   int len = snprintf(text, sizeof text, "monotonic %lld 0\nboottime %lld 0\n",
                      -(long long)mono.tv_sec, -(long long)boot.tv_sec);
-  /* Our credential change made us not dumpable, which gives our /proc files to the
-   * host's root; init makes itself not dumpable again before anything else runs. */
-  if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-    return kc_error_set(err, errno, "time namespace: dumpable");
-  int fd = open("/proc/self/timens_offsets", O_WRONLY | O_CLOEXEC);
+  int fd = offsets_fd >= 0 ? offsets_fd : kc_sandbox_time_offsets_open();
   if (fd < 0)
     return kc_error_set(err, errno, "time namespace: open timens_offsets");
   ssize_t w = write(fd, text, (size_t)len);
   int e = errno;
-  close(fd);
+  if (fd != offsets_fd)
+    close(fd);
   if (w != len)
     return kc_error_set(err, w < 0 ? e : EIO, "time namespace: set the offsets");
+  if (shift_ns)
+    *shift_ns = (int64_t)mono.tv_sec * 1000000000;
   return 0;
 }

@@ -106,7 +106,6 @@ int kc__fs_tmpfs(const char *dst, uint64_t size, kc_error *err);
 int kc__proc_view(const char *proc, kc_error *err);
 struct sysinfo;
 void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s);
-int kc__time_view(kc_error *err);
 /* Parent side, before the clone: open every bind source as a detached mount tree
  * (with its final flags) where this process may, so the child needs no access to the
  * path; kc__fs_close_trees closes them after the clone. */

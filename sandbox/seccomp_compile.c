@@ -162,12 +162,12 @@ static int set_attrs(scmp_filter_ctx ctx, bool listener, kc_error *err) {
   return rc < 0 ? kc_error_set(err, -rc, "seccomp_attr_set") : 0;
 }
 
-/* The policy's rules, but those the default action already does; with view, sysinfo
- * goes to the listener instead of the policy's allow. */
-static int add_rules(scmp_filter_ctx ctx, const kc_policy *p, uint32_t def, bool view,
+/* The policy's rules, but those the default action already does; with a view (an
+ * action, 0 for none), sysinfo gets it instead of the policy's allow. */
+static int add_rules(scmp_filter_ctx ctx, const kc_policy *p, uint32_t def, uint32_t view,
                      kc_error *err) {
-  if (view && def != SCMP_ACT_NOTIFY) {
-    int rc = seccomp_rule_add(ctx, SCMP_ACT_NOTIFY, SCMP_SYS(sysinfo), 0);
+  if (view && def != view) {
+    int rc = seccomp_rule_add(ctx, view, SCMP_SYS(sysinfo), 0);
     if (rc < 0)
       return kc_error_set(err, -rc, "seccomp: sysinfo view rule");
   }
@@ -227,13 +227,15 @@ static int allow_handoff(scmp_filter_ctx ctx, const kc_policy *p, int handoff, k
 /* Build the libseccomp context; *out = NULL when the policy filters nothing.
  * handoff >= 0: also allow sendmsg on that fd (see kc_seccomp_install_and_send);
  * KC_HANDOFF_ANY: allow sendmsg on any fd (kc_policy_install_seccomp, whose caller
- * sends the listener on a socket we do not know).  view: sysinfo to the listener,
- * already checked against the policy (kc_policy_views_sysinfo, by prog_compile). */
-static int build(const kc_policy *p, int handoff, bool view, scmp_filter_ctx *out, kc_error *err) {
+ * sends the listener on a socket we do not know).  view: sysinfo's action (NOTIFY: to
+ * the listener; TRAP: to the worker's own SIGSYS handler; 0: the policy's), already
+ * checked against the policy (kc_policy_views_sysinfo, by prog_compile). */
+static int build(const kc_policy *p, int handoff, uint32_t view, scmp_filter_ctx *out,
+                 kc_error *err) {
   *out = NULL;
   if (!has_filter(p) && !view)
     return 0;
-  bool listener = kc_policy_needs_listener(p) || view;
+  bool listener = kc_policy_needs_listener(p) || view == SCMP_ACT_NOTIFY;
   uint32_t def = p->has_default ? scmp_action(p->default_action, p->default_errno) : SCMP_ACT_ALLOW;
   scmp_filter_ctx ctx = seccomp_init(def);
   if (!ctx)
@@ -250,7 +252,7 @@ static int build(const kc_policy *p, int handoff, bool view, scmp_filter_ctx *ou
 
 int kc_policy_check_seccomp(const kc_policy *p, FILE *out, kc_error *err) {
   scmp_filter_ctx ctx;
-  if (build(p, KC_HANDOFF_NONE, false, &ctx, err) < 0)
+  if (build(p, KC_HANDOFF_NONE, 0, &ctx, err) < 0)
     return -1;
   if (!ctx)
     return 0;
@@ -357,7 +359,7 @@ static void key_str(key_buf *k, const char *s) {
 /* This build of the compiler (its logic is in this file), libseccomp's version and
  * the kernel's seccomp features (the API level it probed, the kernel build), the
  * hand-off fd, and the policy's default and rules: all that the program depends on. */
-static unsigned char *cache_key(const kc_policy *p, int handoff, bool view, size_t *len) {
+static unsigned char *cache_key(const kc_policy *p, int handoff, uint32_t view, size_t *len) {
   key_buf k = {0};
   key_str(&k, "kcage seccomp program 1 " KC_VERSION " " __DATE__ " " __TIME__);
   const struct scmp_version *v = seccomp_version();
@@ -396,13 +398,13 @@ static unsigned char *cache_key(const kc_policy *p, int handoff, bool view, size
   return k.v;
 }
 
-static int compile_fresh(const kc_policy *p, int handoff, bool view, kc_seccomp_prog *prog,
+static int compile_fresh(const kc_policy *p, int handoff, uint32_t view, kc_seccomp_prog *prog,
                          kc_error *err);
 
-static int prog_compile(const kc_policy *p, int handoff, bool cached, bool view,
+static int prog_compile(const kc_policy *p, int handoff, bool cached, uint32_t view,
                         kc_seccomp_prog **out, kc_error *err) {
   *out = NULL;
-  view = view && kc_policy_views_sysinfo(p);
+  view = kc_policy_views_sysinfo(p) ? view : 0;
   kc_seccomp_prog *prog = calloc(1, sizeof *prog);
   if (!prog)
     return kc_error_set(err, ENOMEM, "seccomp program");
@@ -413,7 +415,7 @@ static int prog_compile(const kc_policy *p, int handoff, bool cached, bool view,
   size_t klen = 0;
   kc_cleanup_free unsigned char *key = cached ? cache_key(p, handoff, view, &klen) : NULL;
   if (key && kc__bpf_cache_get(key, klen, &prog->insns, &prog->len) == 0) {
-    prog->listener = kc_policy_needs_listener(p) || view;
+    prog->listener = kc_policy_needs_listener(p) || view == SCMP_ACT_NOTIFY;
     *out = prog;
     return 0;
   }
@@ -426,21 +428,26 @@ static int prog_compile(const kc_policy *p, int handoff, bool cached, bool view,
 }
 
 int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **out, kc_error *err) {
-  return prog_compile(p, handoff, true, false, out, err);
+  return prog_compile(p, handoff, true, 0, out, err);
 }
 
 int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_prog **out,
                                     kc_error *err) {
-  return prog_compile(p, handoff, true, true, out, err);
+  return prog_compile(p, handoff, true, SCMP_ACT_NOTIFY, out, err);
 }
 
-int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
-                                     kc_error *err) {
-  return prog_compile(p, handoff, false, false, out, err);
+/* The trap only where the policy ends every exec: a trap survives an exec, and a
+ * program that the worker exec'd has no handler for it, so one that calls sysinfo (ld
+ * does, to size its caches) would die of it. */
+int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
+                                   kc_seccomp_prog **out, kc_error *err) {
+  bool execs = !kc_policy_always_reports(p, SCMP_SYS(execve)) ||
+               !kc_policy_always_reports(p, SCMP_SYS(execveat));
+  return prog_compile(p, handoff, cached, execs ? 0 : SCMP_ACT_TRAP, out, err);
 }
 
 /* libseccomp's compile and export into prog; on failure prog is freed. */
-static int compile_fresh(const kc_policy *p, int handoff, bool view, kc_seccomp_prog *prog,
+static int compile_fresh(const kc_policy *p, int handoff, uint32_t view, kc_seccomp_prog *prog,
                          kc_error *err) {
   scmp_filter_ctx ctx;
   if (build(p, handoff, view, &ctx, err) < 0) {
@@ -468,7 +475,7 @@ static int compile_fresh(const kc_policy *p, int handoff, bool view, kc_seccomp_
   }
   close(fd);
   prog->len = (unsigned short)(size / sizeof(struct sock_filter));
-  prog->listener = kc_policy_needs_listener(p) || view;
+  prog->listener = kc_policy_needs_listener(p) || view == SCMP_ACT_NOTIFY;
   return 0;
 }
 

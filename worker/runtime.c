@@ -34,7 +34,8 @@ void kc_runtime_spin_next(uint64_t ns) {
 }
 
 static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
-  (void)uc;
+  if (kc_runtime_answer_sysinfo(si, uc)) /* our filter's trap, not a violation */
+    return;
   if (g_ring.ctl)
     atomic_store(&g_ring.ctl->trapped_syscall, (uint32_t)si->si_syscall);
   signal(sig, SIG_DFL);
@@ -94,12 +95,16 @@ static int load_on_all_threads(scmp_filter_ctx ctx) {
   return 0;
 }
 
+static int answer_sigsys(void) {
+  struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
+  sigemptyset(&sa.sa_mask);
+  return sigaction(SIGSYS, &sa, NULL);
+}
+
 /* An empty filter to add traps to, with SIGSYS answered by sigsys_handler; NULL and
  * errno when either cannot be had. */
 static scmp_filter_ctx trap_filter(void) {
-  struct sigaction sa = {.sa_sigaction = sigsys_handler, .sa_flags = SA_SIGINFO};
-  sigemptyset(&sa.sa_mask);
-  if (sigaction(SIGSYS, &sa, NULL) < 0)
+  if (answer_sigsys() < 0)
     return NULL;
   scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
   if (!ctx)
@@ -183,6 +188,10 @@ static void send_ready(int sock, int status, const char *msg) {
  * sends ('L' + listener, or 'N'), so a spawn costs the parent one wake-up; we keep no
  * copy of the listener.  Nothing user-controlled has run yet. */
 static int lockdown(const kc_worker_boot *b, kc_error *err) {
+  /* the filter may trap sysinfo (kc_seccomp_prog_compile_worker): answered from now */
+  kc_runtime_sysinfo_prepare();
+  if (answer_sigsys() < 0)
+    return kc_error_set(err, errno, "worker: SIGSYS handler");
   if (b->prog || !b->pol)
     return kc_sandbox_lockdown_prog(b->pol, 0, b->prog, b->sock, err);
   int listener = -1;
@@ -190,12 +199,15 @@ static int lockdown(const kc_worker_boot *b, kc_error *err) {
 }
 
 static kc_spin g_spin;
-static uint64_t g_head; /* the call being served */
+static uint64_t g_head;          /* the call being served */
+static int64_t g_clock_shift_ns; /* kc_worker_boot's */
 
 void kc_runtime_task_began(void) {
   if (!g_ring.ctl)
     return;
-  atomic_store_explicit(&g_ring.ctl->began_ns, kc_now_ns(), memory_order_relaxed);
+  /* in the parent's clock: ours may start at the pool's start (a time namespace) */
+  atomic_store_explicit(&g_ring.ctl->began_ns, kc_now_ns() + (uint64_t)g_clock_shift_ns,
+                        memory_order_relaxed);
   atomic_store_explicit(&g_ring.ctl->began_seq, g_head + 1, memory_order_release);
 }
 
@@ -283,6 +295,7 @@ static void post_exception(kc_ring *r, int evfd, uint64_t head, uint8_t *out, co
 /* Attached to the ring and locked down, with the parent told so; exits when it cannot. */
 static void start_runtime(const kc_worker_boot *b) {
   kc_error err = {0};
+  g_clock_shift_ns = b->clock_shift_ns;
   int attached = kc_ring_attach(&g_ring, b->memfd, &err);
   if (attached == 0)
     kc_ring_arm_death_notice(&g_ring);

@@ -3,6 +3,7 @@
 #define KCAGE_WORKER_INTERNAL_H
 
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -60,6 +61,7 @@ typedef struct kc_worker_boot {
   uint32_t flags;
   const kc_policy *pol;               /* parsed once by the zygote; NULL = no filter */
   const struct kc_seccomp_prog *prog; /* its filter, compiled once by the zygote */
+  int64_t clock_shift_ns;             /* how far our monotonic clock reads behind the parent's */
 } kc_worker_boot;
 
 /* kcage-worker entry points */
@@ -79,6 +81,10 @@ typedef struct kc_zygote_args {
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
+/* sysinfo(2) answered in the worker (sysinfo_trap.c): prepare before the lockdown;
+ * answer from the SIGSYS handler, true when the trap was sysinfo's and is answered. */
+void kc_runtime_sysinfo_prepare(void);
+bool kc_runtime_answer_sysinfo(const siginfo_t *si, void *uc);
 
 /* runtime.c, for handlers: the current call's task begins now (after its load); the
  * worker's pid as the parent sees it (0 before the first call) */

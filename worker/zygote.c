@@ -44,6 +44,9 @@ typedef struct zpolicy {
 
 static zpolicy g_pols[8];
 
+/* How far our workers' monotonic clock reads behind ours (start_up's time namespace). */
+static int64_t g_clock_shift_ns;
+
 /* The pool's extra mounts (their tmpfs are what a worker's fresh scratch remounts). */
 static const kc_mount *g_mounts;
 static size_t g_n_mounts;
@@ -54,8 +57,7 @@ static int policy_compile(zpolicy *z, bool uncached, kc_error *err) {
   if (z->prog)
     return 0;
   /* the worker's socket is always fd 5 (become_worker): the hand-off rule names it */
-  int rc = uncached ? kc_seccomp_prog_compile_uncached(z->pol, 5, &z->prog, err)
-                    : kc_seccomp_prog_compile(z->pol, 5, &z->prog, err);
+  int rc = kc_seccomp_prog_compile_worker(z->pol, 5, !uncached, &z->prog, err);
   if (rc < 0) {
     kc_policy_free(z->pol);
     memset(z, 0, sizeof *z);
@@ -139,7 +141,8 @@ __attribute__((noreturn)) static void become_worker(int parent_pidfd, const kc_z
                       .parent_pidfd = -1,
                       .flags = q->flags,
                       .pol = zp ? zp->pol : NULL,
-                      .prog = zp ? zp->prog : NULL};
+                      .prog = zp ? zp->prog : NULL,
+                      .clock_shift_ns = g_clock_shift_ns};
   kc_runtime_run(&b);
 }
 
@@ -277,16 +280,18 @@ __attribute__((noinline)) static void wipe_stack_below(void) {
 }
 
 /* Start-up, in the pool's namespaces: hide our argv, enter the sandbox's file system,
- * boot the interpreter; the first failure is said in the hello.  pre: take_from_host's
- * outcome (its error in err). */
+ * boot the interpreter, give our workers clocks of the pool's own; the first failure is
+ * said in the hello.  pre: take_from_host's outcome (its error in err). */
 static void start_up(const kc_zygote_args *a, int pre, zpolicy *zp, kc_fs_plan *plan,
                      kc_zygote_rep *hello, kc_error *err) {
   /* Every worker is a fork of us and PID 1 of its own namespace: /proc/1/cmdline would
    * read our argv, the host paths of every bind.  Done while the host's /proc is still
-   * ours to read (the sandbox's shows another pid namespace). */
+   * ours to read (the sandbox's shows another pid namespace), as is the opening of the
+   * time namespace's offsets. */
   char *old_args = NULL;
   size_t old_len = 0;
   kc_error e = {0};
+  int tfd = a->userns ? kc_sandbox_time_offsets_open() : -1;
   if (kc_sandbox_hide_args("kcage-worker", &old_args, &old_len, &e) < 0) {
     *err = e;
     kc_error_prefix(err, "zygote");
@@ -298,10 +303,16 @@ static void start_up(const kc_zygote_args *a, int pre, zpolicy *zp, kc_fs_plan *
     /* err says it */
   } else if (a->python_lib && kc_python_boot(a->python_lib, a->python_boot, err) < 0) {
     /* err says it */
+  } else if (tfd >= 0 && kc_sandbox_time_view(tfd, &g_clock_shift_ns, err) < 0) {
+    /* Last: after it we may make no thread, and the interpreter's boot might.  Workers
+     * would read the host's uptime in CLOCK_BOOTTIME and sysinfo(2). */
+    kc_error_prefix(err, "zygote");
   } else {
     err->code = 0;
     err->msg[0] = 0;
   }
+  if (tfd >= 0)
+    close(tfd);
   if (err->msg[0]) {
     hello->pid = -(err->code ? err->code : EINVAL);
     snprintf(hello->msg, sizeof hello->msg, "%.250s", err->msg);

@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "kcage/error.h"
 #include "kcage/policy.h"
@@ -124,6 +125,21 @@ void kc_verdict_decide(const kc_verdict_facts *f, kc_result *res);
  * old_args, *old_args and *old_len say where, for a process whose memory untrusted code
  * will share to zero once nothing points there any more. */
 int kc_sandbox_hide_args(const char *name, char **old_args, size_t *old_len, kc_error *err);
+
+/* A time namespace for the caller's children from now on, whose boot and monotonic
+ * clocks start now (proc_view.c); the caller may make no thread afterwards.
+ * offsets_fd: kc_sandbox_time_offsets_open()'s, for a caller whose /proc no longer
+ * shows it, else -1.  *shift_ns (may be NULL): how far the children's monotonic clock
+ * reads behind ours.  0 also where the kernel has no time namespaces (shift 0). */
+int kc_sandbox_time_offsets_open(void);
+int kc_sandbox_time_view(int offsets_fd, int64_t *shift_ns, kc_error *err);
+
+/* What sysinfo(2) answers inside a sandbox (proc_view.c): a machine of totalram units of
+ * mem_unit bytes (the host's: not a secret) that nobody else uses, no load, one
+ * process, up for uptime_s.  Touches nothing but *out (a SIGSYS handler calls it). */
+struct sysinfo;
+void kc_sandbox_sysinfo_answer(struct sysinfo *out, unsigned long totalram, unsigned mem_unit,
+                               double uptime_s);
 
 #ifdef __cplusplus
 }

@@ -81,14 +81,18 @@ int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **o
 /* The same for a sandbox (kc_sandbox_spawn), whose supervisor answers sysinfo(2)
  * itself: where the policy allows sysinfo unconditionally, the filter hands it to the
  * listener instead (kc_policy_views_sysinfo), and the supervisor replies with
- * kc_seccomp_notify_sysinfo().  Pool workers keep the plain compile: their supervisor
- * reads the listener only while it waits for a call. */
+ * kc_seccomp_notify_sysinfo(). */
 int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_prog **out,
                                     kc_error *err);
-/* The same without root's cache of compiled programs: it touches no file, for a caller
- * whose root may move meanwhile (the zygote compiles while its file system is built). */
-int kc_seccomp_prog_compile_uncached(const kc_policy *p, int handoff, kc_seccomp_prog **out,
-                                     kc_error *err);
+/* The same for a pool worker, whose supervisor reads the listener only while it waits
+ * for a call: where the policy ends every exec, sysinfo traps (SIGSYS) and the worker's
+ * own handler answers with the sandbox's figures (worker/sysinfo_trap.c); the trap
+ * leaves the call no way to learn the host's.  Elsewhere it stays the kernel's (an
+ * exec'd program has no handler, and would die of the trap).  cached false: without root's cache of
+ * compiled programs, touching no file, for a caller whose root may move meanwhile (the zygote
+ * compiles while its file system is built). */
+int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
+                                   kc_seccomp_prog **out, kc_error *err);
 void kc_seccomp_prog_free(kc_seccomp_prog *prog);
 size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
 int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);

@@ -171,3 +171,13 @@ def abstract_unix_reaches(name):
         return False
     finally:
         s.close()
+
+
+def clocks():
+    """The boot and monotonic clocks and sysinfo(2)'s uptime as this process reads them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    buf = ctypes.create_string_buffer(256)  # struct sysinfo, uptime first
+    assert libc.sysinfo(buf) == 0, os.strerror(ctypes.get_errno())
+    uptime = ctypes.c_long.from_buffer(buf).value
+    return (time.clock_gettime(time.CLOCK_BOOTTIME), time.clock_gettime(time.CLOCK_MONOTONIC),
+            uptime)

@@ -66,6 +66,22 @@ def test_worker_is_sandboxed(kc):
     assert w.recv() is False
 
 
+def test_clocks_start_with_the_pool(kc):
+    """A worker's boot and monotonic clocks, and sysinfo's uptime, count from its pool's
+    start, not the host's boot: they tell no host uptime, on any host up longer than
+    this test."""
+    t0 = time.clock_gettime(time.CLOCK_BOOTTIME)
+    w = kc.PopenWorker()
+    try:
+        w.send(h.clocks)
+        boot, mono, uptime = w.recv()
+    finally:
+        w.kill()
+    since = time.clock_gettime(time.CLOCK_BOOTTIME) - t0 + 1
+    assert 0 <= boot <= since and 0 <= mono <= since and 0 <= uptime <= since, \
+        (boot, mono, uptime, since)
+
+
 def test_payload_over_the_ring(kc):
     w = kc.PopenWorker()
     blob = os.urandom(4 << 20)

@@ -1,6 +1,7 @@
 /* Handlers for the worker tests, loaded inside real workers as "lib.so:symbol".  Built
  * without sanitizers: they run inside the sandbox, and some are hostile on purpose. */
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -13,6 +14,8 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "kcage/worker.h"
@@ -312,5 +315,42 @@ int proc_view(kc_call *c) {
     for (int r = 0; r < 2; r++)
       found[w] |= find_in(lo[r], hi[r], what[w], strlen(what[w]), marker, sizeof marker);
   snprintf(c->error, c->error_cap, "%s|%s|%d|%d", cmd, env, found[0], found[1]);
+  return 1; /* the reply travels as the exception's message */
+}
+
+/* What a kernel in this worker learns of the host's clocks and counters through
+ * sysinfo(2) and CLOCK_BOOTTIME, and how sysinfo treats buffers it may not write (into
+ * code, into a read-only page, and across a writable page's end into a read-only one:
+ * each must fail with EFAULT and change nothing, as the kernel's own does).  Replies
+ * "boot uptime load0 load1 load2 procs free_is_total efaults unchanged". */
+int host_clocks(kc_call *c) {
+  struct timespec boot;
+  clock_gettime(CLOCK_BOOTTIME, &boot);
+  struct sysinfo si;
+  memset(&si, 0xa5, sizeof si);
+  if (sysinfo(&si) < 0) {
+    snprintf(c->error, c->error_cap, "sysinfo: %s", strerror(errno));
+    return 1;
+  }
+  long pg = sysconf(_SC_PAGESIZE);
+  unsigned char *two =
+      mmap(NULL, 2 * pg, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (two == MAP_FAILED || mprotect(two + pg, pg, PROT_READ) < 0) {
+    snprintf(c->error, c->error_cap, "mmap: %s", strerror(errno));
+    return 1;
+  }
+  void *const bad[] = {(void *)(uintptr_t)host_clocks, two + pg, two + pg - 8};
+  int efaults = 0;
+  for (int i = 0; i < 3; i++) {
+    errno = 0;
+    efaults += sysinfo(bad[i]) < 0 && errno == EFAULT;
+  }
+  int unchanged = 1;
+  for (long i = pg - 8; i < 2 * pg; i++)
+    unchanged &= two[i] == 0;
+  munmap(two, 2 * pg);
+  snprintf(c->error, c->error_cap, "%lld %ld %lu %lu %lu %u %d %d %d", (long long)boot.tv_sec,
+           si.uptime, si.loads[0], si.loads[1], si.loads[2], (unsigned)si.procs,
+           si.freeram == si.totalram && si.totalram > 0, efaults, unchanged);
   return 1; /* the reply travels as the exception's message */
 }

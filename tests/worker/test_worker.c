@@ -1234,6 +1234,41 @@ static void test_proc_view(void **state) {
   rmdir(dir);
 }
 
+/* sysinfo(2) and the boot clock in a worker are the pool's, not the host's: its clock
+ * starts with the pool (a time namespace), and sysinfo, trapped by the worker's filter,
+ * answers no load, one process, nothing used by others, and fails on a buffer the
+ * kernel's would refuse.  The host's own procs and free memory tell the old answer
+ * apart on any machine; the boot clock, on any host up longer than this test. */
+static void test_host_clocks(void **state) {
+  (void)state;
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_BOOTTIME, &t0);
+  kc_worker *w = new_worker(KC_ISOLATION_SANDBOX, 0);
+  kc_call_result r;
+  call(w, H("host_clocks"), "", 0, 10, &r);
+  clock_gettime(CLOCK_BOOTTIME, &t1);
+  if (r.status != KC_CALL_EXCEPTION)
+    fail_msg("host_clocks: status %d: %s", r.status, r.message);
+  print_message("host_clocks: %s (host: %lld s up)\n", r.message, (long long)t1.tv_sec);
+  long long boot, up;
+  unsigned long l0, l1, l2;
+  unsigned procs;
+  int free_is_total, efaults, unchanged;
+  assert_int_equal(sscanf(r.message, "%lld %lld %lu %lu %lu %u %d %d %d", &boot, &up, &l0, &l1, &l2,
+                          &procs, &free_is_total, &efaults, &unchanged),
+                   9);
+  long long since = t1.tv_sec - t0.tv_sec + 1;
+  assert_true(boot >= 0 && boot <= since);
+  assert_true(up >= 0 && up <= since);
+  assert_true(l0 == 0 && l1 == 0 && l2 == 0);
+  assert_int_equal(procs, 1);
+  assert_int_equal(free_is_total, 1);
+  assert_int_equal(efaults, 3);
+  assert_int_equal(unchanged, 1);
+  kc_call_result_clear(&r);
+  kc_worker_free(w);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_echo_roundtrip),
@@ -1264,6 +1299,7 @@ int main(void) {
       cmocka_unit_test(test_policy_violation),
       cmocka_unit_test(test_pool_map),
       cmocka_unit_test(test_proc_view),
+      cmocka_unit_test(test_host_clocks),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

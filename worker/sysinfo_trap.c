@@ -1,0 +1,78 @@
+/* sysinfo(2) in a pool worker.  It tells the host's loads, free memory and process
+ * count (other tenants' activity) and, without a time namespace, its uptime; no file
+ * system can mask it.  A sandbox's supervisor answers it through the seccomp listener,
+ * but a pool's parent reads the listener only while it waits for a call, and a worker
+ * whose call it is not waiting for would hang there.  So the worker's filter traps it
+ * (kc_seccomp_prog_compile_worker) and the SIGSYS handler answers here, in the worker:
+ * a trapped call never reaches the kernel, so a program that replaces the handler
+ * learns nothing of the host either, it only loses the answer. */
+#include <errno.h>
+#include <linux/audit.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include "kcage/sandbox_parts.h"
+#include "worker_internal.h"
+
+static unsigned long g_totalram;
+static unsigned g_mem_unit;
+
+void kc_runtime_sysinfo_prepare(void) {
+  struct sysinfo host;
+  if (sysinfo(&host) == 0) {
+    g_totalram = host.totalram;
+    g_mem_unit = host.mem_unit;
+  }
+}
+
+/* Whether the caller may write len bytes at dst, asked of the kernel: it writes a
+ * timespec at a time and fails with EFAULT, raising no signal, where it may not (as
+ * the kernel's own sysinfo fails).  The answer written next overwrites those bytes. */
+static bool writable(char *dst, size_t len) {
+  struct timespec t;
+  for (size_t o = 0; o < len; o += sizeof t) {
+    size_t at = o + sizeof t <= len ? o : len - sizeof t;
+    if (syscall(SYS_clock_gettime, CLOCK_BOOTTIME, dst + at) < 0)
+      return false;
+  }
+  return true;
+}
+
+bool kc_runtime_answer_sysinfo(const siginfo_t *si, void *uc) {
+  ucontext_t *u = uc;
+#if defined(__x86_64__)
+  if (si->si_syscall != SYS_sysinfo || si->si_arch != AUDIT_ARCH_X86_64)
+    return false;
+  greg_t *ret = &u->uc_mcontext.gregs[REG_RAX];
+  char *dst = (char *)u->uc_mcontext.gregs[REG_RDI];
+#elif defined(__aarch64__)
+  if (si->si_syscall != SYS_sysinfo || si->si_arch != AUDIT_ARCH_AARCH64)
+    return false;
+  __u64 *ret = &u->uc_mcontext.regs[0];
+  char *dst = (char *)u->uc_mcontext.regs[0];
+#else
+  (void)si;
+  (void)u;
+  return false;
+#endif
+#if defined(__x86_64__) || defined(__aarch64__)
+  int saved = errno;
+  struct timespec up = {0};
+  clock_gettime(CLOCK_BOOTTIME, &up); /* the pool's own (kc_sandbox_time_view) */
+  struct sysinfo s;
+  kc_sandbox_sysinfo_answer(&s, g_totalram, g_mem_unit, (double)up.tv_sec);
+  if (writable(dst, sizeof s)) {
+    memcpy(dst, &s, sizeof s);
+    *ret = 0;
+  } else {
+    *ret = (typeof(*ret))-EFAULT;
+  }
+  errno = saved;
+  return true;
+#endif
+}
