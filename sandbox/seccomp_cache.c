@@ -10,8 +10,8 @@
  *   on every use, as for /run/kcage/ids); a sandbox never sees /run/kcage, and runs as
  *   a host id of the reserved range, not root;
  * - a file is used only if root owns it, it is readable by root alone, and it holds
- *   the complete key, compared byte for byte (the name is only a hash of it: a
- *   collision or a stale file is a miss, and the fresh compile replaces it);
+ *   the complete key, compared byte for byte (the name is only a hash of it, nettle's
+ *   SHA-256: a collision or a stale file is a miss, and the fresh compile replaces it);
  * - files are written under a temporary name and renamed, so a reader never sees half
  *   a program.
  * Any failure is a miss: the caller compiles as it would without a cache. */
@@ -20,6 +20,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/filter.h>
+#include <nettle/base16.h>
+#include <nettle/sha2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +32,6 @@
 
 #define KC_BPF_CACHE_TOP "/run/kcage"
 #define KC_BPF_MAGIC "KCBPF\0\0\1"
-
-static uint64_t fnv1a(const unsigned char *p, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++)
-    h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
 
 /* Root's own directory, or -1: the cache is not used. */
 static int cache_dir(bool create) {
@@ -58,8 +53,16 @@ static int cache_dir(bool create) {
   return fd;
 }
 
-static void file_name(const void *key, size_t klen, char name[32]) {
-  snprintf(name, 32, "%016llx", (unsigned long long)fnv1a(key, klen));
+/* A file's name: the first 16 bytes of its key's SHA-256, in hex. */
+enum { KC_BPF_NAME = 16 * 2 + 1 };
+static void file_name(const void *key, size_t klen, char name[KC_BPF_NAME]) {
+  struct sha256_ctx h;
+  uint8_t d[16];
+  sha256_init(&h);
+  sha256_update(&h, klen, key);
+  sha256_digest(&h, sizeof d, d);
+  base16_encode_update(name, sizeof d, d);
+  name[2 * sizeof d] = 0;
 }
 
 /* The file: magic, key length, key, instruction count, instructions. */
@@ -72,7 +75,7 @@ int kc__bpf_cache_get(const void *key, size_t klen, struct sock_filter **insns,
   kc_cleanup_close int dir = cache_dir(false);
   if (dir < 0)
     return -1;
-  char name[32];
+  char name[KC_BPF_NAME];
   file_name(key, klen, name);
   kc_cleanup_close int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   struct stat st;
@@ -118,7 +121,7 @@ void kc__bpf_cache_put(const void *key, size_t klen, const struct sock_filter *i
   memcpy(buf + 16, key, klen);
   memcpy(buf + hl - sizeof n, &n, sizeof n);
   memcpy(buf + hl, insns, (size_t)len * sizeof *insns);
-  char name[32], tmp[64];
+  char name[KC_BPF_NAME], tmp[64];
   file_name(key, klen, name);
   snprintf(tmp, sizeof tmp, "%s.%d.tmp", name, (int)getpid());
   int fd = openat(dir, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
