@@ -325,15 +325,21 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
   s->max_buffered = o->max_buffered ? o->max_buffered : MAX_BUFFERED_BYTES;
   s->nbuckets = 4096;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
-  if (o->stop_key) {
+  /* the bucket key, and the stop key's digits: a guessable stop key would let anyone
+   * stop the tracker, so without the kernel's randomness we refuse to start */
+  uint8_t bk[32];
+  uint64_t r = 0;
+  if (getrandom(bk, sizeof bk, 0) != sizeof bk || getrandom(&r, sizeof r, 0) != sizeof r) {
+    kc_tracker_server_free(s);
+    return kc_error_set(err, errno, "tracker: getrandom");
+  }
+  hmac_sha256_set_key(&s->bucket_key, sizeof bk, bk);
+  explicit_bzero(bk, sizeof bk);
+  if (o->stop_key)
     snprintf(s->stop_key, sizeof s->stop_key, "%s", o->stop_key);
-  } else {
-    uint64_t r = 0;
-    if (getrandom(&r, sizeof r, 0) != sizeof r)
-      r = (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
+  else
     snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu",
              (unsigned long long)(r % 10000000000000000ull));
-  }
   if (!s->buckets) {
     kc_tracker_server_free(s);
     return kc_error_set(err, ENOMEM, "tracker");

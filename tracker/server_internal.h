@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <nettle/hmac.h>
+
 #include "frame_reader.h"
 #include "kcage/tracker.h"
 
@@ -86,6 +88,9 @@ struct kc_tracker_server {
   char stop_key[64];
   struct keyq **buckets;
   size_t nbuckets, nkeys;
+  /* A key's bucket is a keyed hash of its name, under a key drawn at start: a peer
+   * cannot choose names that all land in one bucket and make every lookup walk them. */
+  struct hmac_sha256_ctx bucket_key;
   struct keyq *order_head, *order_tail;
   struct conn *conns_head, *conns_tail;
   struct conn *hs_head, *hs_tail; /* connections still owing the magic */
@@ -97,6 +102,7 @@ struct kc_tracker_server {
 };
 
 /* server_table.c: the key table, each key's request heap and free-device FIFO */
+size_t srv_bucket_of(kc_tracker_server *s, const char *key);
 int srv_heap_push(struct keyq *k, struct req *r);
 void srv_heap_remove(struct keyq *k, struct req *r);
 struct keyq *srv_key_find(kc_tracker_server *s, const char *key, bool create);

@@ -12,15 +12,18 @@
 
 /* ---- keys ---------------------------------------------------------------------- */
 
-static uint64_t hash_str(const char *s) {
-  uint64_t h = 1469598103934665603ull;
-  for (; *s; s++)
-    h = (h ^ (unsigned char)*s) * 1099511628211ull;
-  return h;
+/* HMAC-SHA-256 of the name (nettle's digest leaves the context keyed for the next). */
+size_t srv_bucket_of(kc_tracker_server *s, const char *key) {
+  uint8_t d[sizeof(uint64_t)];
+  uint64_t h;
+  hmac_sha256_update(&s->bucket_key, strlen(key), (const uint8_t *)key);
+  hmac_sha256_digest(&s->bucket_key, sizeof d, d);
+  memcpy(&h, d, sizeof h);
+  return (size_t)(h & (s->nbuckets - 1));
 }
 
 static void key_free(kc_tracker_server *s, struct keyq *k, struct keyq *order_prev) {
-  struct keyq **p = &s->buckets[hash_str(k->key) & (s->nbuckets - 1)];
+  struct keyq **p = &s->buckets[srv_bucket_of(s, k->key)];
   while (*p != k)
     p = &(*p)->hnext;
   *p = k->hnext;
@@ -51,7 +54,7 @@ static void keys_sweep(kc_tracker_server *s) {
 }
 
 struct keyq *srv_key_find(kc_tracker_server *s, const char *key, bool create) {
-  size_t b = hash_str(key) & (s->nbuckets - 1);
+  size_t b = srv_bucket_of(s, key);
   for (struct keyq *k = s->buckets[b]; k; k = k->hnext)
     if (!strcmp(k->key, key))
       return k;

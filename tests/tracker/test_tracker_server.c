@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "server_internal.h"
 #include "trk_test.h"
 
 static int setup(void **state) {
@@ -325,8 +326,28 @@ static void test_silent_server_expired(void **state) {
   trk_stop(&t);
 }
 
+/* A key's bucket is a keyed hash: names that share a bucket in one tracker do not in
+ * another, so a peer cannot aim its keys at one bucket and make every lookup walk up
+ * to the table's 65 536 keys.  An unkeyed hash puts every name in the same bucket
+ * in both. */
+static void test_buckets_are_keyed(void **state) {
+  trk_srv *t = *state, u = {0};
+  trk_start(&u);
+  int same = 0;
+  for (int i = 0; i < 64; i++) {
+    char name[32];
+    snprintf(name, sizeof name, "key-%d", i);
+    size_t b = srv_bucket_of(t->s, name);
+    assert_int_equal(srv_bucket_of(t->s, name), b); /* stable within one tracker */
+    same += srv_bucket_of(u.s, name) == b;
+  }
+  assert_true(same < 8); /* 64 / 4096 expected */
+  trk_stop(&u);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test_setup_teardown(test_buckets_are_keyed, setup, teardown),
       cmocka_unit_test_setup_teardown(test_ping_and_magic, setup, teardown),
       cmocka_unit_test_setup_teardown(test_priority_then_fifo, setup, teardown),
       cmocka_unit_test_setup_teardown(test_lease_reply_encoding, setup, teardown),
