@@ -438,11 +438,16 @@ int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_
 
 /* The trap only where the policy ends every exec: a trap survives an exec, and a
  * program that the worker exec'd has no handler for it, so one that calls sysinfo (ld
- * does, to size its caches) would die of it. */
+ * does, to size its caches) would die of it.  And only where the worker's handler
+ * knows the registers (worker/sysinfo_trap.c: x86-64 and arm64). */
 int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
                                    kc_seccomp_prog **out, kc_error *err) {
+#if defined(__x86_64__) || defined(__aarch64__)
   bool execs = !kc_policy_always_reports(p, SCMP_SYS(execve)) ||
                !kc_policy_always_reports(p, SCMP_SYS(execveat));
+#else
+  bool execs = true;
+#endif
   return prog_compile(p, handoff, cached, execs ? 0 : SCMP_ACT_TRAP, out, err);
 }
 
