@@ -189,7 +189,6 @@ static void send_ready(int sock, int status, const char *msg) {
  * copy of the listener.  Nothing user-controlled has run yet. */
 static int lockdown(const kc_worker_boot *b, kc_error *err) {
   /* the filter may trap sysinfo (kc_seccomp_prog_compile_worker): answered from now */
-  kc_runtime_sysinfo_prepare();
   if (answer_sigsys() < 0)
     return kc_error_set(err, errno, "worker: SIGSYS handler");
   if (b->prog || !b->pol)
