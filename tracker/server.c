@@ -311,6 +311,24 @@ static int bind_listen(kc_tracker_server *s, kc_error *err) {
                               &s->lfd, &s->port, err);
 }
 
+/* The buckets' key, and the stop key's digits unless the caller chose one.  A guessable
+ * stop key would let anyone stop the tracker, so without the kernel's randomness it
+ * does not start. */
+static int draw_keys(kc_tracker_server *s, const char *stop_key, kc_error *err) {
+  uint8_t bk[32];
+  uint64_t r = 0;
+  if (getrandom(bk, sizeof bk, 0) != sizeof bk || getrandom(&r, sizeof r, 0) != sizeof r)
+    return kc_error_set(err, errno ? errno : EIO, "tracker: getrandom");
+  hmac_sha256_set_key(&s->bucket_key, sizeof bk, bk);
+  explicit_bzero(bk, sizeof bk);
+  if (stop_key)
+    snprintf(s->stop_key, sizeof s->stop_key, "%s", stop_key);
+  else
+    snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu",
+             (unsigned long long)(r % 10000000000000000ull));
+  return 0;
+}
+
 int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_error *err) {
   kc_tracker_server *s = calloc(1, sizeof *s);
   if (!s)
@@ -325,26 +343,11 @@ int kc_tracker_server_new(const kc_tracker_opts *o, kc_tracker_server **out, kc_
   s->max_buffered = o->max_buffered ? o->max_buffered : MAX_BUFFERED_BYTES;
   s->nbuckets = 4096;
   s->buckets = calloc(s->nbuckets, sizeof *s->buckets);
-  /* the bucket key, and the stop key's digits: a guessable stop key would let anyone
-   * stop the tracker, so without the kernel's randomness we refuse to start */
-  uint8_t bk[32];
-  uint64_t r = 0;
-  if (getrandom(bk, sizeof bk, 0) != sizeof bk || getrandom(&r, sizeof r, 0) != sizeof r) {
-    kc_tracker_server_free(s);
-    return kc_error_set(err, errno, "tracker: getrandom");
-  }
-  hmac_sha256_set_key(&s->bucket_key, sizeof bk, bk);
-  explicit_bzero(bk, sizeof bk);
-  if (o->stop_key)
-    snprintf(s->stop_key, sizeof s->stop_key, "%s", o->stop_key);
-  else
-    snprintf(s->stop_key, sizeof s->stop_key, "tracker:0.%016llu",
-             (unsigned long long)(r % 10000000000000000ull));
   if (!s->buckets) {
     kc_tracker_server_free(s);
     return kc_error_set(err, ENOMEM, "tracker");
   }
-  if (bind_listen(s, err) < 0) {
+  if (draw_keys(s, o->stop_key, err) < 0 || bind_listen(s, err) < 0) {
     kc_tracker_server_free(s);
     return -1;
   }
