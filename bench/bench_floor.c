@@ -105,6 +105,7 @@ static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
 }
 
 void (*floor_before_piece)(void);
+void (*floor_write_piece)(const kc_round_layout *l, unsigned char *in_w, uint64_t c0, uint64_t cnt);
 
 double floor_round_once(floor_round *f, uint64_t round) {
   floor_poison(f, 0, f->number, round);
@@ -118,7 +119,10 @@ double floor_round_once(floor_round *f, uint64_t round) {
   double total = 0;
   for (uint64_t c0 = 0; c0 < f->number; c0 += f->piece) {
     uint64_t cnt = f->number - c0 < f->piece ? f->number - c0 : f->piece;
-    kc_round_write(&l, f->in_w, c0, cnt, false);
+    if (floor_write_piece)
+      floor_write_piece(&l, f->in_w, c0, cnt);
+    else
+      kc_round_write(&l, f->in_w, c0, cnt, false);
     if (f->repoison)
       floor_poison(f, c0, cnt, round + 1000);
     if (floor_before_piece)

@@ -4,6 +4,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../measure/measure_kernel.h"
 #include "kcage/measure.h"
 
 /* The floor: kcage's timed round in this process, with nothing of the sandbox, the
@@ -44,6 +45,10 @@ void floor_free(floor_round *f);
  * bench_accuracy's KC_ACCURACY_FLOOR_FORK=2 stops the floor's process there, as kcage
  * stops a worker. */
 extern void (*floor_before_piece)(void);
+/* Writes a piece's inputs in place of kc_round_write (NULL: kc_round_write here):
+ * KC_ACCURACY_FLOOR_FORK=3 has the bench process write them, as kcage's parent does. */
+extern void (*floor_write_piece)(const kc_round_layout *l, unsigned char *in_w, uint64_t c0,
+                                 uint64_t cnt);
 
 /* One round, fresh data for every call (round seeds them); seconds per call. */
 double floor_round_once(floor_round *f, uint64_t round);
