@@ -212,49 +212,6 @@ static double harness_trial(harness *h, uint64_t number, uint32_t repeat, int cp
   return med;
 }
 
-static double floor_trial_here(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
-                               double per_call, int cpu, double *min);
-static double floor_trial_parent_writes(harness *h, uint64_t number, uint64_t n_out,
-                                        uint32_t repeat, double per_call, int cpu, double *min);
-
-static void stop_self(void) {
-  raise(SIGSTOP);
-}
-
-/* KC_ACCURACY_FLOOR_FORK=1: the floor in a child forked for the trial, to tell what a
- * second process costs from what kcage's protocol does; =2: and stopped before each
- * piece, continued by this process asleep on the same CPU, as kcage hands a piece to
- * its worker (a stop, a continue, two context switches); =3: and the piece's inputs
- * written by this process, not by the child (floor_trial_parent_writes). */
-static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
-                          double per_call, int cpu, double *min) {
-  const char *fk = getenv("KC_ACCURACY_FLOOR_FORK");
-  if (fk && *fk == '3')
-    return floor_trial_parent_writes(h, number, n_out, repeat, per_call, cpu, min);
-  if (!fk || (*fk != '1' && *fk != '2'))
-    return floor_trial_here(h, number, n_out, repeat, per_call, cpu, min);
-  int p[2], st;
-  double r[2] = {0, 0};
-  if (pipe(p) < 0)
-    exit(1);
-  pid_t c = fork();
-  if (c == 0) {
-    floor_before_piece = *fk == '2' ? stop_self : NULL;
-    r[0] = floor_trial_here(h, number, n_out, repeat, per_call, cpu, &r[1]);
-    _exit(write(p[1], r, sizeof r) == sizeof r ? 0 : 1);
-  }
-  close(p[1]);
-  bench_pin(cpu);
-  while (c > 0 && waitpid(c, &st, WUNTRACED) == c && WIFSTOPPED(st))
-    kill(c, SIGCONT);
-  bench_pin(-1);
-  if (c < 0 || read(p[0], r, sizeof r) != sizeof r)
-    exit(1);
-  close(p[0]);
-  *min = r[1];
-  return r[0];
-}
-
 /* Three warm rounds, then `repeat` timed ones, on cpu; the median seconds per call. */
 static double floor_rounds(floor_round *f, uint32_t repeat, int cpu, double *min) {
   bench_pin(cpu);
@@ -268,15 +225,6 @@ static double floor_rounds(floor_round *f, uint32_t repeat, int cpu, double *min
   *min = v[0];
   kc_sched_slice(KC_SUPERVISOR_SLICE_NS);
   bench_pin(-1);
-  return med;
-}
-
-static double floor_trial_here(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
-                               double per_call, int cpu, double *min) {
-  floor_round f;
-  floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
-  double med = floor_rounds(&f, repeat, cpu, min);
-  floor_free(&f);
   return med;
 }
 
@@ -295,13 +243,29 @@ static void ask_and_stop(const kc_round_layout *l, unsigned char *in_w, uint64_t
   raise(SIGSTOP);
 }
 
-/* =3: the floor allocated here and forked, so that its inputs file is shared; the child
- * stops before each piece and this process, on the same CPU, writes the piece's inputs
- * before it continues it, as kcage's parent writes a worker's. */
-static double floor_trial_parent_writes(harness *h, uint64_t number, uint64_t n_out,
-                                        uint32_t repeat, double per_call, int cpu, double *min) {
+static void stop_self(void) {
+  raise(SIGSTOP);
+}
+
+/* KC_ACCURACY_FLOOR_FORK=1: the floor in a child forked for the trial, to tell what a
+ * second process costs from what kcage's protocol does; =2: and stopped before each
+ * piece, continued by this process asleep on the same CPU, as kcage hands a piece to
+ * its worker (a stop, a continue, two context switches); =3: and the piece's inputs
+ * written by this process before it continues the child, as kcage's parent writes a
+ * worker's (the floor is then allocated here before the fork, so that the child shares
+ * its inputs file).  Otherwise the floor runs in this process. */
+static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
+                          double per_call, int cpu, double *min) {
+  const char *fk = getenv("KC_ACCURACY_FLOOR_FORK");
+  char mode = fk && *fk >= '1' && *fk <= '3' ? *fk : 0;
   floor_round f;
-  floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
+  if (!mode || mode == '3')
+    floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
+  if (!mode) {
+    double med = floor_rounds(&f, repeat, cpu, min);
+    floor_free(&f);
+    return med;
+  }
   int p[2], ask[2], st;
   double r[2] = {0, 0};
   if (pipe(p) < 0 || pipe(ask) < 0)
@@ -309,7 +273,10 @@ static double floor_trial_parent_writes(harness *h, uint64_t number, uint64_t n_
   pid_t c = fork();
   if (c == 0) {
     g_ask_fd = ask[1];
-    floor_write_piece = ask_and_stop;
+    floor_write_piece = mode == '3' ? ask_and_stop : NULL;
+    floor_before_piece = mode == '2' ? stop_self : NULL;
+    if (mode != '3')
+      floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
     r[0] = floor_rounds(&f, repeat, cpu, &r[1]);
     _exit(write(p[1], r, sizeof r) == sizeof r ? 0 : 1);
   }
@@ -318,9 +285,10 @@ static double floor_trial_parent_writes(harness *h, uint64_t number, uint64_t n_
   bench_pin(cpu);
   piece_ask a;
   while (c > 0 && waitpid(c, &st, WUNTRACED) == c && WIFSTOPPED(st)) {
-    if (read(ask[0], &a, sizeof a) != sizeof a)
+    if (mode == '3' && read(ask[0], &a, sizeof a) != sizeof a)
       exit(1);
-    kc_round_write(&a.l, f.in_w, a.c0, a.cnt, false);
+    if (mode == '3')
+      kc_round_write(&a.l, f.in_w, a.c0, a.cnt, false);
     kill(c, SIGCONT);
   }
   bench_pin(-1);
@@ -328,7 +296,8 @@ static double floor_trial_parent_writes(harness *h, uint64_t number, uint64_t n_
     exit(1);
   close(p[0]);
   close(ask[0]);
-  floor_free(&f);
+  if (mode == '3')
+    floor_free(&f);
   *min = r[1];
   return r[0];
 }
