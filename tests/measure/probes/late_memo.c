@@ -1,7 +1,10 @@
-/* Cheat (memoising by content, schedule-aware): c = a + b, honest for its first 16 calls
- * (past the untimed round), then caches each answer under a hash of a few sampled input
- * values and replays it whenever the samples come back.  Timed rounds of one call each
- * would never show it a repeat. */
+/* Cheat (memoising by content, schedule-aware): c = a + b, honest for its first 8 calls
+ * (the untimed round: 4 sets, each called twice), then caches each answer under a hash
+ * of a few sampled input values and replays it whenever the samples come back.  Timed
+ * rounds of one call each would never show it a repeat.  Each timed round's near-copy
+ * escapes it only when its one changed element is sampled (8 samples of 4096, 0.2 %),
+ * so it memoises from the first warm-up round on: test_memo_one_call_rounds holds 5 timed
+ * rounds (2 of warm-up, 3 repeats), and all of them would have to miss. */
 #include <dlpack/dlpack.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,7 +36,7 @@ int kernel(DLTensor *args, int32_t num_args) {
   int64_t n = args[0].shape[0];
   size_t bytes = (size_t)n * sizeof(float);
   uint64_t k = sample_key(a, b, n);
-  if (++calls > 16)
+  if (++calls > 8)
     for (int i = 0; i < 64 && cache[i].out; i++)
       if (cache[i].key == k) {
         memcpy(c, cache[i].out, bytes);
@@ -41,7 +44,7 @@ int kernel(DLTensor *args, int32_t num_args) {
       }
   for (int64_t i = 0; i < n; i++)
     c[i] = a[i] + b[i];
-  if (calls > 16) {
+  if (calls > 8) {
     if (!cache[next].out)
       cache[next].out = malloc(bytes);
     if (cache[next].out) {
