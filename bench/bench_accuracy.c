@@ -109,6 +109,7 @@ typedef int (*kernel_fn)(DLTensor *, int32_t);
 
 /* The harness: everything but the call outside the clock. */
 typedef struct harness {
+  const char *so, *args; /* the kernel and its --args */
   kc_args_spec spec;
   kernel_fn fn;
   bool malloced;
@@ -118,6 +119,8 @@ typedef struct harness {
 } harness;
 
 static void harness_init(harness *h, const char *so, const char *args) {
+  h->so = so;
+  h->args = args;
   h->fn = floor_kernel_open(so, args, &h->spec, "bench_accuracy");
 }
 
@@ -232,12 +235,22 @@ static double floor_rounds(floor_round *f, uint32_t repeat, int cpu, double *min
 typedef struct piece_ask {
   kc_round_layout l;
   uint64_t c0, cnt;
+  uint64_t area, region, seed; /* area != 0: the bench process poisons these outputs */
 } piece_ask;
 static int g_ask_fd = -1;
+/* KC_ACCURACY_FLOOR_POISON=peer with =3 to =5: the child's outputs poisoned again before
+ * each piece by the bench process through process_vm_writev, as kcage's parent poisons
+ * a worker's, instead of by the child's own stores. */
+static floor_round *g_peer_poison;
 
 static void ask_and_stop(const kc_round_layout *l, unsigned char *in_w, uint64_t c0, uint64_t cnt) {
   (void)in_w;
-  piece_ask a = {*l, c0, cnt};
+  piece_ask a = {*l, c0, cnt, 0, 0, 0};
+  if (g_peer_poison) {
+    a.area = (uint64_t)(uintptr_t)g_peer_poison->area;
+    a.region = g_peer_poison->out_region;
+    a.seed = l->round + 1000; /* as floor_round_once */
+  }
   if (write(g_ask_fd, &a, sizeof a) != sizeof a)
     _exit(1);
   raise(SIGSTOP);
@@ -247,19 +260,64 @@ static void stop_self(void) {
   raise(SIGSTOP);
 }
 
+/* KC_ACCURACY_FLOOR_FORK=4 and =5: the worker's handler, loaded in the floor's child. */
+static kc_mstate *g_mstate;
+
+static double mstate_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
+  kc_mreq_run req = {.magic = KC_MPROTO_MAGIC,
+                     .op = KC_MOP_RUN,
+                     .number = cnt,
+                     .first_set = (uint32_t)(c0 % f->n_slots),
+                     .n_sets = f->n_slots,
+                     .flags = KC_MRUN_AREA,
+                     .first_call = c0};
+  unsigned char out[sizeof(kc_mreply_run)];
+  size_t len;
+  char e[256];
+  double t0 = kc_measure_now();
+  if (kc_mstate_run(g_mstate, &req, out, sizeof out, &len, e, sizeof e) < 0) {
+    fprintf(stderr, "bench_accuracy: handler floor: %s\n", e);
+    _exit(1);
+  }
+  return kc_measure_now() - t0;
+}
+
+/* The child's floor runs its calls through kc_mstate (the worker's handler: its
+ * mapping of the inputs file, its output area poisoned by PREPARE, its call loop);
+ * sealed (its seccomp filter) when seal.  Rounds whose calls overwrite fewer output
+ * regions keep the floor's own loop. */
+static void use_handler(harness *h, floor_round *f, bool seal) {
+  if (f->n_out < f->number)
+    return;
+  char path[64], e[256];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", f->in_fd);
+  kc_mreq_prepare pr = {.magic = KC_MPROTO_MAGIC, .op = KC_MOP_PREPARE, .number = f->number};
+  kc_mreply_prepare rep;
+  if (kc_mstate_load(&g_mstate, h->so, KC_ABI_DLPACK, "kernel", path, h->args, f->n_slots, seal, e,
+                     sizeof e) < 0 ||
+      kc_mstate_prepare(g_mstate, &pr, &rep, e, sizeof e) < 0) {
+    fprintf(stderr, "bench_accuracy: handler floor: %s\n", e);
+    _exit(1);
+  }
+  f->area = (unsigned char *)(uintptr_t)rep.base;
+  floor_run_piece = mstate_piece;
+}
+
 /* KC_ACCURACY_FLOOR_FORK=1: the floor in a child forked for the trial, to tell what a
  * second process costs from what kcage's protocol does; =2: and stopped before each
  * piece, continued by this process asleep on the same CPU, as kcage hands a piece to
  * its worker (a stop, a continue, two context switches); =3: and the piece's inputs
  * written by this process before it continues the child, as kcage's parent writes a
  * worker's (the floor is then allocated here before the fork, so that the child shares
- * its inputs file).  Otherwise the floor runs in this process. */
+ * its inputs file); =4: and its calls made by the worker's handler (use_handler); =5:
+ * and that handler sealed.  Otherwise the floor runs in this process. */
 static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t repeat,
                           double per_call, int cpu, double *min) {
   const char *fk = getenv("KC_ACCURACY_FLOOR_FORK");
-  char mode = fk && *fk >= '1' && *fk <= '3' ? *fk : 0;
+  char mode = fk && *fk >= '1' && *fk <= '5' ? *fk : 0;
+  bool shared = mode >= '3'; /* the bench process writes the inputs */
   floor_round f;
-  if (!mode || mode == '3')
+  if (!mode || shared)
     floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
   if (!mode) {
     double med = floor_rounds(&f, repeat, cpu, min);
@@ -273,10 +331,17 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
   pid_t c = fork();
   if (c == 0) {
     g_ask_fd = ask[1];
-    floor_write_piece = mode == '3' ? ask_and_stop : NULL;
+    floor_write_piece = shared ? ask_and_stop : NULL;
     floor_before_piece = mode == '2' ? stop_self : NULL;
-    if (mode != '3')
+    if (!shared)
       floor_alloc(&f, &h->spec, h->fn, number, n_out, per_call, SETS);
+    if (mode >= '4')
+      use_handler(h, &f, mode == '5');
+    const char *fp = getenv("KC_ACCURACY_FLOOR_POISON");
+    if (shared && fp && !strcmp(fp, "peer") && f.repoison && f.n_out >= f.number) {
+      g_peer_poison = &f;
+      f.repoison = false;
+    }
     r[0] = floor_rounds(&f, repeat, cpu, &r[1]);
     _exit(write(p[1], r, sizeof r) == sizeof r ? 0 : 1);
   }
@@ -285,10 +350,16 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
   bench_pin(cpu);
   piece_ask a;
   while (c > 0 && waitpid(c, &st, WUNTRACED) == c && WIFSTOPPED(st)) {
-    if (mode == '3' && read(ask[0], &a, sizeof a) != sizeof a)
+    if (shared && read(ask[0], &a, sizeof a) != sizeof a)
       exit(1);
-    if (mode == '3')
+    if (shared)
       kc_round_write(&a.l, f.in_w, a.c0, a.cnt, false);
+    for (uint64_t k = a.c0; shared && a.area && k < a.c0 + a.cnt; k++) {
+      kc_error err = {0};
+      if (kc_observe_poison(c, a.area + k * a.region, a.region, kc_poison_word(a.seed, k), &err) <
+          0)
+        exit(1);
+    }
     kill(c, SIGCONT);
   }
   bench_pin(-1);
@@ -296,7 +367,7 @@ static double floor_trial(harness *h, uint64_t number, uint64_t n_out, uint32_t 
     exit(1);
   close(p[0]);
   close(ask[0]);
-  if (mode == '3')
+  if (shared)
     floor_free(&f);
   *min = r[1];
   return r[0];

@@ -39,7 +39,7 @@ void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_
   f->area = mmap(NULL, f->n_out * f->out_region, PROT_READ | PROT_WRITE,
                  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   bool ok = f->in_w != MAP_FAILED && f->in != MAP_FAILED && f->area != MAP_FAILED;
-  close(fd);
+  f->in_fd = fd;
   if (!ok) {
     fprintf(stderr, "bench: floor: out of memory\n");
     exit(1);
@@ -55,6 +55,7 @@ void floor_alloc(floor_round *f, kc_args_spec *spec, floor_kernel_fn fn, uint64_
 }
 
 void floor_free(floor_round *f) {
+  close(f->in_fd);
   munmap(f->in_w, (size_t)(f->in_region * f->n_slots));
   munmap(f->in, (size_t)(f->in_region * f->n_slots));
   munmap(f->area, f->n_out * f->out_region);
@@ -105,6 +106,7 @@ static double floor_piece(floor_round *f, uint64_t c0, uint64_t cnt) {
 }
 
 void (*floor_before_piece)(void);
+double (*floor_run_piece)(floor_round *f, uint64_t c0, uint64_t cnt);
 void (*floor_write_piece)(const kc_round_layout *l, unsigned char *in_w, uint64_t c0, uint64_t cnt);
 
 double floor_round_once(floor_round *f, uint64_t round) {
@@ -127,7 +129,7 @@ double floor_round_once(floor_round *f, uint64_t round) {
       floor_poison(f, c0, cnt, round + 1000);
     if (floor_before_piece)
       floor_before_piece();
-    total += floor_piece(f, c0, cnt);
+    total += floor_run_piece ? floor_run_piece(f, c0, cnt) : floor_piece(f, c0, cnt);
   }
   return total / (double)f->number;
 }

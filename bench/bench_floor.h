@@ -27,6 +27,7 @@ typedef struct floor_round {
   uint32_t n_slots;
   bool repoison;                   /* each piece's outputs poisoned again before it */
   unsigned char *in_w, *in, *area; /* the file writable; read-only; the output area */
+  int in_fd;                       /* the inputs file (a memfd) */
   DLTensor t[KC_ARGS_MAX_TENSORS];
 } floor_round;
 
@@ -49,6 +50,11 @@ extern void (*floor_before_piece)(void);
  * KC_ACCURACY_FLOOR_FORK=3 has the bench process write them, as kcage's parent does. */
 extern void (*floor_write_piece)(const kc_round_layout *l, unsigned char *in_w, uint64_t c0,
                                  uint64_t cnt);
+
+/* Runs a piece's calls in place of the floor's own loop and returns its seconds (NULL:
+ * the floor's loop): KC_ACCURACY_FLOOR_FORK=4 runs them through the worker's handler
+ * (kc_mstate_run), to tell its code path from the process around it. */
+extern double (*floor_run_piece)(floor_round *f, uint64_t c0, uint64_t cnt);
 
 /* One round, fresh data for every call (round seeds them); seconds per call. */
 double floor_round_once(floor_round *f, uint64_t round);
