@@ -31,16 +31,16 @@ void kc_runtime_sysinfo_prepare(void) {
 }
 
 /* Whether the caller may write len bytes at dst, asked of the kernel: it writes a
- * timespec at a time and fails with EFAULT, raising no signal, where it may not (as
- * the kernel's own sysinfo fails).  The answer written next overwrites those bytes. */
+ * timespec and fails with EFAULT, raising no signal, where it may not (as the kernel's
+ * own sysinfo fails).  Write permission is per page and len is under a page, so the
+ * buffer lies on at most two pages and a probe at each end covers both.  The end goes
+ * first, so that a buffer running into a page it may not write is left as it was.  The
+ * answer written next overwrites the probes' bytes. */
+_Static_assert(sizeof(struct sysinfo) >= sizeof(struct timespec) && sizeof(struct sysinfo) < 4096,
+               "sysinfo's buffer: longer than a probe, shorter than a page");
 static bool writable(char *dst, size_t len) {
-  struct timespec t;
-  for (size_t o = 0; o < len; o += sizeof t) {
-    size_t at = o + sizeof t <= len ? o : len - sizeof t;
-    if (syscall(SYS_clock_gettime, CLOCK_BOOTTIME, dst + at) < 0)
-      return false;
-  }
-  return true;
+  return syscall(SYS_clock_gettime, CLOCK_BOOTTIME, dst + len - sizeof(struct timespec)) == 0 &&
+         syscall(SYS_clock_gettime, CLOCK_BOOTTIME, dst) == 0;
 }
 
 bool kc_runtime_answer_sysinfo(const siginfo_t *si, void *uc) {
