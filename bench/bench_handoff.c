@@ -147,6 +147,12 @@ static void alloc_series(series *s, const char *name, size_t n) {
     die("memory", NULL);
 }
 
+static void free_series(series *s) {
+  free(s->start);
+  free(s->end);
+  free(s->pair);
+}
+
 static size_t env_n(void) {
   const char *v = getenv("KC_BENCH_HANDOFF_N");
   char *end;
@@ -239,5 +245,9 @@ int main(void) {
     kc_measure_set("handoff", "mm32_piece_calls", calls);
     kc_measure_set("handoff", "mm32_call_us_for_1.02", 50 * hk * 1e6 / calls);
   }
+  free_series(&sw);
+  free_series(&ss);
+  free_series(&sk);
+  munmap(s, sizeof *s);
   return kc_measure_write() < 0;
 }
