@@ -45,7 +45,10 @@ struct kc_worker {
   long hwm_at_send_kb; /* its peak RSS when the last call was sent (rlimit fallback) */
   /* the live process (pid 0 when none) */
   pid_t pid;
+  /* listener: the seccomp listener, or where relayed, our end of the sysinfo relay's
+   * socket, which carries the listener's notifications but sysinfo's */
   int pidfd, evfd, listener;
+  bool relayed;
   kc_ring ring;
   uint32_t gen;
   uint32_t uses_left;

@@ -117,7 +117,8 @@ typedef struct kc_zygote {
   int pidfd;
   int ctl;
   bool sandboxed;
-  int answer_ms; /* bound on one answer; 0 = 2 s (an interpreter's boot needs more) */
+  bool relay_sysinfo; /* its workers' filter hands sysinfo to the listener */
+  int answer_ms;      /* bound on one answer; 0 = 2 s (an interpreter's boot needs more) */
   /* kc_zygote_new: workers of several threads share it, one request+answer at a time
    * (recursive: a slot request collects its own answer) */
   bool shared;
@@ -160,6 +161,14 @@ int kc_worker_policy_path(const kc_worker_opts *o, const char *name, char *buf, 
  * workers */
 int kc_worker_new_shared(const kc_worker_opts *opts, kc_zygote *zyg, kc_worker **out,
                          kc_error *err);
+/* The sysinfo relay (sysinfo_relay.c): hand a worker's seccomp listener (taken, closed
+ * on failure too) to this process's relay thread, which answers the worker's sysinfo(2)
+ * calls; returns the caller's end of a socket (SOCK_SEQPACKET, one kc_seccomp_event a
+ * message, EOF once the listener is gone) that carries every other notification, or
+ * -1 with err.  _read: the next one without blocking, 1 read, 0 none. */
+struct kc_seccomp_event;
+int kc__sysinfo_relay_add(int listener, kc_error *err);
+int kc__sysinfo_relay_read(int fd, struct kc_seccomp_event *ev);
 /* fds the parent must poll for this worker: eventfd, pidfd, listener (-1 when none) */
 int kc_worker_pollfds(kc_worker *w, int fds[3]);
 /* Parent's cq_waiters flag: set before sleeping, cleared after */

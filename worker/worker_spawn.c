@@ -67,6 +67,9 @@ static int wait_ready(kc_worker *w, int sock, kc_error *err) {
       return kc_error_set(err, EPROTO, "worker: bad hand-off message");
     }
     w->listener = nfd ? fd : -1;
+    w->relayed = nfd && w->zyg && w->zyg->relay_sysinfo;
+    if (w->relayed && (w->listener = kc__sysinfo_relay_add(fd, err)) < 0)
+      return kc_error_prefix(err, "worker");
     return 0;
   }
   if (nfd)

@@ -58,7 +58,8 @@ static void fail_worker(kc_worker *w, kc_call_result *res, kc_call_status st, co
 static int read_violation(kc_worker *w) {
   kc_seccomp_event ev;
   kc_error e = {0};
-  if (kc_seccomp_notify_receive(w->listener, &ev, &e) < 0)
+  if (w->relayed ? kc__sysinfo_relay_read(w->listener, &ev) == 0
+                 : kc_seccomp_notify_receive(w->listener, &ev, &e) < 0)
     return 0; /* ENOENT: the task died meanwhile; its death is reported instead */
   /* A pool worker was exec'd before its filter: every notification, the policy's
    * "notify" rules (execve) included, is a violation. */

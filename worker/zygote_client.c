@@ -25,6 +25,7 @@
 #include "kcage/cgroup.h"
 #include "kcage/cleanup.h"
 #include "kcage/sandbox.h"
+#include "kcage/seccomp.h"
 #include "worker_internal.h"
 
 static char worker_path[PATH_MAX];
@@ -76,18 +77,20 @@ static void keep_netns(pid_t zygote) {
   pthread_mutex_unlock(&g_netns_mu);
 }
 
-/* Does the pool's policy leave out the net namespace (the pool then shares the
- * caller's network, python-net)?  The namespaces are made before the zygote reads its
- * policy, so the parent reads that one line of it here.  policy: a resolved path or
- * a name (kc_worker_policy_path). */
-static int policy_host_net(const char *policy, bool *host_net, kc_error *err) {
-  *host_net = false;
+/* What the parent must know of the pool's policy before the zygote reads it: whether
+ * it leaves out the net namespace (the pool then shares the caller's network,
+ * python-net: the namespaces are made first), and whether its workers' filter hands
+ * sysinfo to the listener (their parent's relay must answer it, sysinfo_relay.c).
+ * policy: a resolved path or a name (kc_worker_policy_path). */
+static int policy_facts(const char *policy, bool *host_net, bool *relay_sysinfo, kc_error *err) {
+  *host_net = *relay_sysinfo = false;
   if (!policy || !*policy)
     return 0;
   kc_policy *p = NULL;
   if (kc_policy_load(policy, &p, err) < 0)
     return -1;
   *host_net = !kc_policy_get_spec(p)->ns.net;
+  *relay_sysinfo = kc_seccomp_worker_notifies_sysinfo(p);
   kc_policy_free(p);
   return 0;
 }
@@ -295,8 +298,8 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   kc_worker_opts ro = *o;
   if (kc_worker_policy_path(o, o->policy, polbuf, sizeof polbuf, &ro.policy, err) < 0)
     return kc_error_prefix(err, "zygote");
-  bool host_net = false;
-  if (sandboxed && policy_host_net(ro.policy, &host_net, err) < 0)
+  bool host_net = false, relay_sysinfo = false;
+  if (sandboxed && policy_facts(ro.policy, &host_net, &relay_sysinfo, err) < 0)
     return kc_error_prefix(err, "zygote");
   int netns = sandboxed && !host_net ? shared_netns() : -1;
   if (zygote_argv(&ro, sandboxed, netns < 0, host_net, argv, margs, err) < 0)
@@ -330,6 +333,7 @@ int kc_zygote_begin(const kc_worker_opts *o, kc_zygote **out, kc_error *err) {
   z->ctl = kc_steal_fd(sv[0]);
   z->hs = sandboxed ? kc_steal_fd(hs[0]) : -1;
   z->sandboxed = sandboxed;
+  z->relay_sysinfo = relay_sysinfo;
   z->ids = ids;
   ids.lock_fd = -1; /* the zygote's now */
   z->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);

@@ -87,12 +87,16 @@ int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_
 /* The same for a pool worker, whose supervisor reads the listener only while it waits
  * for a call: where the policy ends every exec, sysinfo traps (SIGSYS) and the worker's
  * own handler answers with the sandbox's figures (worker/sysinfo_trap.c); the trap
- * leaves the call no way to learn the host's.  Elsewhere it stays the kernel's (an
- * exec'd program has no handler, and would die of the trap).  cached false: without root's cache of
- * compiled programs, touching no file, for a caller whose root may move meanwhile (the zygote
- * compiles while its file system is built). */
+ * leaves the call no way to learn the host's.  Where it may exec (an exec'd program has
+ * no handler, and would die of the trap), sysinfo goes to the listener, which the
+ * worker's parent hands to its relay thread (worker/sysinfo_relay.c).  cached false:
+ * without root's cache of compiled programs, touching no file, for a caller whose root
+ * may move meanwhile (the zygote compiles while its file system is built). */
 int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
                                    kc_seccomp_prog **out, kc_error *err);
+/* Whether kc_seccomp_prog_compile_worker hands sysinfo(2) to the listener under p (so
+ * that the worker's parent must answer it). */
+bool kc_seccomp_worker_notifies_sysinfo(const kc_policy *p);
 void kc_seccomp_prog_free(kc_seccomp_prog *prog);
 size_t kc_seccomp_prog_len(const kc_seccomp_prog *prog); /* BPF instructions */
 int kc_seccomp_prog_load(const kc_seccomp_prog *prog, int *listener);

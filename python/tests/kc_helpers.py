@@ -2,6 +2,8 @@
 
 import ctypes
 import os
+import subprocess
+import sys
 import time
 
 _calls = 0
@@ -171,6 +173,26 @@ def abstract_unix_reaches(name):
         return False
     finally:
         s.close()
+
+
+def sysinfo_view():
+    """sysinfo(2) as this process sees it: (loads, totalram, freeram, procs), and the
+    wall clock when it returned (time.time: no time namespace moves it)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    b = (ctypes.c_ulong * 64)()  # struct sysinfo: uptime, loads[3], totalram, freeram, ...
+    assert libc.sysinfo(b) == 0, os.strerror(ctypes.get_errno())
+    return (tuple(b[1:4]), b[4], b[5], b[10] & 0xffff), time.time()
+
+
+def sysinfo_view_exec():
+    """The same, as a program that this process execs sees it."""
+    code = ("import ctypes\nb=(ctypes.c_ulong*64)()\n"
+            "assert ctypes.CDLL(None).sysinfo(b)==0\n"
+            "print(b[1],b[2],b[3],b[4],b[5],b[10]&0xffff)")
+    out = subprocess.run([sys.executable, "-I", "-c", code], check=True, capture_output=True,
+                         text=True, timeout=60).stdout.split()
+    v = [int(x) for x in out]
+    return (tuple(v[0:3]), v[3], v[4], v[5]), time.time()
 
 
 def clocks():

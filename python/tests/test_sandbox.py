@@ -84,6 +84,25 @@ def test_clocks_start_with_the_pool(kc):
         (boot, mono, uptime, since)
 
 
+@pytest.mark.parametrize("probe", ["sysinfo_view", "sysinfo_view_exec"])
+def test_sysinfo_is_the_sandboxes(kc, probe):
+    """sysinfo(2) in a worker, and in a program it execs, reads the sandbox's figures
+    (no load, all memory free, one process), not the host's, which have other tenants'
+    load and memory in them.  It is answered while the parent waits for nothing: a
+    call that makes it is over before the parent asks for its result (the exec'd
+    program's start is not given a deadline here)."""
+    w = kc.PopenWorker()
+    try:
+        w.send(getattr(h, probe))
+        time.sleep(2)
+        asked = time.time()
+        (loads, total, free, procs), answered = w.recv()
+    finally:
+        w.kill()
+    assert loads == (0, 0, 0) and free == total > 0 and procs == 1, (loads, total, free, procs)
+    assert answered < asked or probe == "sysinfo_view_exec"
+
+
 def test_payload_over_the_ring(kc):
     w = kc.PopenWorker()
     blob = os.urandom(4 << 20)
