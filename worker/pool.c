@@ -222,8 +222,10 @@ static void drive(kc_pool *p, uint64_t until_ns) {
       sched_yield(); /* a worker may be waiting for this CPU */
   }
   for (;;) {
+    /* the eventfds first ([0, ne)), the only ones to drain: a worker's third fd may be
+     * the sysinfo relay's socket, whose reads take the violation it carries */
     struct pollfd *fds = p->pfds;
-    unsigned nf = 0;
+    unsigned ne = 0, no = 0, cap = 3 * p->n;
     uint64_t dl = until_ns;
     bool any = false;
     for (unsigned i = 0; i < p->n; i++) {
@@ -237,11 +239,15 @@ static void drive(kc_pool *p, uint64_t until_ns) {
       int f[3];
       if (kc_worker_pollfds(s->w, f)) {
         kc_worker_set_waiting(s->w, true);
-        for (int k = 0; k < 3; k++)
+        if (f[0] >= 0)
+          fds[ne++] = (struct pollfd){.fd = f[0], .events = POLLIN};
+        for (int k = 1; k < 3; k++)
           if (f[k] >= 0)
-            fds[nf++] = (struct pollfd){.fd = f[k], .events = POLLIN};
+            fds[cap - ++no] = (struct pollfd){.fd = f[k], .events = POLLIN};
       }
     }
+    memmove(fds + ne, fds + cap - no, no * sizeof *fds);
+    unsigned nf = ne + no;
     if (!any)
       return;
     /* re-check after announcing we sleep (eventcount) */
@@ -260,9 +266,9 @@ static void drive(kc_pool *p, uint64_t until_ns) {
     int r = ppoll(fds, nf, &ts, NULL);
     for (unsigned i = 0; i < p->n; i++)
       kc_worker_set_waiting(p->slots[i].w, false);
-    for (unsigned k = 0; r > 0 && k < nf; k++)
+    for (unsigned k = 0; r > 0 && k < ne; k++)
       if (fds[k].revents & POLLIN) {
-        uint64_t v; /* drain eventfds; a pidfd/listener read fails harmlessly */
+        uint64_t v;
         ssize_t rd = read(fds[k].fd, &v, sizeof v);
         (void)rd;
       }
