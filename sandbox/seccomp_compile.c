@@ -436,30 +436,19 @@ int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_
   return prog_compile(p, handoff, true, SCMP_ACT_NOTIFY, out, err);
 }
 
-/* The trap only where the policy ends every exec: a trap survives an exec, and a
- * program that the worker exec'd has no handler for it, so one that calls sysinfo (ld
- * does, to size its caches) would die of it.  And only where the worker's handler
- * knows the registers (worker/sysinfo_trap.c: x86-64 and arm64).  Elsewhere sysinfo
- * goes to the listener, whose reader in the parent answers it at once
- * (worker/sysinfo_relay.c). */
-static bool worker_execs(const kc_policy *p) {
-#if defined(__x86_64__) || defined(__aarch64__)
-  return !kc_policy_always_reports(p, SCMP_SYS(execve)) ||
-         !kc_policy_always_reports(p, SCMP_SYS(execveat));
-#else
-  (void)p;
-  return true;
-#endif
-}
-
+/* A pool worker's parent reads its listener only while it waits for one of its calls,
+ * so sysinfo goes to a relay thread of the parent's that answers it at once
+ * (worker/sysinfo_relay.c).  Not a trap that the worker's own SIGSYS handler answers: a
+ * trap survives an exec and a program the worker exec'd has no handler for it (ld,
+ * which calls sysinfo, would die of it), and a thread that blocks SIGSYS is killed by
+ * the kernel at its first sysinfo, unnamed. */
 bool kc_seccomp_worker_notifies_sysinfo(const kc_policy *p) {
-  return worker_execs(p) && kc_policy_views_sysinfo(p);
+  return kc_policy_views_sysinfo(p);
 }
 
 int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
                                    kc_seccomp_prog **out, kc_error *err) {
-  return prog_compile(p, handoff, cached, worker_execs(p) ? SCMP_ACT_NOTIFY : SCMP_ACT_TRAP, out,
-                      err);
+  return prog_compile(p, handoff, cached, SCMP_ACT_NOTIFY, out, err);
 }
 
 /* libseccomp's compile and export into prog; on failure prog is freed. */

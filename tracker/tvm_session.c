@@ -257,8 +257,9 @@ static int spawn_session(session_run *r, int in_fd, char **envp, double wall, kc
   c.ids = &r->ids;
   c.settings = o->settings;
   /* A standby is started ahead and waited for only once its session comes: answering
-   * sysinfo would stall Python's start there (it calls it at once).  Sessions from the
-   * TVM zygote are pool workers, which keep the host's sysinfo too; all sessions alike. */
+   * sysinfo would stall Python's start there (it calls it at once), so it keeps the
+   * host's.  Sessions from the TVM zygote are pool workers, whose sysinfo the zygote's
+   * process answers through its relay thread (worker/sysinfo_relay.c). */
   return kc_sandbox_spawn_ahead(&c, out, err);
 }
 

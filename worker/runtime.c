@@ -34,8 +34,7 @@ void kc_runtime_spin_next(uint64_t ns) {
 }
 
 static void sigsys_handler(int sig, siginfo_t *si, void *uc) {
-  if (kc_runtime_answer_sysinfo(si, uc)) /* our filter's trap, not a violation */
-    return;
+  (void)uc;
   if (g_ring.ctl)
     atomic_store(&g_ring.ctl->trapped_syscall, (uint32_t)si->si_syscall);
   signal(sig, SIG_DFL);
@@ -188,9 +187,6 @@ static void send_ready(int sock, int status, const char *msg) {
  * sends ('L' + listener, or 'N'), so a spawn costs the parent one wake-up; we keep no
  * copy of the listener.  Nothing user-controlled has run yet. */
 static int lockdown(const kc_worker_boot *b, kc_error *err) {
-  /* the filter may trap sysinfo (kc_seccomp_prog_compile_worker): answered from now */
-  if (answer_sigsys() < 0)
-    return kc_error_set(err, errno, "worker: SIGSYS handler");
   if (b->prog || !b->pol)
     return kc_sandbox_lockdown_prog(b->pol, 0, b->prog, b->sock, err);
   int listener = -1;

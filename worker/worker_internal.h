@@ -81,11 +81,6 @@ typedef struct kc_zygote_args {
 int kc_zygote_main(const kc_zygote_args *a);
 /* The worker process after fork: lockdown, ready, serve.  Never returns. */
 __attribute__((noreturn)) void kc_runtime_run(const kc_worker_boot *b);
-/* sysinfo(2) answered in the worker (sysinfo_trap.c): prepared once by the zygote,
- * whose workers inherit it; answered from the SIGSYS handler, true when the trap was
- * sysinfo's and is answered. */
-void kc_runtime_sysinfo_prepare(void);
-bool kc_runtime_answer_sysinfo(const siginfo_t *si, void *uc);
 
 /* runtime.c, for handlers: the current call's task begins now (after its load); the
  * worker's pid as the parent sees it (0 before the first call) */

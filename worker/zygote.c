@@ -292,7 +292,6 @@ static void start_up(const kc_zygote_args *a, int pre, zpolicy *zp, kc_fs_plan *
   size_t old_len = 0;
   kc_error e = {0};
   int tfd = a->userns ? kc_sandbox_time_offsets_open() : -1;
-  kc_runtime_sysinfo_prepare(); /* once: every worker inherits it */
   if (kc_sandbox_hide_args("kcage-worker", &old_args, &old_len, &e) < 0) {
     *err = e;
     kc_error_prefix(err, "zygote");

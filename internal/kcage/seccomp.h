@@ -85,13 +85,11 @@ int kc_seccomp_prog_compile(const kc_policy *p, int handoff, kc_seccomp_prog **o
 int kc_seccomp_prog_compile_sandbox(const kc_policy *p, int handoff, kc_seccomp_prog **out,
                                     kc_error *err);
 /* The same for a pool worker, whose supervisor reads the listener only while it waits
- * for a call: where the policy ends every exec, sysinfo traps (SIGSYS) and the worker's
- * own handler answers with the sandbox's figures (worker/sysinfo_trap.c); the trap
- * leaves the call no way to learn the host's.  Where it may exec (an exec'd program has
- * no handler, and would die of the trap), sysinfo goes to the listener, which the
- * worker's parent hands to its relay thread (worker/sysinfo_relay.c).  cached false:
- * without root's cache of compiled programs, touching no file, for a caller whose root
- * may move meanwhile (the zygote compiles while its file system is built). */
+ * for a call: sysinfo goes to the listener as in a sandbox, and the worker's parent
+ * hands that listener to its relay thread, which answers sysinfo at once
+ * (worker/sysinfo_relay.c).  cached false: without root's cache of compiled programs,
+ * touching no file, for a caller whose root may move meanwhile (the zygote compiles
+ * while its file system is built). */
 int kc_seccomp_prog_compile_worker(const kc_policy *p, int handoff, bool cached,
                                    kc_seccomp_prog **out, kc_error *err);
 /* Whether kc_seccomp_prog_compile_worker hands sysinfo(2) to the listener under p (so

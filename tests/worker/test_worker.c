@@ -1236,10 +1236,10 @@ static void test_proc_view(void **state) {
 
 /* sysinfo(2) and the boot clock in a worker are the pool's, not the host's: its clock
  * starts with the pool (a time namespace), and sysinfo answers no load, one process,
- * nothing used by others, and fails on a buffer the kernel's would refuse.  Under
- * `measure` (no exec) the worker's filter traps it and its own handler answers; under
- * `exec` it goes to the listener and the parent's relay thread answers, while the
- * parent is not waiting for anything (the call's reply is collected only afterwards).
+ * nothing used by others, and fails on a buffer the kernel's would refuse.  It goes to
+ * the listener and the parent's relay thread answers, under `measure` (sealed, no
+ * exec) as under `exec`, while the parent is not waiting for anything (the call's reply
+ * is collected only afterwards).
  * The host's own procs and free memory tell the old answer apart on any machine; the
  * boot clock, on any host up longer than this test. */
 static void host_clocks_under(const char *policy) {
@@ -1287,6 +1287,29 @@ static void test_host_clocks(void **state) {
   (void)state;
   host_clocks_under("measure");
   host_clocks_under("exec");
+}
+
+/* A thread that blocks SIGSYS and calls sysinfo gets the sandbox's answer, under the
+ * sealed `measure` policy as under `exec`: nothing is delivered to it, the relay
+ * answers from outside. */
+static void test_sysinfo_sigsys_blocked(void **state) {
+  (void)state;
+  const char *policies[] = {"measure", "exec"};
+  for (int i = 0; i < 2; i++) {
+    kc_worker_opts o;
+    opts_init(&o);
+    o.policy = policies[i];
+    kc_worker *w;
+    kc_error err = {0};
+    assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+    kc_call_result r;
+    call(w, H("sysinfo_sigsys_blocked"), "", 0, 10, &r);
+    print_message("sysinfo, SIGSYS blocked (%s): %d %s\n", policies[i], r.status, r.message);
+    assert_int_equal(r.status, KC_CALL_EXCEPTION);
+    assert_string_equal(r.message, "0 1 1");
+    kc_call_result_clear(&r);
+    kc_worker_free(w);
+  }
 }
 
 /* A program the worker execs calls sysinfo too (ld does): under `exec` it gets the
@@ -1378,6 +1401,7 @@ int main(void) {
       cmocka_unit_test(test_proc_view),
       cmocka_unit_test(test_host_clocks),
       cmocka_unit_test(test_host_clocks_exec),
+      cmocka_unit_test(test_sysinfo_sigsys_blocked),
       cmocka_unit_test(test_relayed_violation_named),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
