@@ -1,14 +1,16 @@
-/* sysinfo(2) in pool workers that may exec programs.  There the filter cannot trap it:
- * a program the worker exec'd has no handler for the trap, and ld, which calls
- * sysinfo, would die of it.  So the worker's filter hands it to the seccomp listener
- * instead (kc_seccomp_prog_compile_worker).  But the parent reads a worker's listener
- * only while it waits for one of the worker's calls, and a worker between calls, or a
- * Python function whose caller has not asked for its result yet, would stall at its
- * first sysinfo.
+/* sysinfo(2) in pool workers.  It tells the host's loads, free memory and process
+ * count (other tenants' activity), which no file system can mask, so the worker's
+ * filter hands it to the seccomp listener (kc_seccomp_prog_compile_worker) wherever the
+ * policy allows it unconditionally.  Not a trap answered by the worker's own SIGSYS
+ * handler: a program the worker exec'd has no handler (ld calls sysinfo), and a thread
+ * that blocks SIGSYS would be killed by the kernel.  But the parent reads a worker's
+ * listener only while it waits for one of the worker's calls, and a worker between
+ * calls, or a Python function whose caller has not asked for its result yet, would
+ * stall at its first sysinfo.
  *
- * So such a listener goes to this process's relay: one thread, started with the first
- * such worker, that answers sysinfo at once with the sandbox's figures (no load, one
- * process, no memory used by anyone else, the worker's own boot clock as its uptime)
+ * So the listener goes to this process's relay: one thread, started with the first
+ * worker, that answers sysinfo at once with the sandbox's figures (no load, one
+ * process, no memory used by anyone else, the task's own boot clock as its uptime)
  * and passes every other notification on, whole, to a socket that the worker's owner
  * polls and reads instead of the listener.  Those are violations, which the owner
  * names and ends as before: the relay never answers one, so the task stays blocked in
