@@ -11,6 +11,7 @@
 #include "kcage/cgroup.h"
 #include "kcage/policy.h"
 #include "kcage/sandbox.h"
+#include "kcage/seccomp.h"
 
 /* Where the old root is reachable during setup (between the two halves of pivot). */
 #define KC_OLDROOT "/.kcage-oldroot"
@@ -87,6 +88,9 @@ struct kc_sandbox {
   int cancel_fd;      /* not owned */
   const kc_policy *policy;
   bool view_sysinfo; /* the filter hands sysinfo to us (kc_seccomp_prog_compile_sandbox) */
+  /* a notification kc_sandbox_idle took that was not sysinfo's: the wait's first */
+  bool has_stash;
+  kc_seccomp_event stash;
   kc_limits lim;
   double t0;
 };

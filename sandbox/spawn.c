@@ -457,5 +457,5 @@ int kc_sandbox_spawn(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err
 }
 
 int kc_sandbox_spawn_ahead(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err) {
-  return spawn(c, false, out, err);
+  return spawn(c, true, out, err);
 }

@@ -165,28 +165,79 @@ static void read_report(kc_sandbox *sb, wait_state *ws) {
   kc_close_fd(&sb->report_rd);
 }
 
-static void on_notification(kc_sandbox *sb, wait_state *ws) {
-  kc_seccomp_event ev;
+/* sysinfo, where the filter hands it to us: answered with the sandbox's figures. */
+static bool answered_sysinfo(kc_sandbox *sb, const kc_seccomp_event *ev) {
+  if (!sb->policy || !sb->view_sysinfo || !kc_seccomp_is_sysinfo_view(sb->policy, ev))
+    return false;
+  struct sysinfo si;
   kc_error e;
-  if (kc_seccomp_notify_receive(sb->listener, &ev, &e) < 0) {
-    if (e.code != ENOENT && e.code != EINTR && e.code != EAGAIN)
-      kc_close_fd(&sb->listener); /* broken listener: the tree dies at its end anyway */
+  kc__sandbox_sysinfo(&si, kc_now_s() - sb->t0);
+  kc_seccomp_notify_sysinfo(sb->listener, ev, &si, &e); /* failing: the task is gone */
+  return true;
+}
+
+static void on_event(kc_sandbox *sb, wait_state *ws, const kc_seccomp_event *ev) {
+  kc_error e;
+  if (answered_sysinfo(sb, ev))
     return;
-  }
-  if (sb->policy && sb->view_sysinfo && kc_seccomp_is_sysinfo_view(sb->policy, &ev)) {
-    struct sysinfo si;
-    kc__sandbox_sysinfo(&si, kc_now_s() - sb->t0);
-    kc_seccomp_notify_sysinfo(sb->listener, &ev, &si, &e); /* failing: the task is gone */
-    return;
-  }
-  if (sb->policy && kc_policy_notify_kind(sb->policy, &ev) == KC_NOTIFY_ASK && !ws->exec_allowed) {
+  if (sb->policy && kc_policy_notify_kind(sb->policy, ev) == KC_NOTIFY_ASK && !ws->exec_allowed) {
     ws->exec_allowed = true;
-    if (kc_seccomp_notify_continue(sb->listener, &ev, &e) == 0)
+    if (kc_seccomp_notify_continue(sb->listener, ev, &e) == 0)
       return;
   }
   if (ws->reason == KILL_NONE)
-    snprintf(ws->syscall, sizeof ws->syscall, "%s", ev.name);
+    snprintf(ws->syscall, sizeof ws->syscall, "%s", ev->name);
   do_kill(sb, ws, KILL_SYSCALL);
+}
+
+/* The next notification; false when there is none to act on. */
+static bool receive(kc_sandbox *sb, kc_seccomp_event *ev) {
+  kc_error e;
+  if (kc_seccomp_notify_receive(sb->listener, ev, &e) == 0)
+    return true;
+  if (e.code != ENOENT && e.code != EINTR && e.code != EAGAIN)
+    kc_close_fd(&sb->listener); /* broken listener: the tree dies at its end anyway */
+  return false;
+}
+
+static void on_notification(kc_sandbox *sb, wait_state *ws) {
+  kc_seccomp_event ev;
+  if (receive(sb, &ev))
+    on_event(sb, ws, &ev);
+}
+
+/* The listener, handed over by the program's child once its filter is loaded. */
+static void take_listener(kc_sandbox *sb) {
+  int fd = -1;
+  kc_error e;
+  if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
+    sb->listener = fd;
+  kc_close_fd(&sb->sock_rd);
+}
+
+int kc_sandbox_idle(kc_sandbox *sb, int fd, kc_error *err) {
+  if (!sb || sb->reaped)
+    return kc_error_set(err, EINVAL, "sandbox already waited for");
+  while (!sb->has_stash) {
+    struct pollfd pf[4] = {{fd, POLLIN, 0},
+                           {sb->pidfd, POLLIN, 0},
+                           {sb->sock_rd, POLLIN, 0},
+                           {sb->listener, POLLIN, 0}};
+    int pr = poll(pf, 4, -1);
+    if (pr < 0 && errno == EINTR)
+      continue;
+    if (pr < 0)
+      return kc_error_set(err, errno, "poll");
+    if (pf[2].revents)
+      take_listener(sb);
+    if ((pf[3].revents & POLLIN) && receive(sb, &sb->stash))
+      sb->has_stash = !answered_sysinfo(sb, &sb->stash);
+    else if (pf[3].revents & (POLLHUP | POLLERR | POLLNVAL))
+      kc_close_fd(&sb->listener); /* no task left behind the filter */
+    if (!sb->has_stash && (pf[0].revents || pf[1].revents))
+      return 0;
+  }
+  return 1;
 }
 
 static int wait_loop(kc_sandbox *sb, kc_result *res, kc_error *err);
@@ -253,13 +304,8 @@ static bool ready(const poll_set *ps, int i) {
 static void handle_events(kc_sandbox *sb, wait_state *ws, const poll_set *ps) {
   if (ready(ps, ps->rep))
     read_report(sb, ws);
-  if (ready(ps, ps->sock)) {
-    int fd = -1;
-    kc_error e;
-    if (kc_seccomp_recv_listener(sb->sock_rd, 0, &fd, &e) == 0)
-      sb->listener = fd;
-    kc_close_fd(&sb->sock_rd);
-  }
+  if (ready(ps, ps->sock))
+    take_listener(sb);
   if (ready(ps, ps->lis)) {
     if (ps->pf[ps->lis].revents & POLLIN)
       on_notification(sb, ws);
@@ -297,6 +343,10 @@ static int watch(kc_sandbox *sb, wait_state *ws, kc_error *err) {
   const double wall_deadline = sb->lim.wall_s > 0 ? sb->t0 + sb->lim.wall_s : INFINITY;
   const bool cpu_poll = sb->lim.cpu_s > 0 && sb->cg && sb->base.cpu_usec >= 0;
   double kill_deadline = INFINITY; /* bounded wait for the tree to die once killed */
+  if (sb->has_stash) {             /* taken while idle (kc_sandbox_idle) */
+    sb->has_stash = false;
+    on_event(sb, ws, &sb->stash);
+  }
   while (!ws->init_exited) {
     poll_set ps;
     build_poll_set(sb, ws, &ps);

@@ -302,14 +302,14 @@ static void standby_main(kc_agent *a, int ctl) {
     kc_log(KC_LOG_WARN, "kcage agent", "TVM standby: %s", kc_escape(err.msg, shown, sizeof shown));
     _exit(to.ahead && err.code == ENOTSUP ? STANDBY_EXIT_NOT_IDLE : 2);
   }
-  struct pollfd p[2] = {
-      {.fd = ctl, .events = POLLIN},
-      {.fd = (int)syscall(SYS_pidfd_open, kc_tvm_standby_pid(sb), 0), .events = POLLIN}};
-  while (poll(p, 2, -1) < 0 && errno == EINTR) {
-  }
+  /* until its session comes, answering its sysinfo calls; a forbidden call ends it */
+  int idle = kc_tvm_standby_idle(sb, ctl);
+  struct pollfd end = {.fd = (int)syscall(SYS_pidfd_open, kc_tvm_standby_pid(sb), 0),
+                       .events = POLLIN};
   struct handoff h;
   int fd = -1, nfd = 1;
-  if (p[1].revents || kc_recv_fds(ctl, &h, sizeof h, &fd, &nfd) != (ssize_t)sizeof h || nfd != 1) {
+  if (idle != 0 || poll(&end, 1, 0) != 0 ||
+      kc_recv_fds(ctl, &h, sizeof h, &fd, &nfd) != (ssize_t)sizeof h || nfd != 1) {
     kc_tvm_standby_drop(sb); /* its sandbox died, or the agent */
     _exit(2);
   }

@@ -256,10 +256,11 @@ static int spawn_session(session_run *r, int in_fd, char **envp, double wall, kc
   c.always_cgroup = true;
   c.ids = &r->ids;
   c.settings = o->settings;
-  /* A standby is started ahead and waited for only once its session comes: answering
-   * sysinfo would stall Python's start there (it calls it at once), so it keeps the
-   * host's.  Sessions from the TVM zygote are pool workers, whose sysinfo the zygote's
-   * process answers through its relay thread (worker/sysinfo_relay.c). */
+  /* A standby is started ahead and waited for only once its session comes: its
+   * process idles over it until then (kc_tvm_standby_idle), answering the sysinfo that
+   * Python calls while it imports TVM.  Sessions from the TVM zygote are pool workers,
+   * whose sysinfo the zygote's process answers through its relay thread
+   * (worker/sysinfo_relay.c). */
   return kc_sandbox_spawn_ahead(&c, out, err);
 }
 
@@ -448,6 +449,11 @@ void kc_tvm_standby_drop(kc_tvm_standby *s) {
 
 int kc_tvm_standby_pid(const kc_tvm_standby *s) {
   return kc_sandbox_pid(s->sb);
+}
+
+int kc_tvm_standby_idle(kc_tvm_standby *s, int fd) {
+  kc_error e = {0};
+  return kc_sandbox_idle(s->sb, fd, &e);
 }
 
 int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_error *err) {

@@ -64,6 +64,10 @@ int kc_tvm_session_serve(int fd, const kc_tvm_serve_opts *o, kc_error *err);
 typedef struct kc_tvm_standby kc_tvm_standby;
 int kc_tvm_standby_start(const kc_tvm_serve_opts *o, kc_tvm_standby **out, kc_error *err);
 int kc_tvm_standby_pid(const kc_tvm_standby *s); /* the sandbox's init, to watch */
+/* Until fd is readable or the sandbox has ended (0), answer its program's sysinfo(2)
+ * (Python calls it while it imports TVM); 1 when it made a forbidden call, -1 when
+ * it cannot be watched (kc_sandbox_idle). */
+int kc_tvm_standby_idle(kc_tvm_standby *s, int fd);
 /* kc_tvm_session_serve through the standby (a kcage.sandbox request with settings gets a
  * fresh sandbox made for it instead); consumes s. */
 int kc_tvm_standby_serve(kc_tvm_standby *s, int fd, const kc_tvm_serve_opts *o, kc_error *err);

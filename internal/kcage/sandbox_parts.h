@@ -82,11 +82,16 @@ typedef struct kc_seccomp_prog kc_seccomp_prog;
 int kc_sandbox_lockdown_prog(const kc_policy *policy, double cpu_s, const kc_seccomp_prog *prog,
                              int sock, kc_error *err);
 
-/* kc_sandbox_spawn for a sandbox started ahead of its wait (a TVM session's standby):
- * its program's sysinfo(2) is left to the kernel (the host's load and memory).
- * kc_sandbox_spawn hands sysinfo to kc_sandbox_wait, which answers with the sandbox's
- * own figures: a program would block in it until the wait begins. */
+/* kc_sandbox_spawn for a sandbox started ahead of its wait (a TVM session's standby).
+ * Its program's sysinfo(2) goes to its supervisor as kc_sandbox_spawn's does, and
+ * blocks until answered: the supervisor waits for it, or idles over it
+ * (kc_sandbox_idle) until then. */
 int kc_sandbox_spawn_ahead(const kc_sandbox_config *c, kc_sandbox **out, kc_error *err);
+/* Until fd is readable or the sandbox's init has ended (0), answer its program's
+ * sysinfo(2) calls; 1 as soon as it makes any other call the filter hands to us (a
+ * violation, kept for kc_sandbox_wait, whose verdict names it), -1 with err on a
+ * failed poll.  Nothing else is watched: output pipes fill, limits wait for the wait. */
+int kc_sandbox_idle(kc_sandbox *sb, int fd, kc_error *err);
 
 /* ---------------------------------------------------------------------------------
  * The one verdict decider, for every supervisor of a sandboxed process.
