@@ -1234,6 +1234,19 @@ static void test_proc_view(void **state) {
   rmdir(dir);
 }
 
+/* A sandboxed worker under this policy (64 MiB). */
+static kc_worker *policy_worker(const char *policy) {
+  kc_worker_opts o;
+  opts_init(&o);
+  o.policy = policy;
+  o.limits.memory_bytes = 64u << 20;
+  kc_worker *w = NULL;
+  kc_error err = {0};
+  if (kc_worker_new(&o, &w, &err) < 0)
+    fail_msg("kc_worker_new (%s): %s", policy, err.msg);
+  return w;
+}
+
 /* sysinfo(2) and the boot clock in a worker are the pool's, not the host's: its clock
  * starts with the pool (a time namespace), and sysinfo answers no load, one process,
  * nothing used by others, and fails on a buffer the kernel's would refuse.  It goes to
@@ -1245,14 +1258,8 @@ static void test_proc_view(void **state) {
 static void host_clocks_under(const char *policy) {
   struct timespec t0, t1;
   clock_gettime(CLOCK_BOOTTIME, &t0);
-  kc_worker_opts o;
-  opts_init(&o);
-  o.policy = policy;
-  o.limits.memory_bytes = 64u << 20;
-  kc_worker *w = NULL;
+  kc_worker *w = policy_worker(policy);
   kc_error err = {0};
-  if (kc_worker_new(&o, &w, &err) < 0)
-    fail_msg("kc_worker_new: %s", err.msg);
   kc_call_result r;
   if (kc_worker_send(w, H("host_clocks"), "", 0, 10, &err) < 0)
     fail_msg("send: %s", err.msg);
@@ -1296,12 +1303,7 @@ static void test_sysinfo_sigsys_blocked(void **state) {
   (void)state;
   const char *policies[] = {"measure", "exec"};
   for (int i = 0; i < 2; i++) {
-    kc_worker_opts o;
-    opts_init(&o);
-    o.policy = policies[i];
-    kc_worker *w;
-    kc_error err = {0};
-    assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+    kc_worker *w = policy_worker(policies[i]);
     kc_call_result r;
     call(w, H("sysinfo_sigsys_blocked"), "", 0, 10, &r);
     print_message("sysinfo, SIGSYS blocked (%s): %d %s\n", policies[i], r.status, r.message);
@@ -1318,12 +1320,7 @@ static void test_sysinfo_sigsys_blocked(void **state) {
  * process); without python3 in the sandbox there is nothing to run. */
 static void test_host_clocks_exec(void **state) {
   (void)state;
-  kc_worker_opts o;
-  opts_init(&o);
-  o.policy = "exec";
-  kc_worker *w;
-  kc_error err = {0};
-  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  kc_worker *w = policy_worker("exec");
   static const char argv[] =
       "/usr/bin/python3\0-c\0"
       "import ctypes,sys\n"
@@ -1349,12 +1346,7 @@ static void test_host_clocks_exec(void **state) {
  * worker and is named in its verdict, and the worker after it answers again. */
 static void test_relayed_violation_named(void **state) {
   (void)state;
-  kc_worker_opts o;
-  opts_init(&o);
-  o.policy = "exec";
-  kc_worker *w;
-  kc_error err = {0};
-  assert_int_equal(kc_worker_new(&o, &w, &err), 0);
+  kc_worker *w = policy_worker("exec");
   static const char argv[] = "/bin/umount\0/tmp";
   kc_call_result r;
   call(w, "exec", argv, sizeof argv, 30, &r);
