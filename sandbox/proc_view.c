@@ -23,7 +23,7 @@
  *
  * What stays out of reach of a file system: sysinfo(2) (host uptime, loads, free
  * memory) and CLOCK_BOOTTIME.  A sandbox's supervisor answers sysinfo itself with
- * kc__sandbox_sysinfo() (seccomp_compile.c: kc_policy_views_sysinfo), and init gives
+ * kc_sandbox_sysinfo() (seccomp_compile.c: kc_policy_views_sysinfo), and init gives
  * the program a time namespace whose boot and monotonic clocks start at the sandbox's
  * start (kc_sandbox_time_view): for a pool, the zygote's, so its workers' clocks
  * start at the pool's start. */
@@ -156,26 +156,21 @@ static int boot_id_text(char *out, size_t cap) {
  * secret, the free, shared and buffer counters would be a window on the other tenants.
  * No swap, no load, one process, up since the sandbox started: what sysinfo(2) answers
  * inside a sandbox (its supervisor writes this) and what meminfo shows. */
-void kc_sandbox_sysinfo_answer(struct sysinfo *out, unsigned long totalram, unsigned mem_unit,
-                               double uptime_s) {
+void kc_sandbox_sysinfo(struct sysinfo *out, double uptime_s) {
+  struct sysinfo host;
+  if (sysinfo(&host) < 0)
+    memset(&host, 0, sizeof host);
   memset(out, 0, sizeof *out);
-  out->totalram = totalram;
-  out->mem_unit = mem_unit ? mem_unit : 1;
+  out->totalram = host.totalram;
+  out->mem_unit = host.mem_unit ? host.mem_unit : 1;
   out->freeram = out->totalram;
   out->uptime = uptime_s > 0 ? (long)uptime_s : 0;
   out->procs = 1;
 }
 
-void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s) {
-  struct sysinfo host;
-  if (sysinfo(&host) < 0)
-    memset(&host, 0, sizeof host);
-  kc_sandbox_sysinfo_answer(out, host.totalram, host.mem_unit, uptime_s);
-}
-
 static int meminfo_text(char *out, size_t cap) {
   struct sysinfo si;
-  kc__sandbox_sysinfo(&si, 0);
+  kc_sandbox_sysinfo(&si, 0);
   unsigned long long kb = (unsigned long long)si.totalram * si.mem_unit / 1024;
   snprintf(out, cap,
            "MemTotal:       %llu kB\nMemFree:        %llu kB\nMemAvailable:   %llu kB\n"

@@ -108,8 +108,6 @@ int kc__fs_tmpfs(const char *dst, uint64_t size, kc_error *err);
 /* Per-sandbox files over /proc's host-wide counters and boot id (proc_view.c); called
  * with the new root still writable, after the host-describing files are masked. */
 int kc__proc_view(const char *proc, kc_error *err);
-struct sysinfo;
-void kc__sandbox_sysinfo(struct sysinfo *out, double uptime_s);
 /* Parent side, before the clone: open every bind source as a detached mount tree
  * (with its final flags) where this process may, so the child needs no access to the
  * path; kc__fs_close_trees closes them after the clone. */

@@ -171,7 +171,7 @@ static bool answered_sysinfo(kc_sandbox *sb, const kc_seccomp_event *ev) {
     return false;
   struct sysinfo si;
   kc_error e;
-  kc__sandbox_sysinfo(&si, kc_now_s() - sb->t0);
+  kc_sandbox_sysinfo(&si, kc_now_s() - sb->t0);
   kc_seccomp_notify_sysinfo(sb->listener, ev, &si, &e); /* failing: the task is gone */
   return true;
 }

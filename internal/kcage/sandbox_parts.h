@@ -139,12 +139,11 @@ int kc_sandbox_hide_args(const char *name, char **old_args, size_t *old_len, kc_
 int kc_sandbox_time_offsets_open(void);
 int kc_sandbox_time_view(int offsets_fd, int64_t *shift_ns, kc_error *err);
 
-/* What sysinfo(2) answers inside a sandbox (proc_view.c): a machine of totalram units of
- * mem_unit bytes (the host's: not a secret) that nobody else uses, no load, one
- * process, up for uptime_s.  Touches nothing but *out (a SIGSYS handler calls it). */
+/* What sysinfo(2) answers inside a sandbox or a pool worker (proc_view.c): a machine of
+ * the host's memory size (not a secret) that nobody else uses, no load, one process,
+ * up for uptime_s.  Its supervisor writes this into the caller's buffer. */
 struct sysinfo;
-void kc_sandbox_sysinfo_answer(struct sysinfo *out, unsigned long totalram, unsigned mem_unit,
-                               double uptime_s);
+void kc_sandbox_sysinfo(struct sysinfo *out, double uptime_s);
 
 #ifdef __cplusplus
 }
