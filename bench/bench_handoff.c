@@ -55,6 +55,7 @@ typedef struct {
   const char *name;
   double *start, *end, *pair;
   size_t n;
+  bool split; /* the child stamped its side: start and end are known */
 } series;
 
 static void die(const char *what, const kc_error *e) {
@@ -113,6 +114,7 @@ static void child_handoff(shared *s, pid_t child, bool stop, series *out) {
   }
   out->pair[out->n] = t1 - t0;
   out->n++;
+  out->split = true;
 }
 
 /* One empty piece through a stopped kcage worker, as a timed piece goes. */
@@ -140,6 +142,7 @@ static void worker_handoff(kc_worker *w, series *out) {
 static void alloc_series(series *s, const char *name, size_t n) {
   s->name = name;
   s->n = 0;
+  s->split = false;
   s->start = calloc(n, sizeof(double));
   s->end = calloc(n, sizeof(double));
   s->pair = calloc(n, sizeof(double));
@@ -168,7 +171,7 @@ static void row(const series *s, const char *key, double *pair_med) {
   double us = 1e6, p50 = kc_measure_quantile(s->pair, s->n, 0.5);
   double p90 = kc_measure_quantile(s->pair, s->n, 0.9);
   char start[16] = "-", end[16] = "-";
-  if (s->start[0] != 0 || s->end[0] != 0) {
+  if (s->split) {
     snprintf(start, sizeof start, "%.2f", kc_measure_quantile(s->start, s->n, 0.5) * us);
     snprintf(end, sizeof end, "%.2f", kc_measure_quantile(s->end, s->n, 0.5) * us);
   }
