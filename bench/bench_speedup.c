@@ -12,6 +12,13 @@
  * medians.  Each trial runs harness(reference), harness(variant), kcage, harness(variant),
  * harness(reference) on one CPU, so a drift linear over the trial cancels.
  *
+ * The hot loop is one of the two layouts TVM's tuners time in.  The other, its
+ * cache-flushed evaluator (enable_cpu_cache_flush), evicts the tensors before each call;
+ * a second table reads each pair that way, against kcage with --flush-cache, and says
+ * how far the harness's two readings of one pair part.  Where they part by more than
+ * 5 %, agreement within 5 % with one of them is a choice of cache state, not a property
+ * of the timer.
+ *
  * Ranking: seven schedules of one matmul, in one kcage batch (as a tuner sends them) and
  * in the harness before and after it; Kendall's tau between the two orders, per run. */
 #include <math.h>
@@ -156,6 +163,8 @@ static const pair pairs[] = {
     {"sum 1M, 4 acc/1", "sum_1m", "f32[1048576] f32[1]:out", SUM_SERIAL, SUM_FOUR, 10},
 };
 
+#define N_PAIRS (sizeof pairs / sizeof pairs[0])
+
 typedef struct variant {
   const char *name, *src;
 } variant;
@@ -259,6 +268,52 @@ static double hot_trial(hot *h, uint32_t repeat) {
   return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
 }
 
+/* TVM's cache-flushed evaluator (enable_cpu_cache_flush: number 1, the tensors evicted
+ * with clflush before each call, outside the clock), the other layout TVM's tuners time
+ * in.  It evicts every tensor, the output too, as kcage's --flush-cache does; TVM's
+ * cache_flush_cpu_non_first_arg spares the first argument.  One call per clock pair,
+ * the pair's own cost (pair_s) taken off. */
+static void flush_tensors(const hot *h) {
+#if defined(__x86_64__)
+  for (uint32_t i = 0; i < h->spec.n; i++)
+    for (uint64_t o = 0; o < h->spec.t[i].nbytes; o += 64)
+      __builtin_ia32_clflush((const char *)h->buf[i] + o);
+  __builtin_ia32_mfence();
+#else
+  (void)h;
+#endif
+}
+
+static double clock_pair_s(void) {
+  double v[1001];
+  for (int i = 0; i < 1001; i++) {
+    double t0 = kc_measure_now();
+    v[i] = kc_measure_now() - t0;
+  }
+  return kc_measure_quantile(v, 1001, 0.5);
+}
+
+static double cold_round(hot *h, uint64_t number, double pair_s) {
+  double sum = 0;
+  for (uint64_t c = 0; c < number; c++) {
+    flush_tensors(h);
+    double t0 = kc_measure_now();
+    h->fn(h->t, (int32_t)h->spec.n);
+    sum += kc_measure_now() - t0 - pair_s;
+  }
+  return sum / (double)number;
+}
+
+/* Median seconds per flushed call over `repeat` rounds of at least ROUND_S of calls. */
+static double cold_trial(hot *h, uint32_t repeat, double pair_s) {
+  double per = cold_round(h, 1, pair_s);
+  uint64_t number = per > 0 ? (uint64_t)ceil(ROUND_S / per) : 1;
+  double v[64];
+  for (uint32_t r = 0; r < repeat && r < 64; r++)
+    v[r] = cold_round(h, number, pair_s);
+  return kc_measure_quantile(v, repeat < 64 ? repeat : 64, 0.5);
+}
+
 /* kcage's round layout run in this process (bench_floor.h), as many calls a round as the
  * harness makes: median seconds per call. */
 static double floor_trial(hot *h, uint32_t repeat, double per_call) {
@@ -280,7 +335,7 @@ static void hot_close(hot *h) {
 
 /* One kcage batch: kernels (n of them) with an optional reference; the records. */
 static json_t *kcage_batch(const char *args, const char *ref, const char *const *k, size_t n,
-                           uint32_t repeat, int cpu) {
+                           uint32_t repeat, int cpu, bool flush) {
   kc_measure_config cfg;
   kc_measure_config_init(&cfg);
   cfg.args = args;
@@ -292,6 +347,7 @@ static json_t *kcage_batch(const char *args, const char *ref, const char *const 
   cfg.timeout_s = 60;
   cfg.pin_cpu = cpu >= 0;
   cfg.cpu = cpu >= 0 ? (uint32_t)cpu : 0;
+  cfg.flush_cache = flush;
   json_t *recs;
   kc_error err = {0};
   if (kc_measure_run_batch(&cfg, k, n, &recs, &err) < 0) {
@@ -316,8 +372,9 @@ static void set_result(const char *key, const char *what, double v) {
 }
 
 /* One pair: TRIALS trials; returns true when kcage's speed-up is within 5 % of the
- * harness's (median over trials); *floor_ok: within 5 % of the floor's. */
-static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
+ * harness's (median over trials); *floor_ok: within 5 % of the floor's; *hot_h, *kc:
+ * the harness's speed-up and kcage's. */
+static bool run_pair(const pair *p, size_t idx, bool *floor_ok, double *hot_h, double *kc) {
   char ref_so[512], var_so[512], tag[64];
   snprintf(tag, sizeof tag, "p%zu_ref", idx);
   build(p->ref, tag, ref_so, sizeof ref_so);
@@ -334,7 +391,7 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
     double r1 = hot_trial(&hr, p->repeat), v1 = hot_trial(&hv, p->repeat);
     bench_pin(-1);
     const char *k[1] = {var_so};
-    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu);
+    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu, false);
     json_t *rec = json_array_get(recs, 0);
     ks[t] = json_number_value(json_object_get(rec, "speedup"));
     kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
@@ -356,6 +413,8 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
   double r = kc_measure_quantile(q, TRIALS, 0.5), fl = kc_measure_quantile(fs, TRIALS, 0.5);
   bool ok = fabs(r - 1) <= 0.05;
   *floor_ok = fabs(k / fl - 1) <= 0.05;
+  *hot_h = h;
+  *kc = k;
   /* each side's medians over trials: which of the two times moves the ratio */
   double mkr = kc_measure_quantile(kr, TRIALS, 0.5), mkv = kc_measure_quantile(kv, TRIALS, 0.5);
   double mhr = kc_measure_quantile(hr_s, TRIALS, 0.5), mhv = kc_measure_quantile(hv_s, TRIALS, 0.5);
@@ -368,6 +427,61 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok) {
   set_result(p->key, "harness", h);
   set_result(p->key, "ratio", r);
   set_result(p->key, "floor", fl);
+  return ok;
+}
+
+/* One pair in the cache-flushed layout: TRIALS trials of cold harness(reference),
+ * cold harness(variant), kcage --flush-cache, cold harness(variant), cold
+ * harness(reference) on one CPU.  hot_h: the hot loop's speed-up for the pair (run_pair),
+ * to show how far TVM's two layouts of one harness part.  Returns true when kcage's
+ * speed-up is within 5 % of the cold harness's; *cold_h: the cold harness's. */
+static bool run_cold_pair(const pair *p, size_t idx, double hot_h, double *cold_h) {
+  char ref_so[512], var_so[512], tag[64]; /* not run_pair's files: those stay mapped */
+  snprintf(tag, sizeof tag, "c%zu_ref", idx);
+  build(p->ref, tag, ref_so, sizeof ref_so);
+  snprintf(tag, sizeof tag, "c%zu_var", idx);
+  build(p->var, tag, var_so, sizeof var_so);
+  hot hr, hv;
+  hot_open(&hr, ref_so, p->args);
+  hot_open(&hv, var_so, p->args);
+  double ks[TRIALS], hs[TRIALS], q[TRIALS], hr_s[TRIALS], hv_s[TRIALS], kr[TRIALS], kv[TRIALS];
+  for (int t = 0; t < TRIALS; t++) {
+    int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
+    bench_pin(cpu);
+    double pair_s = clock_pair_s();
+    double r1 = cold_trial(&hr, p->repeat, pair_s), v1 = cold_trial(&hv, p->repeat, pair_s);
+    bench_pin(-1);
+    const char *k[1] = {var_so};
+    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu, true);
+    json_t *rec = json_array_get(recs, 0);
+    ks[t] = json_number_value(json_object_get(rec, "speedup"));
+    kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
+    kv[t] = json_number_value(json_object_get(rec, "median_s"));
+    json_decref(recs);
+    bench_pin(cpu);
+    double v2 = cold_trial(&hv, p->repeat, pair_s), r2 = cold_trial(&hr, p->repeat, pair_s);
+    bench_pin(-1);
+    hr_s[t] = sqrt(r1 * r2);
+    hv_s[t] = sqrt(v1 * v2);
+    hs[t] = hr_s[t] / hv_s[t];
+    q[t] = ks[t] / hs[t];
+  }
+  hot_close(&hr);
+  hot_close(&hv);
+  double k = kc_measure_quantile(ks, TRIALS, 0.5), h = kc_measure_quantile(hs, TRIALS, 0.5);
+  double r = kc_measure_quantile(q, TRIALS, 0.5);
+  bool ok = fabs(r - 1) <= 0.05;
+  *cold_h = h;
+  printf("  %-24s %8.3fx %8.3fx %8.4f  [%.3f..%.3f]  %-9s  %8.3fx %8.3f  %10.1f %10.1f %10.1f "
+         "%10.1f\n",
+         p->name, k, h, r, q[0], q[TRIALS - 1], ok ? "yes" : "NO", hot_h, hot_h / h,
+         kc_measure_quantile(kr, TRIALS, 0.5) * 1e6, kc_measure_quantile(hr_s, TRIALS, 0.5) * 1e6,
+         kc_measure_quantile(kv, TRIALS, 0.5) * 1e6, kc_measure_quantile(hv_s, TRIALS, 0.5) * 1e6);
+  fflush(stdout);
+  set_result(p->key, "cold_kcage", k);
+  set_result(p->key, "cold_harness", h);
+  set_result(p->key, "cold_ratio", r);
+  set_result(p->key, "hot_over_cold_harness", hot_h / h);
   return ok;
 }
 
@@ -403,7 +517,7 @@ static double run_ranking(void) {
     for (size_t i = 0; i < N_RANKED; i++)
       h1[i] = hot_trial(&h[i], RANK_REPEAT);
     bench_pin(-1);
-    json_t *recs = kcage_batch(RANK_ARGS, NULL, k, N_RANKED, RANK_REPEAT, cpu);
+    json_t *recs = kcage_batch(RANK_ARGS, NULL, k, N_RANKED, RANK_REPEAT, cpu, false);
     for (size_t i = 0; i < N_RANKED; i++)
       kt[run][i] = json_number_value(json_object_get(json_array_get(recs, i), "median_s"));
     json_decref(recs);
@@ -426,6 +540,41 @@ static double run_ranking(void) {
     hot_close(&h[i]);
   kc_measure_set("speedup", "rank_tau_min", worst);
   return worst;
+}
+
+/* The same pairs in the layout TVM's cache-flushed evaluator times: kcage with
+ * --flush-cache against that harness, how far the harness's own two layouts part, and
+ * whether kcage's default speed-up (kc, the first table's) lies within 5 % of the span
+ * between them: no further from one of TVM's readings than they are from each other. */
+static void cold_table(const char *only, const double *hot_h, const double *kc) {
+  printf("cache-flushed: kcage --flush-cache's speed-ups against the same harness's with every "
+         "tensor evicted (clflush) before each call, outside the clock (TVM's "
+         "enable_cpu_cache_flush), %d trials each cold harness(ref), cold harness(variant), "
+         "kcage, cold harness(variant), cold harness(ref) on one CPU, the CPUs in turn; target "
+         "within 5 %%\n",
+         TRIALS);
+  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
+         "harness", "ratio", "[trials]", "within 5%", "hot h", "hot/cold", "ref kc us", "ref h us",
+         "var kc us", "var h us");
+  printf("  (hot h: the hot loop's speed-up from the table above; hot/cold: it over the cold "
+         "harness's, how far TVM's two layouts of one harness part for the pair)\n");
+  int within = 0, n = 0, apart = 0, spanned = 0;
+  for (size_t i = 0; i < N_PAIRS; i++)
+    if (!only || strstr(pairs[i].key, only)) {
+      double h;
+      within += run_cold_pair(&pairs[i], i, hot_h[i], &h);
+      n++;
+      apart += h > 0 && fabs(hot_h[i] / h - 1) > 0.05;
+      double lo = h < hot_h[i] ? h : hot_h[i], hi = h < hot_h[i] ? hot_h[i] : h;
+      spanned += kc[i] >= 0.95 * lo && kc[i] <= 1.05 * hi;
+    }
+  printf("  pairs within 5 %% of the cold harness: %d of %d; pairs whose hot and cold harness "
+         "speed-ups part by more than 5 %%: %d of %d; pairs whose kcage speed-up (first table) "
+         "lies within 5 %% of the span between them: %d of %d\n",
+         within, n, apart, n, spanned, n);
+  kc_measure_set("speedup", "cold_pairs_within_5pct", within);
+  kc_measure_set("speedup", "harness_layouts_apart_5pct", apart);
+  kc_measure_set("speedup", "pairs_within_harness_span", spanned);
 }
 
 int main(int argc, char **argv) {
@@ -451,10 +600,11 @@ int main(int argc, char **argv) {
          "sandbox; kc/floor: kcage's over it, what the sandbox does to the speed-up; "
          "kcage/floor/harness medians over trials)\n");
   int within = 0, within_floor = 0, n_pairs = 0;
-  for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
+  double hot_h[N_PAIRS], kc[N_PAIRS];
+  for (size_t i = 0; i < N_PAIRS; i++)
     if (!only || strstr(pairs[i].key, only)) {
       bool fok;
-      within += run_pair(&pairs[i], i, &fok);
+      within += run_pair(&pairs[i], i, &fok, &hot_h[i], &kc[i]);
       within_floor += fok;
       n_pairs++;
     }
@@ -464,6 +614,8 @@ int main(int argc, char **argv) {
            within, n_pairs, within_floor, n_pairs);
   kc_measure_set("speedup", "pairs_within_5pct", within);
   kc_measure_set("speedup", "pairs_within_5pct_of_floor", within_floor);
+  if (n_pairs)
+    cold_table(only, hot_h, kc);
   if (!only || strstr("rank", only)) {
     printf("ranking: %zu matmul 128x128 schedules, kcage's medians (one batch) against the "
            "harness's (before and after it), Kendall tau per run; target >= 0.9 in each of "
