@@ -16,7 +16,7 @@ static void usage(FILE *out) {
           "                   [--auth-timeout SEC]\n"
           "                   [--max-memory SIZE] [--max-timeout SEC] [--max-session SEC]\n"
           "                   [--max-pids N] [--max-cpus X] [--tvm-python PATH]\n"
-          "                   [--tvm-policy NAME]...\n"
+          "                   [--tvm-policy NAME]... [--no-tvm-zygote]\n"
           "                   [--metrics H:P] [--limits-fallback rlimit]\n"
           "                   [--sandbox-ids BASE:COUNT] [--verbose]\n\n"
           "Register this machine with an RPC tracker (kcage's or TVM's own) under KEY, like\n"
@@ -48,6 +48,11 @@ static void usage(FILE *out) {
           "                       once, in a zygote each session is forked from\n"
           "  --tvm-policy NAME    a policy a TVM session may name through kcage.sandbox\n"
           "                       (repeatable; the first is the default; default: tvm)\n"
+          "  --no-tvm-zygote      start each TVM session's interpreter in a sandbox of its\n"
+          "                       own, made ahead while the last session runs, instead of\n"
+          "                       forking it from the zygote: no two sessions' processes\n"
+          "                       share a parent or its memory layout (costs TVM's import,\n"
+          "                       seconds of CPU, per session)\n"
           "  --metrics H:P        serve Prometheus metrics on http://H:P/metrics (sessions,\n"
           "                       verdicts by status, connections and drops by reason)\n"
           "  --limits-fallback rlimit\n"
@@ -132,6 +137,7 @@ static const struct option longs[] = {{"tracker", required_argument, 0, 't'},
                                       {"max-cpus", required_argument, 0, 'C'},
                                       {"tvm-python", required_argument, 0, 'y'},
                                       {"tvm-policy", required_argument, 0, 'o'},
+                                      {"no-tvm-zygote", no_argument, 0, 'Z'},
                                       {"metrics", required_argument, 0, 'm'},
                                       {"limits-fallback", required_argument, 0, 'l'},
                                       {"sandbox-ids", required_argument, 0, 'i'},
@@ -199,6 +205,9 @@ static int agent_option(agent_args *a, int ch, const char *arg) {
     return 0;
   case 'y':
     o->tvm_python = arg;
+    return 0;
+  case 'Z':
+    o->tvm_no_zygote = true;
     return 0;
   case 'o':
     if (o->n_tvm_policies == sizeof a->policies / sizeof a->policies[0]) {

@@ -153,6 +153,7 @@ int kc_agent_new(const kc_agent_opts *o, kc_agent **out, kc_error *err) {
   a->hub_ctl = -1;
   a->hub_backoff = 1;
   a->standby_ahead = true;
+  a->hub_off = o->tvm_no_zygote; /* the operator's choice: every session a standby */
   a->missing_since = -1;
   a->stop_pipe[0] = a->stop_pipe[1] = -1;
   if (pipe2(a->stop_pipe, O_CLOEXEC | O_NONBLOCK) < 0 || bind_listen(a, err) < 0) {

@@ -495,6 +495,61 @@ def test_next_tenant_finds_nothing_of_the_last_process(servers, tmp_path):
     gc.collect()
 
 
+SYSINFO = r"""
+    struct sysinfo s;
+    if (sysinfo(&s) != 0) _exit(30);
+    if (s.loads[0] || s.loads[1] || s.loads[2]) _exit(31);
+    if (s.procs != 1) _exit(32);
+"""
+
+
+@pytest.fixture(scope="module")
+def fresh(servers, tmp_path_factory):
+    """A second agent, under key "kf", with --no-tvm-zygote: every TVM session's
+    interpreter starts in a sandbox of its own, made ahead (the standby)."""
+    logs = tmp_path_factory.mktemp("fresh-logs")
+    agent = Daemon(
+        [_kcage(), "agent", "--tracker", "127.0.0.1:%d" % servers["port"], "--key", "kf",
+         "--host", "127.0.0.1", "--port", "0", "--tvm-python", sys.executable,
+         "--max-memory", "1G", "--max-pids", "128", "--max-session", "120", "--reput", "1",
+         "--no-tvm-zygote"],
+        "agent", logs / "agent.log")
+    yield agent
+    agent.stop()
+
+
+def test_no_zygote_sessions_start_their_own_interpreter(servers, fresh, tmp_path):
+    """--no-tvm-zygote: TVM's client gets the same answers, two sessions in a row, from
+    interpreters started in sandboxes of their own (no zygote below the agent)."""
+    so, tarf = _modules(str(tmp_path))
+    expect = (np.arange(N, dtype="float32") * 2 + 1).tolist()
+    for _ in range(2):
+        ours = client_script(servers["port"], "kf", so, tarf)
+        assert ours["addone.so"]["result"] == expect and ours["addone.so"]["removed"]
+        assert ours["addone.tar"]["repeats"] == 2 and ours["addone.tar"]["positive"]
+        gc.collect()
+    assert _zygote(fresh.proc.pid) is None, "a TVM zygote below a --no-tvm-zygote agent"
+
+
+@pytest.mark.parametrize("key", ["ka", "kf"])
+def test_sessions_read_the_sandboxes_sysinfo(request, servers, tmp_path, key):
+    """A module loaded in a session, forked from the zygote (ka) or started in a
+    sandbox of its own (kf), reads the sandbox's sysinfo (no load, one process), not
+    the host's."""
+    if key == "kf":
+        request.getfixturevalue("fresh")
+    probe = tmp_path / "sysinfo.c"
+    probe.write_text("#include <sys/sysinfo.h>\n#include <unistd.h>\n"
+                     "__attribute__((constructor)) static void run(void) {%s}\n" % SYSINFO)
+    probe_so = str(tmp_path / "sysinfo.so")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", probe_so, str(probe)], check=True)
+    remote = _request(servers["port"], key, session_timeout=60)
+    remote.upload(probe_so)
+    remote.load_module("sysinfo.so")  # exits 30-32 (an RPC error) on the host's figures
+    del remote
+    gc.collect()
+
+
 def test_back_to_back_sessions_answer_their_first_call(servers):
     """Three sessions, each requested the moment the last one closed: each gets its first
     call answered (generous deadlines only; docs/measurements.md has the latencies)."""
