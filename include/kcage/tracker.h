@@ -239,12 +239,12 @@ typedef struct kc_agent_opts {
   const char *tvm_python;
   const char *const *tvm_policies;
   size_t n_tvm_policies;
+  bool verbose;
+  kc_settings settings; /* every session's sandboxes: the operator's, never a client's */
   /* Start each TVM session's interpreter in its own sandbox (a standby started ahead)
    * rather than fork it from the zygote: no session's process descends from one that
    * other tenants' sessions descend from too, at TVM's import per session. */
   bool tvm_no_zygote;
-  bool verbose;
-  kc_settings settings; /* every session's sandboxes: the operator's, never a client's */
 } kc_agent_opts;
 void kc_agent_opts_init(kc_agent_opts *o);
 
