@@ -44,6 +44,18 @@ useradd -r -M -d "$tmp/home" -s /bin/sh "$user"
 grep -q "^$user:" /etc/subuid 2>/dev/null && fail "$user got a subordinate uid range"
 mkdir -p "$tmp/home" "$tmp/k"
 cp "$kernels"/*.c "$kernels/ARGS" "$tmp/k/"
+# naive.c that aborts at load unless sysinfo(2) gives the sandbox's figures (no load, one
+# process): the pool's relay answers it by writing into the worker's memory, which an
+# unprivileged parent must be allowed to do too.
+{ cat "$kernels/naive.c"; cat <<'C'; } >"$tmp/k/sysinfo.c"
+#include <stdlib.h>
+#include <sys/sysinfo.h>
+__attribute__((constructor)) static void sandbox_view(void) {
+  struct sysinfo s;
+  if (sysinfo(&s) != 0 || s.procs != 1 || s.loads[0] || s.loads[1] || s.loads[2])
+    abort();
+}
+C
 chown -R "$user:" "$tmp/home" "$tmp/k"
 uid=$(id -u "$user")
 # A checkout under a directory only root may enter (/root, a mktemp -d) is out of the
@@ -121,11 +133,12 @@ bench_verdicts() { # NAME delegated|plain [OPTIONS...]
   [ "$mode" = delegated ] && pre=(delegated)
   as_user "${pre[@]}" "$kcage" bench "$@" --quiet --no-cache --timeout 5 --memory 256M \
     --json "$tmp/home/$name.json" --args "$(cat "$tmp/k/ARGS")" "$tmp/k/naive.c" \
-    "$tmp/k/segfault.c" "$tmp/k/memory_bomb.c" "$tmp/k/infinite_loop.c" "$tmp/k/fork.c" ||
+    "$tmp/k/segfault.c" "$tmp/k/memory_bomb.c" "$tmp/k/infinite_loop.c" "$tmp/k/fork.c" \
+    "$tmp/k/sysinfo.c" ||
     fail "$name: kcage bench exit $?"
   python3 - "$tmp/home/$name.json" "$how" <<'PY'
 import json, sys
-want = {"naive.c": "ok", "segfault.c": "crash", "memory_bomb.c": "memory",
+want = {"naive.c": "ok", "sysinfo.c": "ok", "segfault.c": "crash", "memory_bomb.c": "memory",
         "infinite_loop.c": "timeout", "fork.c": "syscall"}
 got, limits = {}, set()
 for line in open(sys.argv[1]):
