@@ -348,14 +348,18 @@ tvm_ffi_pool_rogue)
   vec='f32[1000] f32[1000] f32[1000]:out'
   # The thread rewrites only when the scheduler runs it in the moment between the
   # prepare reply and the stop; on a loaded machine it can miss every round of a run,
-  # and then there is nothing to see and `ok` is the truth.  So: up to five runs of 30
-  # rounds, one of them must name the poison, and none may say anything else.
+  # and then there is nothing to see and `ok` is the truth.  Run on the other CPU while
+  # a round runs, it can also write an old output over one a call of the round has
+  # just written: the reference check names that one.  So: up to five runs of 30
+  # rounds, one of them must name the poison or the wrong output, and none may say
+  # anything else.
   for try in 1 2 3 4 5; do
     "$kcage" bench --abi tvm-ffi --entry add --args "$vec" --reference "$tv/add.c" --repeat 30 \
       --sets 4 --number 8 --min-repeat-ms 0 --cpus 2 --json "$tmp/r.jsonl" "$tv/add_pool_rogue.c" \
       >"$tmp/out" 2>"$tmp/err" || { cat "$tmp/err"; exit 1; }
     cat "$tmp/r.jsonl"
-    grep '"status": *"suspicious"' "$tmp/r.jsonl" | grep -q 'did not hold the poison' && exit 0
+    grep '"status": *"suspicious"' "$tmp/r.jsonl" |
+      grep -q -e 'did not hold the poison' -e 'differs from the reference' && exit 0
     grep -q '"status": *"ok"' "$tmp/r.jsonl" || exit 1
   done
   exit 1
