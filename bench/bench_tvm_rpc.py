@@ -8,6 +8,8 @@ apache-tvm wheel), interleaved in one process so that both see the same load:
   MetaSchedule's RPCRunner runs its trials);
 - RPCRunner trials per minute: one built matmul run as TRIALS MetaSchedule runner
   inputs through RPCRunner (one session per trial, TVM's default evaluator);
+- both again for an agent started with --no-tvm-zygote (key "kf"), whose sessions each
+  start their interpreter in a sandbox made ahead instead of forking it from a zygote;
 - memory: PSS and RSS summed over each server's process tree (its sessions and, for
   the agent, its TVM zygote and the next session's process forked from it) with 0 sessions, and with 8 sessions open at once
   on 8 servers of each (an agent, like TVM's server, serves one session at a time).
@@ -37,9 +39,10 @@ def _kcage():
 
 
 class Stack:
-    """kcage's tracker, n kcage agents (key "ka") and n TVM rpc_servers (key "tvm")."""
+    """kcage's tracker, n kcage agents (key "ka") and n TVM rpc_servers (key "tvm"),
+    and with fresh one more agent with --no-tvm-zygote (key "kf")."""
 
-    def __init__(self, n, log):
+    def __init__(self, n, log, fresh=False):
         exe = _kcage()
         self.procs = []
         self.tracker = self._daemon([exe, "tracker", "--host", "127.0.0.1", "--port", "0"], log)
@@ -49,6 +52,13 @@ class Stack:
                                      "127.0.0.1", "--port", "0", "--tvm-python", sys.executable,
                                      "--max-memory", "1G", "--max-session", "300"], log)
                        for _ in range(n)]
+        if fresh:
+            self.agents.append(self._daemon([exe, "agent", "--tracker", trk, "--key", "kf",
+                                             "--host", "127.0.0.1", "--port", "0",
+                                             "--tvm-python", sys.executable, "--max-memory",
+                                             "1G", "--max-session", "300", "--no-tvm-zygote"],
+                                            log))
+        self.keys = ("ka", "tvm", "kf") if fresh else ("ka", "tvm")
         for a in self.agents:
             self._port(a, "agent")
         self.servers = [self._daemon([sys.executable, "-m", "tvm.exec.rpc_server", "--tracker",
@@ -77,7 +87,7 @@ class Stack:
         deadline = time.time() + timeout
         while True:
             q = t.summary()["queue_info"]
-            if all(q.get(k, {}).get("free", 0) >= n for k in ("ka", "tvm")):
+            if all(q.get(k, {}).get("free", 0) >= (1 if k == "kf" else n) for k in self.keys):
                 return
             if time.time() > deadline:
                 sys.exit("bench_tvm_rpc: servers not registered: %r" % q)
@@ -113,12 +123,12 @@ def first_call(port, key):
 
 
 def latencies(stack):
-    out = {("ka", "spaced"): [], ("tvm", "spaced"): [], ("ka", "b2b"): [], ("tvm", "b2b"): []}
+    out = {(k, m): [] for k in stack.keys for m in ("spaced", "b2b")}
     for _ in range(REPS):
-        for key in ("ka", "tvm"):
+        for key in stack.keys:
             time.sleep(3)
             out[(key, "spaced")].append(first_call(stack.port, key))
-    for key in ("ka", "tvm"):  # back to back: a run of sessions, one key at a time
+    for key in stack.keys:  # back to back: a run of sessions, one key at a time
         time.sleep(3)
         first_call(stack.port, key)
         for _ in range(REPS):
@@ -231,13 +241,13 @@ def _row(name, ka, tvm, unit, fmt="%.3g"):
 def main():
     work = tempfile.mkdtemp(prefix="kc-bench-tvm-")
     log = open(os.path.join(work, "servers.log"), "wb")  # pylint: disable=consider-using-with
-    stack = Stack(1, log)
+    stack = Stack(1, log, fresh=True)
     _zygotes_ready(os.path.join(work, "servers.log"), 1)
     try:
         med, raw = latencies(stack)
         inputs = _runner_inputs(work)
         tpm = {}
-        for key in ("ka", "tvm", "ka", "tvm"):  # interleaved, the best of two each
+        for key in stack.keys * 2:  # interleaved, the best of two each
             got = trials_per_minute(stack, key, inputs)
             tpm[key] = max(tpm.get(key, (0, 0)), got)
     finally:
@@ -255,6 +265,10 @@ def main():
         _row(name, med[("ka", mode)] * 1e3, med[("tvm", mode)] * 1e3, " ms")
     _row("RPCRunner trials/min (%d trials)" % TRIALS, tpm["ka"][0], tpm["tvm"][0], "")
     _row("best matmul latency", tpm["ka"][1] * 1e6, tpm["tvm"][1] * 1e6, " us")
+    for mode, name in (("spaced", "no zygote: first call, spaced"),
+                       ("b2b", "no zygote: first call, back2back")):
+        _row(name, med[("kf", mode)] * 1e3, med[("tvm", mode)] * 1e3, " ms")
+    _row("no zygote: RPCRunner trials/min", tpm["kf"][0], tpm["tvm"][0], "")
     _row("PSS, 1 server, 0 sessions", idle["ka"][0], idle["tvm"][0], " MiB", "%.0f")
     _row("PSS, 8 servers, 8 sessions", busy["ka"][0], busy["tvm"][0], " MiB", "%.0f")
     _row("RSS, 1 server, 0 sessions", idle["ka"][1], idle["tvm"][1], " MiB", "%.0f")
