@@ -371,18 +371,26 @@ static void set_result(const char *key, const char *what, double v) {
   kc_measure_set("speedup", k, v);
 }
 
+/* The pair's two kernels built into tmpdir/<prefix><idx>_{ref,var}.so (paths in ref_so and
+ * var_so, 512 bytes each) and opened for the harness. */
+static void open_pair(const pair *p, char prefix, size_t idx, char *ref_so, char *var_so, hot *hr,
+                      hot *hv) {
+  char tag[64];
+  snprintf(tag, sizeof tag, "%c%zu_ref", prefix, idx);
+  build(p->ref, tag, ref_so, 512);
+  snprintf(tag, sizeof tag, "%c%zu_var", prefix, idx);
+  build(p->var, tag, var_so, 512);
+  hot_open(hr, ref_so, p->args);
+  hot_open(hv, var_so, p->args);
+}
+
 /* One pair: TRIALS trials; returns true when kcage's speed-up is within 5 % of the
  * harness's (median over trials); *floor_ok: within 5 % of the floor's; *hot_h, *kc:
  * the harness's speed-up and kcage's. */
 static bool run_pair(const pair *p, size_t idx, bool *floor_ok, double *hot_h, double *kc) {
-  char ref_so[512], var_so[512], tag[64];
-  snprintf(tag, sizeof tag, "p%zu_ref", idx);
-  build(p->ref, tag, ref_so, sizeof ref_so);
-  snprintf(tag, sizeof tag, "p%zu_var", idx);
-  build(p->var, tag, var_so, sizeof var_so);
+  char ref_so[512], var_so[512];
   hot hr, hv;
-  hot_open(&hr, ref_so, p->args);
-  hot_open(&hv, var_so, p->args);
+  open_pair(p, 'p', idx, ref_so, var_so, &hr, &hv);
   double ks[TRIALS], hs[TRIALS], fs[TRIALS], q[TRIALS], kr[TRIALS], kv[TRIALS], hr_s[TRIALS],
       hv_s[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
@@ -436,14 +444,9 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok, double *hot_h, d
  * to show how far TVM's two layouts of one harness part.  Returns true when kcage's
  * speed-up is within 5 % of the cold harness's; *cold_h: the cold harness's. */
 static bool run_cold_pair(const pair *p, size_t idx, double hot_h, double *cold_h) {
-  char ref_so[512], var_so[512], tag[64]; /* not run_pair's files: those stay mapped */
-  snprintf(tag, sizeof tag, "c%zu_ref", idx);
-  build(p->ref, tag, ref_so, sizeof ref_so);
-  snprintf(tag, sizeof tag, "c%zu_var", idx);
-  build(p->var, tag, var_so, sizeof var_so);
+  char ref_so[512], var_so[512];
   hot hr, hv;
-  hot_open(&hr, ref_so, p->args);
-  hot_open(&hv, var_so, p->args);
+  open_pair(p, 'c', idx, ref_so, var_so, &hr, &hv); /* not run_pair's files: those stay mapped */
   double ks[TRIALS], hs[TRIALS], q[TRIALS], hr_s[TRIALS], hv_s[TRIALS], kr[TRIALS], kv[TRIALS];
   for (int t = 0; t < TRIALS; t++) {
     int cpu = n_trial_cpus >= 2 ? trial_cpus[t % n_trial_cpus] : -1;
