@@ -371,6 +371,28 @@ static void set_result(const char *key, const char *what, double v) {
   kc_measure_set("speedup", k, v);
 }
 
+/* The harness's speed-up from its reference's and variant's trials on either side of
+ * kcage (geometric means: a drift linear over the trial cancels); *hr, *hv: those means. */
+static double harness_speedup(double r1, double r2, double v1, double v2, double *hr, double *hv) {
+  *hr = sqrt(r1 * r2);
+  *hv = sqrt(v1 * v2);
+  return *hr / *hv;
+}
+
+/* kcage's speed-up of the pair's variant over its reference, from one batch on cpu
+ * (--flush-cache with flush); *kr, *kv: the two medians. */
+static double kcage_speedup(const pair *p, const char *ref_so, const char *var_so, int cpu,
+                            bool flush, double *kr, double *kv) {
+  const char *k[1] = {var_so};
+  json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu, flush);
+  json_t *rec = json_array_get(recs, 0);
+  double sp = json_number_value(json_object_get(rec, "speedup"));
+  *kr = json_number_value(json_object_get(rec, "reference_median_s"));
+  *kv = json_number_value(json_object_get(rec, "median_s"));
+  json_decref(recs);
+  return sp;
+}
+
 /* The pair's two kernels built into tmpdir/<prefix><idx>_{ref,var}.so (paths in ref_so and
  * var_so, 512 bytes each) and opened for the harness. */
 static void open_pair(const pair *p, char prefix, size_t idx, char *ref_so, char *var_so, hot *hr,
@@ -398,21 +420,13 @@ static bool run_pair(const pair *p, size_t idx, bool *floor_ok, double *hot_h, d
     bench_pin(cpu);
     double r1 = hot_trial(&hr, p->repeat), v1 = hot_trial(&hv, p->repeat);
     bench_pin(-1);
-    const char *k[1] = {var_so};
-    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu, false);
-    json_t *rec = json_array_get(recs, 0);
-    ks[t] = json_number_value(json_object_get(rec, "speedup"));
-    kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
-    kv[t] = json_number_value(json_object_get(rec, "median_s"));
-    json_decref(recs);
+    ks[t] = kcage_speedup(p, ref_so, var_so, cpu, false, &kr[t], &kv[t]);
     bench_pin(cpu);
     double fv = floor_trial(&hv, p->repeat, v1), fr = floor_trial(&hr, p->repeat, r1);
     double v2 = hot_trial(&hv, p->repeat), r2 = hot_trial(&hr, p->repeat);
     bench_pin(-1);
     fs[t] = fr / fv;
-    hr_s[t] = sqrt(r1 * r2);
-    hv_s[t] = sqrt(v1 * v2);
-    hs[t] = hr_s[t] / hv_s[t];
+    hs[t] = harness_speedup(r1, r2, v1, v2, &hr_s[t], &hv_s[t]);
     q[t] = ks[t] / hs[t];
   }
   hot_close(&hr);
@@ -454,19 +468,11 @@ static bool run_cold_pair(const pair *p, size_t idx, double hot_h, double *cold_
     double pair_s = clock_pair_s();
     double r1 = cold_trial(&hr, p->repeat, pair_s), v1 = cold_trial(&hv, p->repeat, pair_s);
     bench_pin(-1);
-    const char *k[1] = {var_so};
-    json_t *recs = kcage_batch(p->args, ref_so, k, 1, p->repeat, cpu, true);
-    json_t *rec = json_array_get(recs, 0);
-    ks[t] = json_number_value(json_object_get(rec, "speedup"));
-    kr[t] = json_number_value(json_object_get(rec, "reference_median_s"));
-    kv[t] = json_number_value(json_object_get(rec, "median_s"));
-    json_decref(recs);
+    ks[t] = kcage_speedup(p, ref_so, var_so, cpu, true, &kr[t], &kv[t]);
     bench_pin(cpu);
     double v2 = cold_trial(&hv, p->repeat, pair_s), r2 = cold_trial(&hr, p->repeat, pair_s);
     bench_pin(-1);
-    hr_s[t] = sqrt(r1 * r2);
-    hv_s[t] = sqrt(v1 * v2);
-    hs[t] = hr_s[t] / hv_s[t];
+    hs[t] = harness_speedup(r1, r2, v1, v2, &hr_s[t], &hv_s[t]);
     q[t] = ks[t] / hs[t];
   }
   hot_close(&hr);
@@ -545,6 +551,13 @@ static double run_ranking(void) {
   return worst;
 }
 
+/* A pair table's column names; a and b name its two columns of comparison. */
+static void table_head(const char *a, const char *b) {
+  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
+         "harness", "ratio", "[trials]", "within 5%", a, b, "ref kc us", "ref h us", "var kc us",
+         "var h us");
+}
+
 /* The same pairs in the layout TVM's cache-flushed evaluator times: kcage with
  * --flush-cache against that harness, how far the harness's own two layouts part, and
  * whether kcage's default speed-up (kc, the first table's) lies within 5 % of the span
@@ -556,9 +569,7 @@ static void cold_table(const char *only, const double *hot_h, const double *kc) 
          "kcage, cold harness(variant), cold harness(ref) on one CPU, the CPUs in turn; target "
          "within 5 %%\n",
          TRIALS);
-  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
-         "harness", "ratio", "[trials]", "within 5%", "hot h", "hot/cold", "ref kc us", "ref h us",
-         "var kc us", "var h us");
+  table_head("hot h", "hot/cold");
   printf("  (hot h: the hot loop's speed-up from the table above; hot/cold: it over the cold "
          "harness's, how far TVM's two layouts of one harness part for the pair)\n");
   int within = 0, n = 0, apart = 0, spanned = 0;
@@ -596,9 +607,7 @@ int main(int argc, char **argv) {
          "the CPUs in turn; ratio = median of kcage's speed-up over the harness's; target "
          "within 5 %%\n",
          TRIALS);
-  printf("  %-24s %9s %9s %8s  %-15s  %-9s  %9s %8s  %10s %10s %10s %10s\n", "pair", "kcage",
-         "harness", "ratio", "[trials]", "within 5%", "floor", "kc/floor", "ref kc us", "ref h us",
-         "var kc us", "var h us");
+  table_head("floor", "kc/floor");
   printf("  (floor: the speed-up read from kcage's round layout run in this process, no "
          "sandbox; kc/floor: kcage's over it, what the sandbox does to the speed-up; "
          "kcage/floor/harness medians over trials)\n");
