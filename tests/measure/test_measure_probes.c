@@ -44,9 +44,10 @@ static const char *status_of(json_t *r) {
   return json_string_value(json_object_get(r, "status"));
 }
 
-/* The probe beside the honest 64x64 matmul it imitates (--sets 16, --checks 8, as in the
- * attack that once got through): not `ok`, or no faster than half the honest time. */
-static void probe_vs_honest(const char *probe, const char *want_status) {
+/* One batch of the probe beside the honest 64x64 matmul it imitates (--sets 16,
+ * --checks 8, as in the attack that once got through).  Returns 1 when the probe came
+ * out `ok` at less than half the honest time: a fake speed-up. */
+static int fake_speedup(const char *probe, const char *want_status) {
   kc_measure_config cfg;
   init_cfg(&cfg, "f32[64,64] f32[64,64] f32[64,64]:out", KC_HONEST_DIR "/mm_f32.c");
   cfg.sets = 16;
@@ -62,9 +63,20 @@ static void probe_vs_honest(const char *probe, const char *want_status) {
   assert_string_equal(status_of(h), "ok");
   if (want_status)
     assert_string_equal(status_of(p), want_status);
-  if (!strcmp(status_of(p), "ok"))
-    assert_true(tp >= 0.5 * th);
+  int fake = !strcmp(status_of(p), "ok") && tp < 0.5 * th;
   json_decref(recs);
+  return fake;
+}
+
+/* The two kernels run one after the other, so a burst of load on a shared 2-vCPU host
+ * can slow the honest one alone by 2x.  A memoising probe that beats the defence is
+ * tens of times faster in every batch (0.9 us against 114 us once), so the verdict is a
+ * fake speed-up only when each of three batches shows one. */
+static void probe_vs_honest(const char *probe, const char *want_status) {
+  int fakes = 0;
+  for (int tries = 0; tries < 3 && fakes == tries; tries++)
+    fakes += fake_speedup(probe, want_status);
+  assert_true(fakes < 3);
 }
 
 static void test_args_address(void **state) {
