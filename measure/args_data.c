@@ -4,6 +4,10 @@
 
 #include "kcage/measure.h"
 
+#include "keyed.h"
+
+#define KEYED_FILL 1
+
 uint64_t kc_splitmix64(uint64_t *state) {
   uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -73,8 +77,9 @@ static double unit(uint64_t r) {
 }
 
 void kc_data_fill(const kc_tensor_spec *t, void *buf, uint64_t seed, uint32_t set, uint32_t index) {
-  uint64_t st = seed * 0x2545f4914f6cdd1dull ^ ((uint64_t)set << 32 | index) ^ 0x6b63616765ull;
-  kc_splitmix64(&st);
+  /* Keyed (keyed.c): the stream's state, which its elements give away, is one output of
+   * a pseudo-random function of (set, index) under the seed, and names nothing else. */
+  uint64_t st = kc_keyed64(seed, (uint64_t)set << 32 | index, KEYED_FILL);
   uint64_t n = t->numel;
   switch (t->dtype.code) {
   case kDLFloat:

@@ -32,7 +32,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,10 +41,6 @@
 
 #include "measure_internal.h"
 #include "measure_kernel.h"
-
-static uint64_t rng_next(uint64_t *st) {
-  return kc_splitmix64(st);
-}
 
 /* A failed call -> the kernel's status.  Returns true when the call completed. */
 static bool outcome(kc_kmeasure *m, const kc_mcall *c, const char *what) {
@@ -361,7 +356,7 @@ static int place_round(const kc_mctx *x, kc_round_view *v, cpu_set_t *had, bool 
  * the checks read every output after the round, as from a round run at once: nothing is
  * copied out between pieces, which would push the next calls' inputs out of the cache.
  * *wall: the sum of the pieces' clocks.  1 passed, 0 status set, -1 parent error. */
-static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, uint64_t *st,
+static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piece, kc_draws *draws,
                      double expect_s, double *wall, kc_error *err) {
   *wall = 0;
   int r = 1;
@@ -375,7 +370,7 @@ static int run_calls(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, uint64_t piec
     r = run_piece(x, m, v, c0, cnt, expect_s * (double)cnt / (double)v->number, &w, err);
     *wall += w;
   }
-  return r > 0 ? kc_verify_round(x, m, v, st, err) : r;
+  return r > 0 ? kc_verify_round(x, m, v, draws, err) : r;
 }
 
 /* The round's output area: sized and poisoned by the worker (prepare), and read back
@@ -420,10 +415,10 @@ static int ready_area(kc_mctx *x, kc_kmeasure *m, kc_round_view *v, kc_error *er
 /* Which call of a round reads a near-copy of call 0's inputs: the last set of the
  * untimed round; in a timed round, a call drawn now, so that a kernel that reads the
  * request cannot know which.  UINT32_MAX: none (a round of one call, or of one set). */
-static uint64_t near_copy_of_first(bool timed, uint64_t number, uint32_t n_sets, uint64_t *st) {
+static uint64_t near_copy_of_first(bool timed, uint64_t number, uint32_t n_sets, kc_draws *draws) {
   if (!timed)
     return n_sets >= 2 ? n_sets - 1 : UINT32_MAX;
-  return number >= 2 ? 1 + rng_next(st) % (number - 1) : UINT32_MAX;
+  return number >= 2 ? 1 + kc_draws_next(draws) % (number - 1) : UINT32_MAX;
 }
 
 /* One round (see the top of this file).  *dt: the parent's clock, request published
@@ -434,7 +429,7 @@ static uint64_t near_copy_of_first(bool timed, uint64_t number, uint32_t n_sets,
  * to cover a changed element lets it through: such a round makes a second call, on the
  * near-copy of the first one's input, and its time is the mean of the two. */
 static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, double expect_s,
-                      uint64_t *st, double *dt, kc_error *err) {
+                      kc_draws *draws, double *dt, kc_error *err) {
   uint64_t number = timed && want == 1 && x->max_calls >= 2 ? 2 : want;
   expect_s *= (double)number / (double)want;
   /* Untimed: --sets sets, each called twice.  Timed: data of its own for every call, in
@@ -450,7 +445,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
   uint64_t piece = warm < n_slots || !timed ? warm : n_slots;
   /* Odd in timed rounds: call 0 (often the only one) gets a random pattern, which a
    * partly written output still shows (measure_verify.c). */
-  uint64_t pseed = timed ? rng_next(st) | 1 : rng_next(st);
+  uint64_t pseed = timed ? kc_draws_next(draws) | 1 : kc_draws_next(draws);
   kc_round_view v = {.region = region,
                      .number = number,
                      .in = {.spec = x->spec,
@@ -459,7 +454,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
                             .round = x->round++,
                             .n_data = timed ? number : n_sets,
                             .n_slots = n_slots,
-                            .dup = near_copy_of_first(timed, number, n_sets, st)},
+                            .dup = near_copy_of_first(timed, number, n_sets, draws)},
                      .poison_seed = pseed,
                      .timed = timed,
                      /* --flush-cache: outputs as cold as its flush leaves them */
@@ -476,7 +471,7 @@ static int round_once(kc_mctx *x, kc_kmeasure *m, uint64_t want, bool timed, dou
     return -1;
   }
   double wall = 0;
-  r = run_calls(x, m, &v, piece, st, expect_s, &wall, err);
+  r = run_calls(x, m, &v, piece, draws, expect_s, &wall, err);
   if (v.home)
     sched_setaffinity(0, sizeof home, &home);
   if (restore)
@@ -502,11 +497,11 @@ static uint64_t grow(const kc_mctx *x, uint64_t number, double ms) {
 /* A timed round that lasts min_repeat_ms: `number` grown (TVM) until it does.  Every
  * round run, short ones included, is a whole round: stopped, read and verified.
  * *secs: seconds per call.  1 done, 0 status set, -1 parent error. */
-static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
-                       double *secs, kc_error *err) {
+static int sized_round(kc_mctx *x, kc_kmeasure *m, kc_draws *draws, uint64_t *number,
+                       double *per_call, double *secs, kc_error *err) {
   for (unsigned zero = 0;;) {
     double dt;
-    int r = round_once(x, m, *number, true, *per_call * (double)*number, st, &dt, err);
+    int r = round_once(x, m, *number, true, *per_call * (double)*number, draws, &dt, err);
     if (r <= 0)
       return r;
     double ms = dt * 1e3;
@@ -529,7 +524,7 @@ static int sized_round(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *numbe
  * most 20 rounds, 2 s, and a quarter of what is left of the budget. */
 #define KC_WARMUP_MAX 20
 #define KC_WARMUP_MAX_S 2.0
-static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, double *per_call,
+static int warm_up(kc_mctx *x, kc_kmeasure *m, kc_draws *draws, uint64_t *number, double *per_call,
                    kc_error *err) {
   m->warmup_secs = calloc(KC_WARMUP_MAX, sizeof(double));
   if (!m->warmup_secs)
@@ -540,7 +535,7 @@ static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, d
     allowance = KC_WARMUP_MAX_S;
   for (uint32_t i = 0; i < KC_WARMUP_MAX; i++) {
     double s;
-    int r = sized_round(x, m, st, number, per_call, &s, err);
+    int r = sized_round(x, m, draws, number, per_call, &s, err);
     if (r <= 0)
       return r;
     m->warmup_secs[m->n_warmup++] = s;
@@ -558,19 +553,19 @@ static int warm_up(kc_mctx *x, kc_kmeasure *m, uint64_t *st, uint64_t *number, d
 }
 
 /* Warm-up, then the timed rounds.  0 (status in m), -1 parent error. */
-static int timed_rounds(kc_mctx *x, kc_kmeasure *m, uint64_t *st, kc_error *err) {
+static int timed_rounds(kc_mctx *x, kc_kmeasure *m, kc_draws *draws, kc_error *err) {
   uint64_t number = x->number ? x->number : 1;
   if (number > x->max_calls)
     number = x->max_calls;
   double per_call = 0; /* the last round's seconds per call: predicts the next round */
-  int r = warm_up(x, m, st, &number, &per_call, err);
+  int r = warm_up(x, m, draws, &number, &per_call, err);
   if (r <= 0)
     return r;
   m->run_secs = calloc(x->repeat, sizeof(double));
   if (!m->run_secs)
     return kc_error_set(err, ENOMEM, "run_secs");
   for (uint32_t rep = 0; rep < x->repeat; rep++) {
-    if ((r = sized_round(x, m, st, &number, &per_call, &m->run_secs[rep], err)) <= 0)
+    if ((r = sized_round(x, m, draws, &number, &per_call, &m->run_secs[rep], err)) <= 0)
       return r;
     m->repeat = rep + 1;
     if (x->cooldown_ms > 0 && rep + 1 < x->repeat) {
@@ -604,9 +599,9 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   memset(m, 0, sizeof *m);
   m->status = KC_MEASURE_OK;
   m->max_abs_err = NAN;
-  uint64_t st;
-  if (getrandom(&st, sizeof st, 0) != sizeof st)
-    return kc_error_set(err, errno, "getrandom");
+  kc_draws draws; /* keyed: the poison tells the kernel nothing of what is drawn next */
+  if (kc_draws_init(&draws, err) < 0)
+    return -1;
   if (x->max_calls < 1)
     x->max_calls = 1;
   if (x->call_s <= 0)
@@ -632,10 +627,10 @@ int kc_measure_kernel(kc_mctx *x, kc_kmeasure *m, kc_error *err) {
   uint64_t sets = x->n_sets < x->max_calls ? x->n_sets : x->max_calls;
   uint64_t number = 2 * sets < x->max_calls ? 2 * sets : x->max_calls;
   double dt;
-  r = round_once(x, m, number, false, 0, &st, &dt, err);
+  r = round_once(x, m, number, false, 0, &draws, &dt, err);
   if (r <= 0)
     return r;
 
   /* 3. Warm-up until steady, then timing. */
-  return timed_rounds(x, m, &st, err);
+  return timed_rounds(x, m, &draws, err);
 }

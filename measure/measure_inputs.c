@@ -10,11 +10,15 @@
 #include <string.h>
 
 #include "cache_size.h"
+#include "keyed.h"
 #include "measure_kernel.h"
 
+/* Keyed (keyed.c): a round's seed names neither the run's seed nor another round's. */
+#define KEYED_ROUND 2
+#define KEYED_NEAR 3
+
 static uint64_t round_seed(uint64_t seed, uint64_t round) {
-  uint64_t st = seed ^ (round * 0xd1b54a32d192ed03ull);
-  return kc_splitmix64(&st);
+  return kc_keyed64(seed, round, KEYED_ROUND);
 }
 
 /* Write data `id` of the round into the inputs at dst (one region). */
@@ -32,7 +36,7 @@ static void near_copy(const kc_args_spec *a, unsigned char *dst, uint64_t rs, ui
                       uint64_t dup) {
   fill_data(a, dst, rs, dup);
   unsigned char *saved[KC_ARGS_MAX_TENSORS] = {0};
-  uint64_t st0 = rs ^ 0x6e656172ull ^ dup * 0x9e3779b97f4a7c15ull, st = st0;
+  uint64_t st0 = kc_keyed64(rs, dup, KEYED_NEAR), st = st0;
   for (uint32_t i = 0; i < a->n; i++) {
     const kc_tensor_spec *t = &a->t[i];
     if (t->out || !t->numel)

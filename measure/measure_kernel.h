@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <time.h>
 
+#include "keyed.h"
 #include "measure_internal.h"
 
 typedef struct kc_mctx {
@@ -147,7 +148,7 @@ typedef struct kc_round_view {
 
 /* measure_verify.c: 1 the round passed, 0 the kernel's status was set, -1 a parent
  * failure (err). */
-int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, kc_draws *draws,
                     kc_error *err);
 /* A failure to reach the worker's output area: 0 when its memory is gone (its own
  * doing: status set), -1 a parent error. */

@@ -178,8 +178,8 @@ static void pick(uint64_t *calls, uint32_t *n, uint64_t c) {
  * untimed round (the others were compared with it bit for bit); after a timed one,
  * calls drawn now, after the round (the kernel could not know them), plus call 0 and
  * the near-copy of its inputs. */
-static uint32_t pick_calls(kc_mctx *x, const kc_round_view *v, uint64_t *st, const uint64_t *must,
-                           uint32_t n_must, uint64_t *calls) {
+static uint32_t pick_calls(kc_mctx *x, const kc_round_view *v, kc_draws *draws,
+                           const uint64_t *must, uint32_t n_must, uint64_t *calls) {
   uint32_t n = 0;
   if (!v->timed) {
     for (uint64_t j = 0; j < v->in.n_data && n < KC_MPROTO_MAX_CHECKS; j++)
@@ -194,7 +194,7 @@ static uint32_t pick_calls(kc_mctx *x, const kc_round_view *v, uint64_t *st, con
     pick(calls, &n, v->in.dup);
   }
   for (uint32_t k = 0; k < want && n < KC_MPROTO_MAX_CHECKS; k++)
-    pick(calls, &n, kc_splitmix64(st) % v->number);
+    pick(calls, &n, kc_draws_next(draws) % v->number);
   return n;
 }
 
@@ -257,10 +257,10 @@ static int reference_outputs(kc_mctx *x, const kc_round_view *v, const uint64_t 
   return 0;
 }
 
-static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, kc_draws *draws,
                            const uint64_t *must, uint32_t n_must, kc_error *err) {
   uint64_t sets[KC_MPROTO_MAX_CHECKS];
-  uint32_t n = pick_calls(x, v, st, must, n_must, sets);
+  uint32_t n = pick_calls(x, v, draws, must, n_must, sets);
   kc_cleanup_free unsigned char *ref = malloc(n * v->region + 1);
   kc_cleanup_free unsigned char *got = malloc(v->region + 1);
   kc_cleanup_free unsigned char *got0 = malloc(v->region + 1);
@@ -303,14 +303,14 @@ static int check_reference(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, u
   return 1;
 }
 
-int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, uint64_t *st,
+int kc_verify_round(kc_mctx *x, kc_kmeasure *m, const kc_round_view *v, kc_draws *draws,
                     kc_error *err) {
   uint64_t must[KC_MPROTO_MAX_CHECKS / 2];
   uint32_t n_must = 0;
   int r = check_complete(x, m, v, must, &n_must, err);
   if (r <= 0 || !x->ref)
     return r;
-  return check_reference(x, m, v, st, must, n_must, err);
+  return check_reference(x, m, v, draws, must, n_must, err);
 }
 
 int kc_memory_gone(kc_kmeasure *m, const kc_error *err) {

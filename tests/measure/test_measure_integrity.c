@@ -488,6 +488,30 @@ static void test_round_no_repeats(void **state) {
   free(again);
 }
 
+/* The keyed function is ChaCha20 (DJB's 64-bit nonce): block 0 under the zero key and
+ * nonce starts 76 b8 e0 ad a0 f1 3d 90, read little-endian.  Any input changed gives
+ * another output; two draw streams under fresh keys differ. */
+static void test_keyed(void **state) {
+  (void)state;
+  assert_true(kc_keyed64(0, 0, 0) == 0x903df1a0ade0b876ull);
+  uint64_t base = kc_keyed64(9, 3, 1);
+  assert_true(kc_keyed64(9, 3, 1) == base);
+  assert_true(kc_keyed64(8, 3, 1) != base && kc_keyed64(9, 2, 1) != base &&
+              kc_keyed64(9, 3, 2) != base);
+  kc_draws a, b;
+  kc_error err = {0};
+  assert_int_equal(kc_draws_init(&a, &err), 0);
+  assert_int_equal(kc_draws_init(&b, &err), 0);
+  int same = 0;
+  uint64_t prev = kc_draws_next(&a);
+  for (int i = 0; i < 40; i++) { /* across several blocks */
+    uint64_t x = kc_draws_next(&a);
+    same += x == kc_draws_next(&b) || x == prev;
+    prev = x;
+  }
+  assert_int_equal(same, 0);
+}
+
 /* A worker sees its own kernel and the inputs, nothing else: the probe returns
  * non-zero (status `error`) when it sees more, next to two other candidates. */
 static void test_view(void **state) {
@@ -614,6 +638,7 @@ int main(void) {
       cmocka_unit_test(test_round_inputs),
       cmocka_unit_test(test_plain_inherits_caller_code),
       cmocka_unit_test(test_round_no_repeats),
+      cmocka_unit_test(test_keyed),
       cmocka_unit_test(test_input_budget),
       cmocka_unit_test(test_input_slots),
       cmocka_unit_test(test_piece_calls),
