@@ -1,6 +1,7 @@
-/* Cheat (precomputing): regenerates kcage's inputs for the default seed 0 at load time
- * (the generator is public), computes their answers once, and then answers every call
- * by lookup.  With a secret seed per run there is nothing to regenerate. */
+/* Cheat (precomputing): guesses the seed (0) and the generator (splitmix64 of the seed,
+ * set and tensor), regenerates the inputs at load time, computes their answers once, and
+ * then answers every call by lookup.  kcage's seed is secret per run and its inputs come
+ * from a keyed function of it (ChaCha20), so there is nothing to regenerate. */
 #include <stdlib.h>
 #include <string.h>
 /* C[N,N] = A[N,N] x B[N,N], f32, row-major; refuse anything else. */
@@ -36,7 +37,7 @@ static uint64_t splitmix(uint64_t *s) {
   return z ^ (z >> 31);
 }
 
-/* kcage's data for (seed, set, tensor index), f32 */
+/* the guessed data for (seed, set, tensor index), f32 */
 static void gen(float *x, int64_t n, uint64_t seed, uint32_t set, uint32_t idx) {
   uint64_t st = seed * 0x2545f4914f6cdd1dull ^ ((uint64_t)set << 32 | idx) ^ 0x6b63616765ull;
   splitmix(&st);

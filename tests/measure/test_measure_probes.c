@@ -2,13 +2,17 @@
  * can observe (the `args` array's address, its inputs' addresses and the stride between
  * them, samples of their content, clocks and call counts, page residency, the cache
  * timing of its own loads, the CPU it runs on), each memoising whatever it takes for a
- * repeat.  Measured beside the honest kernel it imitates, each must come out either not
- * `ok`, or `ok` at a time not far below the honest one's: a fake speed-up never passes.
+ * repeat; and one per secret of the parent's that reaches the kernel (the poison, which
+ * comes from the parent's draws; the inputs, which come from the run's seed), each
+ * predicting what it can from it.  Measured beside the honest kernel it imitates, each
+ * must come out either not `ok`, or `ok` at a time not far below the honest one's: a
+ * fake speed-up never passes.
  * And honest kernels of about a microsecond and about ten milliseconds per call stay
  * `ok`, run after run (docs/measurement-integrity.md). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -47,12 +51,19 @@ static const char *status_of(json_t *r) {
 /* One batch of the probe beside the honest 64x64 matmul it imitates (--sets 16,
  * --checks 8, as in the attack that once got through).  Returns 1 when the probe came
  * out `ok` at less than half the honest time: a fake speed-up. */
-static int fake_speedup(const char *probe, const char *want_status) {
+static int fake_speedup(const char *probe, const char *want_status, uint32_t number, bool f64) {
+  const char *honest = f64 ? KC_HONEST_DIR "/mm_f64_ijk.c" : KC_HONEST_DIR "/mm_f32.c";
   kc_measure_config cfg;
-  init_cfg(&cfg, "f32[64,64] f32[64,64] f32[64,64]:out", KC_HONEST_DIR "/mm_f32.c");
+  init_cfg(&cfg,
+           f64 ? "f64[64,64] f64[64,64] f64[64,64]:out" : "f32[64,64] f32[64,64] f32[64,64]:out",
+           honest);
   cfg.sets = 16;
   cfg.checks = 8;
-  const char *k[] = {KC_HONEST_DIR "/mm_f32.c", probe};
+  if (number) { /* TVM's default: `number` calls a round, never grown */
+    cfg.number = number;
+    cfg.min_repeat_ms = 0;
+  }
+  const char *k[] = {honest, probe};
   json_t *recs = run(&cfg, k, 2);
   json_t *h = json_array_get(recs, 0), *p = json_array_get(recs, 1);
   double th = json_number_value(json_object_get(h, "median_s"));
@@ -72,11 +83,15 @@ static int fake_speedup(const char *probe, const char *want_status) {
  * can slow the honest one alone by 2x.  A memoising probe that beats the defence is
  * tens of times faster in every batch (0.9 us against 114 us once), so the verdict is a
  * fake speed-up only when each of three batches shows one. */
-static void probe_vs_honest(const char *probe, const char *want_status) {
+static void probe_at(const char *probe, const char *want_status, uint32_t number, bool f64) {
   int fakes = 0;
   for (int tries = 0; tries < 3 && fakes == tries; tries++)
-    fakes += fake_speedup(probe, want_status);
+    fakes += fake_speedup(probe, want_status, number, f64);
   assert_true(fakes < 3);
+}
+
+static void probe_vs_honest(const char *probe, const char *want_status) {
+  probe_at(probe, want_status, 0, false);
 }
 
 static void test_args_address(void **state) {
@@ -107,6 +122,21 @@ static void test_cache_timing(void **state) {
 static void test_cpu(void **state) {
   (void)state;
   probe_vs_honest(KC_PROBES_DIR "/cpu_memo.c", NULL);
+}
+
+/* The parent's own draws (the poison seed, the near-copy's call, the calls checked),
+ * predicted from the poison the kernel finds in its outputs; rounds of a fixed number
+ * of calls, so that the count it learns holds for the next round. */
+static void test_parent_draws(void **state) {
+  (void)state;
+  probe_at(KC_PROBES_DIR "/draw_predict.c", NULL, 400, false);
+}
+
+/* The inputs' generator: the run's seed worked out from f64 inputs (53 bits of every
+ * draw), the rounds to come computed in advance, in one slow round. */
+static void test_data_seed(void **state) {
+  (void)state;
+  probe_at(KC_PROBES_DIR "/seed_predict.c", NULL, 100, true);
 }
 
 /* mincore is outside the measure policy: the worker dies of it before it can matter. */
@@ -150,6 +180,7 @@ int main(int argc, char **argv) {
       cmocka_unit_test(test_args_address),   cmocka_unit_test(test_address_stride),
       cmocka_unit_test(test_content),        cmocka_unit_test(test_call_count),
       cmocka_unit_test(test_cache_timing),   cmocka_unit_test(test_cpu),
+      cmocka_unit_test(test_parent_draws),   cmocka_unit_test(test_data_seed),
       cmocka_unit_test(test_page_residency), cmocka_unit_test(test_honest_speeds),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
