@@ -35,7 +35,7 @@ int kc_draws_init(kc_draws *d, kc_error *err) {
     return kc_error_set(err, errno ? errno : EIO, "getrandom");
   chacha_set_key(&d->ctx, key);
   chacha_set_nonce(&d->ctx, nonce);
-  memset(key, 0, sizeof key);
+  explicit_bzero(key, sizeof key); /* a plain memset of a dead buffer may be dropped */
   d->used = sizeof d->block;
   return 0;
 }
