@@ -339,11 +339,12 @@ static int dev(const char *dst, kc_error *err) {
 /* What container runtimes hide of /proc (runc's maskedPaths and readonlyPaths, plus
  * the host's boot command line and kernel build, which a build error would echo to a
  * remote tenant, and the host-wide counters LXCFS virtualises: disks, VM, scheduler,
- * softirqs, open files): files and directories that describe the host, not the
- * sandbox.  The counters a program may need to read (stat, uptime, loadavg, meminfo,
- * the boot id) get per-sandbox files instead (proc_view.c).  A
- * file is covered with /dev/null, a directory with an empty read-only tmpfs; what the
- * kernel does not have is skipped.  The sandbox never holds the capability to undo it. */
+ * softirqs, open files; and the host's counts of cgroups, AIO contexts and terminals,
+ * which move with other tenants' work): files and directories that describe the host,
+ * not the sandbox.  The counters a program may need to read (stat, uptime, loadavg,
+ * meminfo, the boot id) get per-sandbox files instead (proc_view.c).  A file is covered
+ * with /dev/null, a directory with an empty read-only tmpfs; what the kernel does not
+ * have is skipped.  The sandbox never holds the capability to undo it. */
 static const struct {
   const char *name;
   bool dir; /* what procfs has there; mask_one copes with a kernel that differs */
@@ -385,7 +386,10 @@ static const struct {
                    {"sys/fs/inode-nr", false},
                    {"sys/fs/inode-state", false},
                    {"sys/fs/file-nr", false},
-                   {"sys/kernel/random/entropy_avail", false}};
+                   {"sys/fs/aio-nr", false},
+                   {"sys/kernel/pty/nr", false},
+                   {"sys/kernel/random/entropy_avail", false},
+                   {"cgroups", false}};
 static const char *const proc_readonly[] = {"bus", "fs", "irq", "sys", "sysrq-trigger"};
 
 /* A file is covered with /dev/null.  Directories share one empty read-only tmpfs: the

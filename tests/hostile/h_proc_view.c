@@ -61,9 +61,10 @@ int main(int argc, char **argv) {
       rc = 3;
     }
   }
-  static const char *const empty[] = {"/proc/diskstats",  "/proc/vmstat",
-                                      "/proc/softirqs",   "/proc/schedstat",
-                                      "/proc/partitions", "/proc/sys/fs/file-nr"};
+  static const char *const empty[] = {
+      "/proc/diskstats",  "/proc/vmstat",         "/proc/softirqs",      "/proc/schedstat",
+      "/proc/partitions", "/proc/sys/fs/file-nr", "/proc/sys/fs/aio-nr", "/proc/sys/kernel/pty/nr",
+      "/proc/cgroups"};
   for (size_t i = 0; i < sizeof empty / sizeof empty[0]; i++)
     if (slurp(empty[i], buf, sizeof buf) > 0) {
       printf("%s: %.100s\n", empty[i], buf);
